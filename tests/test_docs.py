@@ -1,0 +1,29 @@
+"""Every ```python block in README.md and docs/*.md runs, in order per file, in a fresh
+namespace and a temporary working directory. A block that should not run is marked by
+putting ``<!-- norun -->`` on the line before its fence."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"(<!-- norun -->\n)?```python\n(.*?)```", re.S)
+
+
+def _blocks(page: Path) -> list[str]:
+    return [code for norun, code in BLOCK.findall(page.read_text()) if not norun]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = _blocks(page)
+    assert blocks, f"{page.name} shows no runnable python example"
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
+    for number, code in enumerate(blocks, 1):
+        compiled = compile(code, f"{page.name}[block {number}]", "exec")
+        exec(compiled, namespace)

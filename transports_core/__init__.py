@@ -1,0 +1,35 @@
+"""durable-transports core: the transport interface, its models and errors, and the
+registry that opens a backend by URL. Knows nothing of any particular backend."""
+
+from __future__ import annotations
+
+from ._errors import EventDecodeError, LeaseLost, TransportError, UnknownBackend
+from ._models import Event, Lease
+from ._protocol import AsyncTransport, Transport
+from ._registry import (
+    ENTRY_POINT_GROUP,
+    Backend,
+    known_schemes,
+    open_async_transport,
+    open_transport,
+    redact_url,
+    register_backend,
+)
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "AsyncTransport",
+    "Backend",
+    "Event",
+    "EventDecodeError",
+    "Lease",
+    "LeaseLost",
+    "Transport",
+    "TransportError",
+    "UnknownBackend",
+    "known_schemes",
+    "open_async_transport",
+    "open_transport",
+    "redact_url",
+    "register_backend",
+]

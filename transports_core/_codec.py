@@ -1,0 +1,84 @@
+"""Turning events into stored JSON and back, for every backend.
+
+One `EventCodec` per transport wraps a pydantic ``TypeAdapter`` for its ``event_type``: a
+model class, or anything ``TypeAdapter`` accepts (a discriminated union of models, say).
+Imports only ``_models``, ``_errors`` and ``_validate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Generic, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from ._errors import EventDecodeError
+from ._models import Lease
+from ._validate import check_group_id, check_items, check_priority
+
+__all__ = ["EventCodec"]
+
+E = TypeVar("E")
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return str(exc)
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "event"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {first.get('msg', 'invalid')}{more}"
+
+
+class EventCodec(Generic[E]):
+    """Encodes events of one type to JSON text and decodes them back."""
+
+    __slots__ = ("_adapter", "event_type")
+
+    def __init__(self, event_type: Any) -> None:
+        self.event_type = event_type
+        try:
+            self._adapter: TypeAdapter[E] = TypeAdapter(event_type)
+        except Exception as exc:  # pydantic raises several kinds for a type it cannot use
+            raise TypeError(
+                f"event_type {event_type!r} is not a type pydantic can validate"
+            ) from exc
+
+    @property
+    def type_name(self) -> str:
+        return getattr(self.event_type, "__name__", None) or repr(self.event_type)
+
+    def encode(self, event: object) -> str:
+        """Return the JSON to store, or raise ``TypeError`` if ``event`` is not an instance
+        of the event type (strict: a dict is not a model)."""
+        try:
+            valid = self._adapter.validate_python(event, strict=True)
+        except ValidationError as exc:
+            raise TypeError(
+                f"event {event!r:.200} is not a valid {self.type_name}: {_first_error(exc)}"
+            ) from exc
+        return self._adapter.dump_json(valid).decode()
+
+    def encode_items(self, items: Iterable[tuple[str, E, int]]) -> list[tuple[str, str, int]]:
+        """Check and encode ``publish_many`` items, naming the index of a bad one."""
+        encoded: list[tuple[str, str, int]] = []
+        for index, (group_id, event, priority) in enumerate(check_items(items)):
+            try:
+                encoded.append(
+                    (check_group_id(group_id), self.encode(event), check_priority(priority))
+                )
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"items[{index}]: {exc}") from exc
+        return encoded
+
+    def lease(
+        self, seq: int, group_id: str, raw: str, worker_id: str, attempt: int, expires_at: float
+    ) -> Lease[E]:
+        """Build the lease for a claimed row, or raise `EventDecodeError` carrying it."""
+        try:
+            event = self._adapter.validate_json(raw)
+        except ValidationError as exc:
+            poison = Lease(seq, group_id, raw, worker_id, attempt, expires_at)
+            raise EventDecodeError(poison, _first_error(exc)) from exc
+        return Lease(seq, group_id, event, worker_id, attempt, expires_at)

@@ -1,0 +1,48 @@
+"""The two values every transport speaks: the default `Event` model and the `Lease`.
+
+Imports nothing from the rest of the package, so every other module may import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["Event", "Lease"]
+
+E_co = TypeVar("E_co", covariant=True)
+
+
+class Event(BaseModel):
+    """The default event type: a pydantic model that accepts any fields.
+
+    Applications normally pass their own model (or a discriminated union of models) as
+    ``event_type=`` when opening a transport; this one is for scripts and tests.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    if TYPE_CHECKING:
+        # Any field is allowed, so tell type checkers so (pydantic does the work at runtime).
+        def __init__(self, **data: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Lease(Generic[E_co]):
+    """A claimed message: the right to process it, until ``expires_at``.
+
+    ``attempt`` counts deliveries of this message (1 on the first) and is the lease's
+    fencing token: ``ack``/``nack``/``extend`` succeed only for the current
+    ``(seq, worker_id, attempt)``.
+    """
+
+    seq: int
+    group_id: str
+    event: E_co
+    worker_id: str
+    attempt: int
+    expires_at: float

@@ -1,0 +1,168 @@
+"""Choosing a backend by URL scheme.
+
+A backend is a module-level `Backend` object registered under its URL scheme, either in
+process with `register_backend` or by a distribution's entry point in the group
+``durable_transports.backends``. Core never parses a backend's URL or options: it hands
+the whole URL and the keyword options to the backend. Imports no backend.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, Protocol, TypeVar, overload
+from urllib.parse import urlsplit, urlunsplit
+
+from ._errors import UnknownBackend
+from ._models import Event
+from ._protocol import AsyncTransport, Transport
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Backend",
+    "known_schemes",
+    "open_async_transport",
+    "open_transport",
+    "redact_url",
+    "register_backend",
+]
+
+ENTRY_POINT_GROUP = "durable_transports.backends"
+
+E = TypeVar("E")
+
+
+class Opener(Protocol):
+    def __call__(
+        self, url: str, event_type: object, options: Mapping[str, object]
+    ) -> Transport[Any]: ...
+
+
+class AsyncOpener(Protocol):
+    def __call__(
+        self, url: str, event_type: object, options: Mapping[str, object]
+    ) -> AsyncTransport[Any]: ...
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What a backend registers: how to open its sync and async transports from a URL.
+
+    Each callable receives the full URL, the event type, and the keyword options exactly as
+    the caller passed them; it validates both the URL's query and the options itself.
+    """
+
+    open: Opener
+    open_async: AsyncOpener | None = None
+
+
+_registered: dict[str, Backend] = {}
+_lock = threading.Lock()
+
+
+def register_backend(scheme: str, backend: Backend | None) -> None:
+    """Register ``backend`` for ``scheme`` in this process (ahead of entry points);
+    ``None`` removes a registration."""
+    if not scheme or "://" in scheme:
+        raise ValueError(f"scheme must be a non-empty name such as 'sqlite', got {scheme!r}")
+    with _lock:
+        if backend is None:
+            _registered.pop(scheme, None)
+        elif isinstance(backend, Backend):
+            _registered[scheme] = backend
+        else:
+            raise TypeError(f"backend must be a Backend, got {backend!r}")
+
+
+def known_schemes() -> dict[str, str]:
+    """Every scheme that resolves, mapped to where it comes from (sorted by scheme)."""
+    found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    with _lock:
+        found.update(dict.fromkeys(_registered, "register_backend()"))
+    return dict(sorted(found.items()))
+
+
+def _scheme(url: object) -> str:
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str, got {type(url).__name__}")
+    scheme, sep, _ = url.partition("://")
+    if not sep or not scheme:
+        raise ValueError(
+            f"malformed transport URL {redact_url(url)!r}: expected SCHEME://..., "
+            "for example sqlite:///queue.db"
+        )
+    return scheme
+
+
+def _resolve(scheme: str) -> Backend:
+    with _lock:
+        backend = _registered.get(scheme)
+    if backend is not None:
+        return backend
+    for ep in entry_points(group=ENTRY_POINT_GROUP).select(name=scheme):
+        loaded = ep.load()
+        if not isinstance(loaded, Backend):
+            raise TypeError(
+                f"entry point {ep.name} = {ep.value} in group {ENTRY_POINT_GROUP} "
+                f"is not a transports_core.Backend: {loaded!r:.100}"
+            )
+        return loaded
+    raise UnknownBackend(scheme, known_schemes())
+
+
+# The overlap mypy reports is intended: without event_type, **options cannot hold it.
+@overload
+def open_transport(  # type: ignore[overload-overlap]
+    url: str, *, event_type: type[E], **options: object
+) -> Transport[E]: ...
+@overload
+def open_transport(url: str, *, event_type: object, **options: object) -> Transport[Any]: ...
+@overload
+def open_transport(url: str, **options: object) -> Transport[Event]: ...
+def open_transport(url: str, *, event_type: object = Event, **options: object) -> Transport[Any]:
+    """Open the transport that ``url`` names, for events of ``event_type``.
+
+    >>> with open_transport("sqlite:///:memory:") as t:
+    ...     t.publish("order-1", Event(kind="created"))
+    1
+    """
+    return _resolve(_scheme(url)).open(url, event_type, options)
+
+
+@overload
+def open_async_transport(  # type: ignore[overload-overlap]
+    url: str, *, event_type: type[E], **options: object
+) -> AsyncTransport[E]: ...
+@overload
+def open_async_transport(
+    url: str, *, event_type: object, **options: object
+) -> AsyncTransport[Any]: ...
+@overload
+def open_async_transport(url: str, **options: object) -> AsyncTransport[Event]: ...
+def open_async_transport(
+    url: str, *, event_type: object = Event, **options: object
+) -> AsyncTransport[Any]:
+    """Open the async twin of the transport that ``url`` names (connects lazily)."""
+    scheme = _scheme(url)
+    backend = _resolve(scheme)
+    if backend.open_async is None:
+        raise UnknownBackend(
+            f"{scheme} (async)",
+            [s for s, b in _registered.items() if b.open_async is not None],
+        )
+    return backend.open_async(url, event_type, options)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for messages and reprs."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.password is None:
+        return url
+    userinfo = f"{parts.username or ''}:***@"
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=userinfo + host))

@@ -1,0 +1,128 @@
+"""SQLite URLs and options -> `SqliteOptions`, through one typed whitelist.
+
+Options come from the URL query (strings, coerced here) or from keyword arguments (typed
+values, checked here); an option may come from one place only. Imports no driver.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, cast
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+from transports_core import TransportError, redact_url
+
+URL_FORMS = "sqlite:///relative/path.db, sqlite:////absolute/path.db or sqlite:///:memory:"
+MEMORY = ":memory:"
+
+Synchronous = Literal["off", "normal", "full", "extra"]
+SYNCHRONOUS_LEVELS: tuple[Synchronous, ...] = ("off", "normal", "full", "extra")
+
+
+@dataclass(frozen=True)
+class SqliteOptions:
+    """Everything a SQLite transport is opened with.
+
+    ``synchronous``: SQLite's durability level. ``full`` (default) survives power loss;
+    ``normal`` may lose the last commits on power loss (never on a process crash) and
+    is much faster; ``off`` may corrupt on power loss.
+    ``busy_timeout``: milliseconds a writer waits for another's write lock.
+    ``clock``: seconds since the epoch; injectable for tests (keyword only).
+    """
+
+    path: str
+    synchronous: Synchronous = "full"
+    busy_timeout: int = 5000
+    clock: Callable[[], float] = time.time
+
+    @property
+    def memory(self) -> bool:
+        return self.path == MEMORY
+
+
+def _synchronous(value: object) -> Synchronous:
+    for level in SYNCHRONOUS_LEVELS:
+        if isinstance(value, str) and value.lower() == level:
+            return level
+    raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_LEVELS)}, got {value!r}")
+
+
+def _busy_timeout(value: object) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"busy_timeout must be a whole number of milliseconds >= 0, got {value!r}")
+    return value
+
+
+def _clock(value: object) -> Callable[[], float]:
+    if not callable(value):
+        raise TypeError(f"clock must be a callable returning epoch seconds, got {value!r}")
+    return cast(Callable[[], float], value)
+
+
+_FROM_URL: dict[str, Callable[[object], object]] = {
+    "synchronous": _synchronous,
+    "busy_timeout": _busy_timeout,
+}
+_FROM_KWARGS: dict[str, Callable[[object], object]] = {**_FROM_URL, "clock": _clock}
+
+
+def parse_url(url: str, options: Mapping[str, object]) -> SqliteOptions:
+    """Check ``url`` and ``options`` and return the options to open with."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or parts.netloc or not parts.path.startswith("/"):
+        raise ValueError(f"malformed SQLite URL {redact_url(url)!r}; use {URL_FORMS}")
+    path = unquote(parts.path[1:])
+    if not path:
+        raise ValueError(f"SQLite URL {url!r} names no file; use {URL_FORMS}")
+    if parts.fragment:
+        raise ValueError(f"SQLite URL {url!r} has a fragment (#...); use {URL_FORMS}")
+
+    chosen: dict[str, object] = {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
+        if key not in _FROM_URL:
+            raise ValueError(_unknown(key, _FROM_URL))
+        if key in chosen:
+            raise ValueError(f"SQLite option {key!r} is given twice in {url!r}")
+        chosen[key] = _FROM_URL[key](value)
+    for key, given in options.items():
+        if key not in _FROM_KWARGS:
+            raise ValueError(_unknown(key, _FROM_KWARGS))
+        if key in chosen:
+            raise ValueError(f"SQLite option {key!r} is given both in the URL and as a keyword")
+        chosen[key] = _FROM_KWARGS[key](given)
+    return SqliteOptions(path=path, **chosen)  # type: ignore[arg-type]
+
+
+def _unknown(key: str, known: Mapping[str, object]) -> str:
+    return f"unknown SQLite option {key!r}; known options: {', '.join(sorted(known))}"
+
+
+def database_target(options: SqliteOptions) -> str:
+    """The URI to hand the driver, after checking what the file system can tell up front.
+
+    A new file is created here, empty (SQLite reads that as an empty database) and with
+    mode 0o600, so that a queue is never readable by other users by accident.
+    """
+    if options.memory:
+        return "file::memory:"
+    path = Path(options.path)
+    parent = path.parent
+    if not parent.is_dir():
+        raise TransportError(f"{options.path}: directory {str(parent)!r} does not exist")
+    if path.is_dir():
+        raise TransportError(f"{options.path}: is a directory, not a database file")
+    mode = "rw"
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        if not os.access(path, os.W_OK):
+            mode = "ro"
+    except OSError as exc:
+        raise TransportError(f"{options.path}: cannot create the database file ({exc})") from exc
+    return f"file:{quote(str(path.absolute()))}?mode={mode}"
