@@ -10,6 +10,7 @@ each whole transaction. The connection is opened lazily, on first use, like
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Iterable
 from types import TracebackType
@@ -25,7 +26,6 @@ try:
 except ImportError:  # Python 3.10
     from typing_extensions import Self
 
-import contextlib
 
 from . import _ops
 from . import _sql as sql
@@ -54,11 +54,13 @@ async def _drive(conn: aiosqlite.Connection, steps: _ops.Steps[T]) -> T:
         return value
 
 
-async def _rollback(conn: aiosqlite.Connection) -> None:
+async def _rollback(conn: aiosqlite.Connection, close: bool = False) -> None:
     # Queued behind whatever the thread is still running for us, so it always lands on our
-    # own transaction; "no transaction is active" just means BEGIN or COMMIT beat it to it.
+    # own transaction; "no transaction is active" just means BEGIN failed or COMMIT won.
     with contextlib.suppress(sqlite3.OperationalError):
         await conn.execute("ROLLBACK")
+    if close:
+        await conn.close()
 
 
 class AsyncSqliteTransport(Generic[E]):
@@ -70,6 +72,7 @@ class AsyncSqliteTransport(Generic[E]):
         self._lock = asyncio.Lock()
         self._conn: aiosqlite.Connection | None = None
         self._closed = False
+        self._rollbacks: set[asyncio.Task[None]] = set()
 
     async def _connect(self) -> aiosqlite.Connection:
         options = self._options
@@ -84,30 +87,47 @@ class AsyncSqliteTransport(Generic[E]):
                 for pragma in sql.session_pragmas(options.synchronous, options.memory):
                     await conn.execute(pragma)
         except BaseException:
-            await asyncio.shield(conn.close())
+            await asyncio.shield(_rollback(conn, close=True))
             raise
         return conn
 
     async def _transaction(self, conn: aiosqlite.Connection, op: _ops.Op[T]) -> T:
         with sqlite_errors(self._options.path):
-            try:
-                # IMMEDIATE takes the write lock now: see the sync twin.
-                await conn.execute("BEGIN IMMEDIATE")
-                value = await _drive(conn, op(self._options.clock()))
-                await conn.execute("COMMIT")
-            except BaseException:
-                # Shielded: a second cancellation must not leave the transaction open.
-                await asyncio.shield(_rollback(conn))
-                raise
+            # IMMEDIATE takes the write lock now: see the sync twin.
+            await conn.execute("BEGIN IMMEDIATE")
+            value = await _drive(conn, op(self._options.clock()))
+            await conn.execute("COMMIT")
             return value
 
+    async def _abandon(self, conn: aiosqlite.Connection) -> None:
+        try:
+            await _rollback(conn)
+        finally:
+            self._lock.release()
+
     async def _run(self, op: _ops.Op[T]) -> T:
-        async with self._lock:
+        await self._lock.acquire()
+        try:
             if self._closed:
                 raise TransportError(f"{self!r} is closed")
             if self._conn is None:
                 self._conn = await self._connect()
-            return await self._transaction(self._conn, op)
+        except BaseException:
+            self._lock.release()
+            raise
+        conn = self._conn
+        try:
+            value = await self._transaction(conn, op)
+        except BaseException:
+            # Roll back in a task of its own that keeps the lock until it is done: the
+            # caller (cancelled, say, while SQLite waits for the write lock) returns at
+            # once, and no other task's statement can slip into the abandoned transaction.
+            task = asyncio.get_running_loop().create_task(self._abandon(conn))
+            self._rollbacks.add(task)
+            task.add_done_callback(self._rollbacks.discard)
+            raise
+        self._lock.release()
+        return value
 
     async def publish(self, group_id: str, event: E, priority: int = 0) -> int:
         return await self._run(_ops.publish(self._codec, group_id, event, priority))

@@ -1,0 +1,200 @@
+"""The async twin keeps each transaction whole when many tasks share one transport object,
+and a cancelled operation leaves nothing open behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from transports_core import Event, Lease, LeaseLost, open_async_transport, open_transport
+from transports_sqlite import AsyncSqliteTransport
+
+GROUPS = 20
+PER_GROUP = 15
+TASKS = 300
+
+# Makes a quarter of all claims fail *after* their lease was written: the claim's second
+# statement aborts, so the whole transaction must roll back, lease included.
+FORCED_ROLLBACK = """
+CREATE TEMP TRIGGER forced_rollback BEFORE UPDATE OF last_claimed_at ON main.groups
+WHEN abs(random()) % 4 = 0
+BEGIN SELECT RAISE(ABORT, 'forced rollback'); END
+"""
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(coro: object) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_hundreds_of_tasks_with_forced_rollbacks_lose_and_duplicate_nothing(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        transport = open_async_transport(f"sqlite:///{tmp_path / 'q.db'}")
+        assert isinstance(transport, AsyncSqliteTransport)
+        published: dict[str, list[int]] = {}
+        acked: list[int] = []
+        delivered: Counter[int] = Counter()
+        in_flight: set[str] = set()
+        order: dict[str, list[int]] = {}
+        rollbacks = 0
+        rng = random.Random(7)
+
+        async def publisher(group: str) -> None:
+            for n in range(PER_GROUP):
+                seq = await transport.publish(group, Event(n=n), priority=n % 5 if n == 0 else 0)
+                published.setdefault(group, []).append(seq)
+
+        async def worker(name: str) -> None:
+            nonlocal rollbacks
+            idle = 0
+            while idle < 20:
+                try:
+                    lease = await transport.claim(name, visibility=60)
+                except sqlite3.IntegrityError as exc:
+                    if "forced rollback" not in str(exc):
+                        raise
+                    rollbacks += 1
+                    continue
+                if lease is None:
+                    idle += 1
+                    await asyncio.sleep(0.001)
+                    continue
+                idle = 0
+                assert lease.group_id not in in_flight, "two live leases on one group"
+                in_flight.add(lease.group_id)
+                delivered[lease.seq] += 1
+                await asyncio.sleep(0)
+                in_flight.discard(lease.group_id)
+                if rng.random() < 0.2:
+                    await transport.nack(lease)
+                else:
+                    order.setdefault(lease.group_id, []).append(lease.seq)
+                    await transport.ack(lease)
+                    acked.append(lease.seq)
+
+        await transport.publish("warm-up", Event())
+        warm = await transport.claim("w", 60)
+        assert warm is not None
+        await transport.ack(warm)
+        assert transport._conn is not None
+        await transport._conn.execute(FORCED_ROLLBACK)
+
+        await asyncio.gather(
+            *(publisher(f"g{g}") for g in range(GROUPS)),
+            *(worker(f"worker-{n}") for n in range(TASKS)),
+        )
+        all_seqs = sorted(seq for seqs in published.values() for seq in seqs)
+        assert len(all_seqs) == GROUPS * PER_GROUP
+        assert sorted(acked) == all_seqs, "lost or doubly acked messages"
+        for group, seqs in published.items():
+            assert order[group] == seqs, f"group {group} acked out of order"
+        assert rollbacks > 0, "the forced rollbacks never happened"
+        assert sum(delivered.values()) >= len(all_seqs)
+        assert await transport.claim("w", 60) is None
+        await transport.close()
+
+    run(main())
+
+
+def test_claim_cancelled_while_waiting_for_the_lock_returns_at_once_and_takes_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "q.db"
+
+    async def main() -> None:
+        url = f"sqlite:///{path}"
+        async with open_async_transport(url, busy_timeout=120_000) as transport:
+            seq = await transport.publish("g", Event(n=1))
+            blocker = sqlite3.connect(path, isolation_level=None)
+            blocker.execute("BEGIN IMMEDIATE")
+            task = asyncio.create_task(transport.claim("w", visibility=60))
+            # The claim's BEGIN IMMEDIATE now waits on the driver thread for the blocker's
+            # lock (for up to two minutes). Cancelling must not wait for that.
+            for _ in range(20):
+                await asyncio.sleep(0.01)
+            assert not task.done()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, timeout=30)
+            assert blocker.in_transaction, "the cancelled claim waited for the lock"
+            blocker.execute("ROLLBACK")
+            blocker.close()
+            lease = await transport.claim("w2", visibility=60)
+            assert lease is not None
+            assert (lease.seq, lease.attempt) == (seq, 1), "the cancelled claim took a lease"
+            await transport.ack(lease)
+            assert await transport.claim("w2", visibility=60) is None
+
+    run(main())
+
+
+@pytest.mark.parametrize("yields", range(12))
+def test_claim_cancelled_at_any_point_leaves_a_consistent_queue(
+    tmp_path: Path, yields: int
+) -> None:
+    clock = FakeClock()
+
+    async def main() -> None:
+        async with open_async_transport(f"sqlite:///{tmp_path / 'q.db'}", clock=clock) as transport:
+            seq = await transport.publish("g", Event(n=1))
+            await transport.publish("g", Event(n=2))
+            task = asyncio.create_task(transport.claim("cancelled", visibility=10))
+            for _ in range(yields):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                taken: Lease[Event] | None = await task
+            except asyncio.CancelledError:
+                taken = None
+            # Whatever happened, the next operation works, and the head is either free or
+            # leased to the cancelled worker, in which case the lease lapses as usual.
+            lease = await transport.claim("next", visibility=10)
+            if lease is None:
+                assert taken is None  # the lease was taken but its holder never heard
+                clock.now += 11
+                lease = await transport.claim("next", visibility=10)
+                assert lease is not None
+                assert (lease.seq, lease.attempt) == (seq, 2)
+            else:
+                assert lease.seq == seq
+                if taken is not None:
+                    raise AssertionError("two leases on one group")
+            await transport.ack(lease)
+            with pytest.raises(LeaseLost):
+                await transport.ack(lease)
+
+    run(main())
+
+
+def test_sync_and_async_transports_share_one_file(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    with open_transport(url) as sync:
+        seqs = [sync.publish("g", Event(n=n)) for n in range(3)]
+
+        async def main() -> list[int]:
+            got = []
+            async with open_async_transport(url) as transport:
+                while (lease := await transport.claim("async-worker", 30)) is not None:
+                    got.append(lease.seq)
+                    await transport.ack(lease)
+                await transport.publish("back", Event(n=9))
+            return got
+
+        assert asyncio.run(main()) == seqs
+        lease = sync.claim("sync-worker", 30)
+        assert lease is not None
+        assert (lease.group_id, lease.event.n) == ("back", 9)
