@@ -5,6 +5,8 @@ putting ``<!-- norun -->`` on the line before its fence."""
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,9 @@ def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
     blocks = _blocks(page)
     assert blocks, f"{page.name} shows no runnable python example"
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
+    # A registered module, as for a user's script: pydantic resolves models through it.
+    module = types.ModuleType(f"docs_{page.stem.replace('-', '_')}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
     for number, code in enumerate(blocks, 1):
         compiled = compile(code, f"{page.name}[block {number}]", "exec")
-        exec(compiled, namespace)
+        exec(compiled, module.__dict__)
