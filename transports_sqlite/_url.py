@@ -52,7 +52,8 @@ def _synchronous(value: object) -> Synchronous:
 
 
 def _busy_timeout(value: object) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
+    # isdigit() alone also accepts digits int() refuses, such as '²'.
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         return int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"busy_timeout must be a whole number of milliseconds >= 0, got {value!r}")
