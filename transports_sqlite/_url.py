@@ -76,7 +76,8 @@ _FROM_KWARGS: dict[str, Callable[[object], object]] = {**_FROM_URL, "clock": _cl
 def parse_url(url: str, options: Mapping[str, object]) -> SqliteOptions:
     """Check ``url`` and ``options`` and return the options to open with."""
     parts = urlsplit(url)
-    if parts.scheme != "sqlite" or parts.netloc or not parts.path.startswith("/"):
+    # urlsplit reads "sqlite:/q.db" as an empty netloc too; only the "sqlite://" forms exist.
+    if not url.startswith("sqlite://") or parts.netloc or not parts.path.startswith("/"):
         raise ValueError(f"malformed SQLite URL {redact_url(url)!r}; use {URL_FORMS}")
     path = unquote(parts.path[1:])
     if not path:
