@@ -55,16 +55,19 @@ def test_processes_share_a_file_without_loss_duplicates_or_overlap(tmp_path: Pat
             if worker.is_alive():
                 worker.kill()
                 worker.join()
-    assert [w.exitcode for w in workers] == [0] * WORKERS
-
     records: list[dict[str, Any]] = [
-        json.loads(line) for journal in journals for line in journal.read_text().splitlines()
+        json.loads(line)
+        for journal in journals
+        if journal.exists()
+        for line in journal.read_text().splitlines()
     ]
+    assert [r for r in records if "error" in r] == []
+    assert [w.exitcode for w in workers] == [0] * WORKERS
     seqs = Counter(r["seq"] for r in records)
     assert sorted(seqs) == sorted(published), "a message was lost"
     assert [seq for seq, n in seqs.items() if n > 1] == [], "a message was delivered twice"
     assert {r["attempt"] for r in records} == {1}, "a lease lapsed: the test proves less"
-    assert {r["worker"] for r in records} == {f"w{n}" for n in range(WORKERS)}
+    assert len({r["worker"] for r in records}) > 1, "one process did all the work"
     assert message_count(db) == 0
 
     by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
