@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ._errors import EventDecodeError
 from ._models import Lease
@@ -58,6 +58,14 @@ class EventCodec(Generic[E]):
             raise TypeError(
                 f"event {event!r:.200} is not a valid {self.type_name}: {_first_error(exc)}"
             ) from exc
+        # pydantic's strict mode still builds a model from a dict (or from a union member's
+        # fields); a model instance coming out of something else means the caller did not
+        # pass an event of the event type.
+        if isinstance(valid, BaseModel) and not isinstance(event, type(valid)):
+            raise TypeError(
+                f"event {event!r:.200} is not a valid {self.type_name}: "
+                f"expected a {type(valid).__name__} instance, got {type(event).__name__}"
+            )
         return self._adapter.dump_json(valid).decode()
 
     def encode_items(self, items: Iterable[tuple[str, E, int]]) -> list[tuple[str, str, int]]:

@@ -8,6 +8,7 @@ the whole URL and the keyword options to the backend. Imports no backend.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "durable_transports.backends"
+_LOOSE_PASSWORD = re.compile(r":[^:/@?#]*@")
 
 E = TypeVar("E")
 
@@ -162,7 +164,9 @@ def redact_url(url: str) -> str:
     except ValueError:
         return "<unparseable URL>"
     if parts.password is None:
-        return url
+        # A URL that urlsplit cannot read as SCHEME://USER:PASSWORD@HOST (a typo such as
+        # "postgresql:/user:pw@host") may still carry a password: mask any ":...@".
+        return _LOOSE_PASSWORD.sub(":***@", url)
     userinfo = f"{parts.username or ''}:***@"
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=userinfo + host))

@@ -9,21 +9,22 @@ from typing import Any
 
 from transports_core import Backend
 
+from . import _url
 from ._async import AsyncSqliteTransport
 from ._sync import SqliteTransport
-from ._url import SqliteOptions, parse_url
+from ._url import SqliteOptions
 
 __all__ = ["AsyncSqliteTransport", "SqliteOptions", "SqliteTransport", "backend"]
 
 
 def _open(url: str, event_type: object, options: Mapping[str, object]) -> SqliteTransport[Any]:
-    return SqliteTransport(parse_url(url, options), event_type)
+    return SqliteTransport(_url.parse_url(url, options), event_type)
 
 
 def _open_async(
     url: str, event_type: object, options: Mapping[str, object]
 ) -> AsyncSqliteTransport[Any]:
-    return AsyncSqliteTransport(parse_url(url, options), event_type)
+    return AsyncSqliteTransport(_url.parse_url(url, options), event_type)
 
 
 backend = Backend(open=_open, open_async=_open_async)

@@ -69,7 +69,9 @@ def setup(path: str) -> Op[None]:
 
     def steps(now: float) -> Steps[None]:
         ((tables, app_id, version),) = (yield Stmt(sql.READ_IDENTITY)).rows
-        if tables == 0:
+        # Only a pristine database is adopted: one with no tables may still carry another
+        # application's application_id or user_version, which the schema would overwrite.
+        if (tables, app_id, version) == (0, 0, 0):
             for statement in sql.SCHEMA:
                 yield Stmt(statement)
         elif app_id != sql.APPLICATION_ID:

@@ -52,7 +52,8 @@ def _synchronous(value: object) -> Synchronous:
 
 
 def _busy_timeout(value: object) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
+    # isdigit() alone also accepts digits int() refuses, such as '²'.
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         return int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"busy_timeout must be a whole number of milliseconds >= 0, got {value!r}")
@@ -75,7 +76,8 @@ _FROM_KWARGS: dict[str, Callable[[object], object]] = {**_FROM_URL, "clock": _cl
 def parse_url(url: str, options: Mapping[str, object]) -> SqliteOptions:
     """Check ``url`` and ``options`` and return the options to open with."""
     parts = urlsplit(url)
-    if parts.scheme != "sqlite" or parts.netloc or not parts.path.startswith("/"):
+    # urlsplit reads "sqlite:/q.db" as an empty netloc too; only the "sqlite://" forms exist.
+    if not url.startswith("sqlite://") or parts.netloc or not parts.path.startswith("/"):
         raise ValueError(f"malformed SQLite URL {redact_url(url)!r}; use {URL_FORMS}")
     path = unquote(parts.path[1:])
     if not path:

@@ -1,0 +1,103 @@
+"""Events to stored JSON and back: the event type decides what is accepted, including a
+discriminated union of models, carried through a real SQLite transport."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pytest
+from pydantic import BaseModel, Field
+
+from transports_core import Event, EventDecodeError, open_transport
+from transports_core._codec import EventCodec
+
+
+class Created(BaseModel):
+    kind: Literal["created"] = "created"
+    order_id: int
+
+
+class Cancelled(BaseModel):
+    kind: Literal["cancelled"] = "cancelled"
+    order_id: int
+    reason: str
+
+
+OrderEvent = Annotated[Created | Cancelled, Field(discriminator="kind")]
+
+
+class Shipped(BaseModel):
+    order_id: int
+
+
+def test_union_event_type_round_trips_both_kinds(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    with open_transport(url, event_type=OrderEvent) as t:
+        t.publish("o-1", Created(order_id=1))
+        t.publish("o-1", Cancelled(order_id=1, reason="duplicate"))
+    with open_transport(url, event_type=OrderEvent) as t:
+        events = []
+        while (lease := t.claim("w", 30)) is not None:
+            events.append(lease.event)
+            t.ack(lease)
+    assert events == [Created(order_id=1), Cancelled(order_id=1, reason="duplicate")]
+    assert [type(e) for e in events] == [Created, Cancelled]
+
+
+def test_union_event_type_refuses_a_model_outside_the_union(tmp_path: Path) -> None:
+    with open_transport(f"sqlite:///{tmp_path / 'q.db'}", event_type=OrderEvent) as t:
+        with pytest.raises(TypeError, match=r"event Shipped\(order_id=1\) is not a valid"):
+            t.publish("o-1", Shipped(order_id=1))
+        with pytest.raises(TypeError, match="expected a Created instance, got dict"):
+            t.publish("o-1", {"kind": "created", "order_id": 1})
+        assert t.claim("w", 30) is None
+
+
+@pytest.mark.parametrize(
+    ("event", "names"),
+    [
+        (Event(order_id=1), "event Event(order_id=1) is not a valid Shipped"),
+        ({"order_id": 1}, "event {'order_id': 1} is not a valid Shipped"),
+        ("order 1", "event 'order 1' is not a valid Shipped"),
+        (None, "event None is not a valid Shipped"),
+    ],
+)
+def test_event_of_the_wrong_type_is_a_type_error_naming_it(event: object, names: str) -> None:
+    with pytest.raises(TypeError) as info:
+        EventCodec(Shipped).encode(event)
+    assert names in str(info.value)
+
+
+def test_subclass_instance_of_the_event_type_is_accepted() -> None:
+    class Express(Shipped):
+        pass
+
+    assert EventCodec(Shipped).encode(Express(order_id=4)) == '{"order_id":4}'
+
+
+def test_default_event_type_keeps_any_fields() -> None:
+    codec: EventCodec[Event] = EventCodec(Event)
+    raw = codec.encode(Event(kind="x", n=[1, 2]))
+    assert raw == '{"kind":"x","n":[1,2]}'
+    assert codec.lease(1, "g", raw, "w", 1, 0.0).event == Event(kind="x", n=[1, 2])
+
+
+def test_non_model_event_types_work_too() -> None:
+    codec: EventCodec[Any] = EventCodec(dict[str, int])
+    assert codec.encode({"a": 1}) == '{"a":1}'
+    with pytest.raises(TypeError, match="not a valid"):
+        codec.encode({"a": "1"})  # strict: no string-to-int coercion
+
+
+def test_event_type_pydantic_cannot_use_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="event_type 42 is not a type pydantic can validate"):
+        EventCodec(42)
+
+
+def test_stored_json_that_does_not_decode_raises_with_the_raw_text() -> None:
+    codec: EventCodec[Shipped] = EventCodec(Shipped)
+    with pytest.raises(EventDecodeError, match="order_id: Field required") as info:
+        codec.lease(9, "g", '{"id": 1}', "w", 2, 5.0)
+    assert info.value.raw == '{"id": 1}'
+    assert (info.value.lease.seq, info.value.lease.attempt) == (9, 2)

@@ -1,0 +1,61 @@
+"""``__all__`` is the public API of each package: sorted, importable, and complete (after
+httpx's tests/test_exported_members.py)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from types import ModuleType
+
+import pytest
+
+PACKAGES = ["transports_core", "transports_sqlite"]
+
+
+def _sort_key(name: str) -> tuple[int, str]:
+    """isort's order (ruff's RUF022): CONSTANTS, then Classes, then functions."""
+    if name.isupper():
+        return (0, name)
+    return (1, name) if name[0].isupper() else (2, name)
+
+
+def _defined_elsewhere(value: object, package: str) -> bool:
+    """A class or function imported into ``package`` from outside it (typing.Any, say)."""
+    if not (inspect.isclass(value) or inspect.isroutine(value)):
+        return False
+    return str(getattr(value, "__module__", "")).partition(".")[0] != package
+
+
+@pytest.fixture(params=PACKAGES)
+def package(request: pytest.FixtureRequest) -> ModuleType:
+    return importlib.import_module(request.param)
+
+
+def test_all_is_sorted(package: ModuleType) -> None:
+    assert package.__all__ == sorted(package.__all__, key=_sort_key)
+    assert len(set(package.__all__)) == len(package.__all__)
+
+
+def test_every_name_in_all_is_importable(package: ModuleType) -> None:
+    for name in package.__all__:
+        exec(f"from {package.__name__} import {name}", {})
+
+
+def test_every_public_name_is_exported(package: ModuleType) -> None:
+    public = {
+        name
+        for name, value in vars(package).items()
+        if not name.startswith("_")
+        and not inspect.ismodule(value)
+        and type(value).__module__ != "__future__"  # `from __future__ import annotations`
+        and not _defined_elsewhere(value, package.__name__)
+    }
+    assert public == set(package.__all__)
+
+
+def test_exported_classes_and_functions_say_where_they_come_from(package: ModuleType) -> None:
+    for name in package.__all__:
+        value = getattr(package, name)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert value.__module__.startswith(f"{package.__name__}._"), name
+            assert value.__doc__, f"{package.__name__}.{name} has no docstring"

@@ -1,0 +1,79 @@
+"""Code run in child processes by the multi-process tests. Kept out of the test modules so
+that a spawned child imports only this, the library and the standard library."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import closing
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from transports_core import open_transport
+
+# The queue is empty once the transport has nothing more to hand out and the file has no
+# rows left; a claim alone cannot tell "empty" from "every group is leased elsewhere".
+REMAINING = "SELECT count(*) FROM messages"
+
+
+def consume(db: str, worker_id: str, journal: str, ready: Any, go: Any) -> None:
+    """Claim and ack until the queue is empty, writing one JSON line per message handled:
+    group, seq, attempt, and monotonic_ns() just after the claim and just before the ack."""
+    records: list[dict[str, object]] = []
+    try:
+        _consume(db, worker_id, records, ready, go)
+    except BaseException as exc:  # reported through the journal, where the test reads it
+        records.append({"worker": worker_id, "error": repr(exc)})
+        raise
+    finally:
+        Path(journal).write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _consume(
+    db: str, worker_id: str, records: list[dict[str, object]], ready: Any, go: Any
+) -> None:
+    # Durability and lock waits are not under test here. synchronous=normal: an fsync per
+    # commit on a busy machine makes the run many times longer. busy_timeout: SQLite's
+    # busy handler is not fair, so on a loaded machine one writer can wait out the default
+    # 5 s while the others keep taking the lock.
+    url = f"sqlite:///{db}?synchronous=normal&busy_timeout=60000"
+    with open_transport(url) as t, closing(sqlite3.connect(db)) as look:
+        ready.put(worker_id)
+        if not go.wait(60):
+            raise SystemExit("never told to start")
+        deadline = time.monotonic() + 30
+        while True:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{worker_id}: queue not drained in time")
+            lease = t.claim(worker_id, visibility=60)
+            if lease is None:
+                if look.execute(REMAINING).fetchone()[0] == 0:
+                    break
+                time.sleep(0.001)
+                continue
+            claimed = time.monotonic_ns()
+            time.sleep(0.0005)  # the handler's work, so that workers overlap
+            acking = time.monotonic_ns()
+            t.ack(lease)
+            records.append(
+                {
+                    "worker": worker_id,
+                    "group": lease.group_id,
+                    "seq": lease.seq,
+                    "attempt": lease.attempt,
+                    "index": lease.event.index,
+                    "claimed": claimed,
+                    "acking": acking,
+                }
+            )
+
+
+def hold_lease(db: str, visibility: float, report: Connection) -> None:
+    """Claim one message, report the lease through ``report``, then hang until killed."""
+    with open_transport(f"sqlite:///{db}") as t:
+        lease = t.claim("doomed", visibility=visibility)
+        assert lease is not None
+        report.send((lease.seq, lease.group_id, lease.attempt, lease.expires_at))
+        time.sleep(120)

@@ -1,0 +1,216 @@
+"""The sans-I/O operations, driven by a fake runner: no database, no clock. Each test feeds
+`Result`s in by hand and checks the statements yielded and the decisions taken."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import pytest
+
+from transports_core import Event, EventDecodeError, Lease, LeaseLost, TransportError
+from transports_core._codec import EventCodec
+from transports_sqlite import _ops
+from transports_sqlite import _sql as sql
+from transports_sqlite._ops import Claimed, Result, Stmt
+
+T = TypeVar("T")
+
+NOW = 1_000.0
+LEASE: Lease[Event] = Lease(7, "g", Event(i=1), "w1", 3, NOW + 5)
+FENCE = {"seq": 7, "worker_id": "w1", "attempt": 3}
+CODEC: EventCodec[Event] = EventCodec(Event)
+
+
+def drive(op: _ops.Op[T], results: Sequence[Result], now: float = NOW) -> tuple[list[Stmt], T]:
+    """Run ``op`` as a driver would, answering its statements with ``results`` in order;
+    return what it yielded and what it returned. Fails if it wants more answers."""
+    steps = op(now)
+    answers = iter(results)
+    seen: list[Stmt] = []
+    try:
+        stmt = next(steps)
+        while True:
+            seen.append(stmt)
+            answer = next(answers, None)
+            if answer is None:
+                raise AssertionError(f"the operation wants more results after {seen}")
+            stmt = steps.send(answer)
+    except StopIteration as stop:
+        value: T = stop.value
+    assert next(answers, None) is None, "the operation stopped before using every result"
+    return seen, value
+
+
+DONE = Result([], 1)
+NOTHING = Result([], 0)
+
+
+# claim
+
+
+def test_claim_returns_none_when_no_row_is_leased() -> None:
+    stmts, value = drive(_ops.claim("w1", 30, 2), [NOTHING])
+    assert value is None
+    assert stmts == [
+        Stmt(
+            sql.CLAIM_HEAD,
+            {"worker_id": "w1", "expires_at": NOW + 30, "min_priority": 2, "now": NOW},
+        )
+    ]
+
+
+def test_claim_marks_the_group_claimed_and_returns_the_row() -> None:
+    row = (7, "g", '{"i":1}', 3)
+    stmts, value = drive(_ops.claim("w1", 30, 0), [Result([row], 1), DONE])
+    assert stmts[1] == Stmt(sql.MARK_CLAIMED, {"now": NOW, "group_id": "g"})
+    assert value == Claimed(7, "g", '{"i":1}', "w1", 3, NOW + 30)
+    assert value.lease(CODEC) == Lease(7, "g", Event(i=1), "w1", 3, NOW + 30)
+
+
+def test_claim_takes_now_from_its_caller() -> None:
+    op = _ops.claim("w1", 30, 0)
+    early, _ = drive(op, [NOTHING], now=10.0)
+    late, _ = drive(op, [NOTHING], now=20.0)
+    assert early[0].params["expires_at"] == 40.0  # type: ignore[call-overload]
+    assert late[0].params["expires_at"] == 50.0  # type: ignore[call-overload]
+
+
+def test_claimed_row_that_does_not_decode_raises_carrying_the_lease() -> None:
+    claimed = Claimed(7, "g", "not json", "w1", 1, NOW + 30)
+    with pytest.raises(EventDecodeError, match="message 7 of group 'g' does not decode") as info:
+        claimed.lease(CODEC)
+    assert info.value.lease == Lease(7, "g", "not json", "w1", 1, NOW + 30)
+    assert info.value.raw == "not json"
+
+
+# ack, nack, extend
+
+
+def test_ack_deletes_under_the_lease_fence() -> None:
+    stmts, value = drive(_ops.ack(LEASE), [DONE])
+    assert stmts == [Stmt(sql.ACK, FENCE)]
+    assert value is None
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda: _ops.ack(LEASE),
+        lambda: _ops.nack(LEASE, 0),
+        lambda: _ops.nack(LEASE, 5),
+        lambda: _ops.extend(LEASE, 5),
+    ],
+    ids=["ack", "nack", "park", "extend"],
+)
+def test_settling_raises_lease_lost_when_no_row_matches(op: Callable[[], _ops.Op[Any]]) -> None:
+    with pytest.raises(LeaseLost) as info:
+        drive(op(), [NOTHING])
+    assert info.value.lease is LEASE
+    assert "message 7 of group 'g' (worker 'w1', attempt 3)" in str(info.value)
+
+
+def test_nack_with_delay_parks_until_now_plus_delay() -> None:
+    stmts, _ = drive(_ops.nack(LEASE, 12.5), [DONE])
+    assert stmts == [
+        Stmt(sql.RELEASE, FENCE | {"locked_by": "__parked__", "lock_expiry": NOW + 12.5})
+    ]
+
+
+def test_nack_without_delay_frees_the_message() -> None:
+    stmts, _ = drive(_ops.nack(LEASE, 0), [DONE])
+    assert stmts == [Stmt(sql.RELEASE, FENCE | {"locked_by": None, "lock_expiry": None})]
+
+
+def test_extend_returns_the_lease_with_the_new_expiry() -> None:
+    stmts, value = drive(_ops.extend(LEASE, 20), [DONE])
+    assert stmts == [Stmt(sql.EXTEND, FENCE | {"lock_expiry": NOW + 20})]
+    assert value == Lease(7, "g", Event(i=1), "w1", 3, NOW + 20)
+
+
+# publish
+
+
+def test_publish_inserts_the_encoded_event_and_returns_the_seq() -> None:
+    stmts, value = drive(_ops.publish(CODEC, "g", Event(i=1), 2), [Result([(41,)], 1)])
+    assert stmts == [Stmt(sql.PUBLISH, {"group_id": "g", "priority": 2, "event": '{"i":1}'})]
+    assert value == 41
+
+
+def test_publish_many_inserts_all_rows_then_derives_seqs_from_the_last() -> None:
+    items = [("g", Event(i=1), 0), ("h", Event(i=2), 4)]
+    stmts, value = drive(_ops.publish_many(CODEC, items), [DONE, Result([(12,)], 1)])
+    assert stmts == [
+        Stmt(sql.PUBLISH_ROW, many=[("g", 0, '{"i":1}'), ("h", 4, '{"i":2}')]),
+        Stmt(sql.LAST_SEQ),
+    ]
+    assert value == [11, 12]
+
+
+def test_publish_many_of_nothing_runs_no_statement() -> None:
+    assert drive(_ops.publish_many(CODEC, []), []) == ([], [])
+
+
+# setup
+
+
+def test_setup_creates_the_schema_in_an_empty_database() -> None:
+    stmts, _ = drive(
+        _ops.setup("q.db"),
+        [Result([(0, 0, 0)], -1), *[DONE for _ in sql.SCHEMA]],
+    )
+    assert [s.sql for s in stmts] == [sql.READ_IDENTITY, *sql.SCHEMA]
+
+
+def test_setup_accepts_its_own_schema_without_writing() -> None:
+    stmts, _ = drive(
+        _ops.setup("q.db"), [Result([(2, sql.APPLICATION_ID, sql.SCHEMA_VERSION)], -1)]
+    )
+    assert [s.sql for s in stmts] == [sql.READ_IDENTITY]
+
+
+@pytest.mark.parametrize(
+    ("identity", "message"),
+    [
+        ((1, 0, 0), r"q\.db is a SQLite database of another application \(application_id 0\)"),
+        (
+            (0, 1234, 0),
+            r"q\.db is a SQLite database of another application \(application_id 1234\)",
+        ),
+        ((0, 0, 7), r"q\.db is a SQLite database of another application \(application_id 0\)"),
+        ((3, sql.APPLICATION_ID, 9), r"q\.db has queue schema version 9; .* knows version 1"),
+    ],
+)
+def test_setup_refuses_a_database_it_does_not_know(
+    identity: tuple[int, int, int], message: str
+) -> None:
+    with pytest.raises(TransportError, match=message):
+        drive(_ops.setup("q.db"), [Result([identity], -1)])
+
+
+# validation happens when the operation is built, before any statement
+
+
+BAD_BUILDS: dict[str, tuple[Callable[[], object], type[Exception], str]] = {
+    "reserved worker": (lambda: _ops.claim("__parked__", 30, 0), ValueError, "'__parked__'"),
+    "empty worker": (lambda: _ops.claim("", 30, 0), ValueError, "worker_id"),
+    "zero visibility": (lambda: _ops.claim("w", 0, 0), ValueError, "visibility"),
+    "min_priority 5": (lambda: _ops.claim("w", 30, 5), ValueError, "min_priority"),
+    "empty group": (lambda: _ops.publish(CODEC, "", Event(), 0), ValueError, "group_id"),
+    "priority -1": (lambda: _ops.publish(CODEC, "g", Event(), -1), ValueError, "-1"),
+    "dict event": (lambda: _ops.publish(CODEC, "g", {"i": 1}, 0), TypeError, "{'i': 1}"),
+    "bad item": (lambda: _ops.publish_many(CODEC, [("g", 1, 0)]), TypeError, "items[0]"),
+    "not a lease": (lambda: _ops.ack("lease"), TypeError, "'lease'"),  # type: ignore[arg-type]
+    "negative delay": (lambda: _ops.nack(LEASE, -1), ValueError, "-1"),
+    "nan visibility": (lambda: _ops.extend(LEASE, float("nan")), ValueError, "nan"),
+}
+
+
+@pytest.mark.parametrize(("build", "error", "names"), BAD_BUILDS.values(), ids=BAD_BUILDS.keys())
+def test_bad_arguments_are_refused_when_the_op_is_built(
+    build: Callable[[], object], error: type[Exception], names: str
+) -> None:
+    # Building never takes `now`, so a refusal here happens before any transaction begins.
+    with pytest.raises(error) as info:
+        build()
+    assert names in str(info.value)
