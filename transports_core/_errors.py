@@ -55,10 +55,15 @@ class EventDecodeError(TransportError):
 
 
 class UnknownBackend(TransportError, LookupError):
-    """No backend is registered for the URL's scheme."""
+    """No backend is registered for the URL's scheme (or, with ``asynchronous``, the
+    backend has no async twin)."""
 
-    def __init__(self, scheme: str, known: Iterable[str]) -> None:
+    def __init__(self, scheme: str, known: Iterable[str], *, asynchronous: bool = False) -> None:
         self.scheme = scheme
         self.known = tuple(sorted(known))
         listed = ", ".join(self.known) or "none"
-        super().__init__(f"no transport backend for scheme {scheme!r}; known schemes: {listed}")
+        if asynchronous:
+            message = f"the backend for scheme {scheme!r} has no async transport"
+        else:
+            message = f"no transport backend for scheme {scheme!r}"
+        super().__init__(f"{message}; known schemes: {listed}")

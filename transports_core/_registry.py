@@ -150,10 +150,7 @@ def open_async_transport(
     scheme = _scheme(url)
     backend = _resolve(scheme)
     if backend.open_async is None:
-        raise UnknownBackend(
-            f"{scheme} (async)",
-            [s for s, b in _registered.items() if b.open_async is not None],
-        )
+        raise UnknownBackend(scheme, known_schemes(), asynchronous=True)
     return backend.open_async(url, event_type, options)
 
 
