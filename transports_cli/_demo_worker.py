@@ -56,10 +56,11 @@ class Decision:
     delay: float = 0.0
 
 
-def decide(seed: int, group: str, step: int, attempt: int) -> Decision:
-    """What happens to one delivery. Drawn from the message, not the worker, so a seed
-    gives the same parks and retries whichever worker gets which message."""
-    rng = random.Random(f"{seed}/{group}/{step}/{attempt}")
+def decide(seed: int, execution: str, step: int, attempt: int) -> Decision:
+    """What happens to one delivery. Drawn from the message (the execution's number, not
+    the run's group name), not the worker, so a seed gives the same parks and retries
+    whichever worker gets which message, run after run."""
+    rng = random.Random(f"{seed}/{execution}/{step}/{attempt}")
     roll, extend = rng.random(), rng.random() < EXTEND_RATE
     if attempt == 1 and roll < PARK_RATE:
         return Decision("park", extend, delay=round(rng.uniform(0.05, 0.25), 3))
@@ -99,7 +100,7 @@ def _work(spec: WorkerSpec, stop: StopFlag, progress: ProgressQueue) -> None:
                 continue
             group, step = lease.group_id, int(lease.event.step)
             progress.put(("claim", worker, group, str(step)))
-            decision = decide(spec.seed, group, step, lease.attempt)
+            decision = decide(spec.seed, group.removeprefix(spec.prefix), step, lease.attempt)
             extended = 0
             kind: Literal["ack", "park", "retry", "lost"] = decision.action
             try:
