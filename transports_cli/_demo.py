@@ -113,7 +113,7 @@ def run_demo(
         )
         for n in range(settings.workers)
     ]
-    problems = _work_off(settings, plan, specs, on_progress)
+    problems, finished = _work_off(settings, plan, specs, on_progress)
 
     records: list[Record] = []
     for spec in specs:
@@ -123,7 +123,8 @@ def run_demo(
             records += found
             problems += unreadable
     journals = [spec.journal for spec in specs]
-    return Outcome(verify(plan, records, problems), time.monotonic() - started, journals)
+    verdict = verify(plan, records, problems, finished)
+    return Outcome(verdict, time.monotonic() - started, journals)
 
 
 def _work_off(
@@ -131,8 +132,9 @@ def _work_off(
     plan: Plan,
     specs: list[WorkerSpec],
     on_progress: Callable[[tuple[str, ...]], None],
-) -> list[str]:
-    """Run the workers until every event is acked, a worker fails, or time runs out."""
+) -> tuple[list[str], bool]:
+    """Run the workers until every event is acked, a worker fails, or time runs out;
+    return the problems seen and whether the workers saw every event acked."""
     # spawn: a fresh interpreter per worker, with no inherited threads, locks or handles.
     context = multiprocessing.get_context("spawn")
     stop = context.Event()
@@ -143,11 +145,11 @@ def _work_off(
     ]
     problems: list[str] = []
     failed: set[str] = set()
+    acked = 0
     try:
         for process in processes:
             process.start()
         deadline = time.monotonic() + settings.timeout
-        acked = 0
         while acked < plan.total and not failed:
             if time.monotonic() > deadline:
                 problems.append(
@@ -173,7 +175,7 @@ def _work_off(
     for process in processes:
         if process.exitcode != 0 and process.name not in failed:
             problems.append(f"{process.name} exited with code {process.exitcode}")
-    return problems
+    return problems, acked >= plan.total
 
 
 def _reap(
@@ -217,7 +219,7 @@ def verdict_line(verdict: Verdict, workers: int) -> str:
     )
 
 
-@click.command()
+@click.command(short_help="Work off a demo workload with worker processes, then verify it.")
 @url_argument(required=False)
 @click.option(
     "--dir",

@@ -94,7 +94,8 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 def url_argument(*, required: bool = True) -> Callable[[FC], FC]:
     """The ``URL`` argument of a command. Checked by the backend when opened, not here;
     it only records the password, so that nothing printed afterwards can reveal it."""
-    return click.argument("url", required=required, metavar="URL", callback=_remember_url)
+    metavar = "URL" if required else "[URL]"
+    return click.argument("url", required=required, metavar=metavar, callback=_remember_url)
 
 
 def _remember_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

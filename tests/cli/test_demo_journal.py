@@ -99,3 +99,12 @@ def test_unreadable_lines_are_problems() -> None:
         "w.journal line 3 is unreadable: 'bogus\\tg1\\t1\\t1\\t1\\t2\\t0\\tw'",
     ]
     assert not verify(PLAN, [*GOOD], problems).ok
+
+
+def test_an_unfinished_run_counts_unacked_events_once_but_still_checks_order() -> None:
+    partial = GOOD[:2]
+    verdict = verify(PLAN, partial, finished=False)
+    assert verdict.problems == ["3 of 5 events not acked when the run stopped"]
+    out_of_order = [replace(GOOD[0], step=1)]
+    verdict = verify(PLAN, out_of_order, finished=False)
+    assert "g1: step 1 was handled before step 0 was acked (out of order)" in verdict.problems
