@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import re
+from importlib.metadata import distribution
 from pathlib import Path
+
+import transports_cli
+from transports_cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,8 +24,18 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert test_commands[0] in ci_lines
 
 
-def test_readme_main_command_runs_an_existing_script() -> None:
+def test_readme_main_command_runs_an_installed_subcommand() -> None:
     blocks = _shell_blocks((ROOT / "README.md").read_text())
     main = next(block for block in blocks if "pytest" not in block)
-    for script in re.findall(r"python (\S+\.py)", main):
-        assert (ROOT / script).is_file(), script
+    scripts = {
+        ep.name: ep
+        for ep in distribution("durable-transports").entry_points
+        if ep.group == "console_scripts"
+    }
+    invoked = re.findall(r"\.venv/bin/(\S+)(?: (\S+))?", main)
+    commands = [(script, word) for script, word in invoked if script not in ("pip", "python")]
+    assert commands, main
+    for script, subcommand in commands:
+        assert script in scripts, f"{script} is not a console script of the distribution"
+        assert scripts[script].load() is transports_cli.main
+        assert subcommand in cli.commands, subcommand

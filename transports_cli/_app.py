@@ -1,0 +1,111 @@
+"""The ``transports`` command group, its global options, and how failures end.
+
+Each subcommand lives in its own module and is added here. `main` runs the group with
+click's standalone mode off, so that every way of ending maps to one exit code and at
+most one line on stderr:
+
+    0  success            1  failure (an error, or a check that failed)
+    2  usage error        130  interrupted (Ctrl-C)
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+from ._backends import backends
+from ._demo import demo
+from ._output import error_line, scrub
+
+__all__ = ["cli", "main", "run"]
+
+try:
+    _VERSION = version("durable-transports")
+except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+    _VERSION = "unknown"
+
+
+class _Failed(Exception):
+    """A command raised something that is not a click exception: carries it to `run`."""
+
+    def __init__(self, cause: BaseException, debug: bool) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.debug = debug
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            raise _Failed(exc, debug=bool(ctx.params.get("debug"))) from exc
+
+
+@click.group(cls=_Group, invoke_without_command=True)
+@click.option("--debug", is_flag=True, help="Show the full traceback when a command fails.")
+@click.version_option(_VERSION, prog_name="transports")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Run, watch and check durable-transports queues.
+
+    \b
+    Example:
+      transports demo             # the built-in demo on a temporary SQLite file
+      transports backends         # which URL schemes are installed
+      transports --debug demo sqlite:///queue.db
+    """
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+cli.add_command(backends)
+cli.add_command(demo)
+
+
+def _describe(exc: BaseException) -> str:
+    # Errors raised on purpose (ours, bad values, the file system) explain themselves;
+    # anything else is a bug somewhere, so name its type and point at --debug.
+    if isinstance(exc, (ValueError, TypeError, LookupError, OSError, ImportError)) or (
+        type(exc).__module__.startswith("transports_")
+    ):
+        return str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {exc} (run with --debug for the traceback)"
+
+
+def run(args: Sequence[str] | None = None) -> int:
+    """Run the command line ``args`` (default: ``sys.argv[1:]``); return the exit code."""
+    try:
+        result = cli.main(
+            args=list(args) if args is not None else None,
+            prog_name="transports",
+            standalone_mode=False,
+        )
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        error_line(exc.format_message().rstrip(".") + hint)
+        return 2
+    except click.ClickException as exc:
+        error_line(exc.format_message())
+        return exc.exit_code
+    except click.Abort:
+        error_line("interrupted")
+        return 130
+    except _Failed as failed:
+        if failed.debug:
+            text = "".join(traceback.format_exception(failed.cause))
+            sys.stderr.write(scrub(text))
+        error_line(_describe(failed.cause))
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+def main() -> None:
+    """The ``transports`` console script."""
+    sys.exit(run())

@@ -1,0 +1,369 @@
+"""``transports demo``: publish a workload, work it off with real processes, verify it.
+
+The main process publishes the events of many executions, starts worker processes
+(`_demo_worker`), follows their progress for the live view (`_demo_live`), then reads
+their journals and checks them (`_demo_journal`). The verdict rests on the journals
+alone, never on the progress messages.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import random
+import secrets
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.live import Live
+
+from transports_core import Event, open_transport, redact_url
+
+from ._demo_journal import Plan, Record, Verdict, parse_journal, verify
+from ._demo_live import DemoView
+from ._demo_worker import WorkerSpec, work
+from ._output import emit_json, url_argument
+
+__all__ = ["demo"]
+
+URGENT = 3  # worker-0's priority floor when there are enough workers to spare one
+
+
+@dataclass(frozen=True)
+class Settings:
+    executions: int
+    events: int
+    workers: int
+    seed: int
+    timeout: float
+    debug: bool
+
+
+@dataclass(frozen=True)
+class Outcome:
+    verdict: Verdict
+    wall_seconds: float
+    journals: list[Path]
+
+
+def make_plan(settings: Settings, prefix: str) -> tuple[Plan, list[tuple[str, Event, int]]]:
+    """The groups, their priorities, and the events to publish, step by step across
+    groups (so every group exists, with its priority, after the first round)."""
+    rng = random.Random(settings.seed)
+    groups = [f"{prefix}{n:04d}" for n in range(settings.executions)]
+    priorities = {group: rng.randrange(5) for group in groups}
+    items = [
+        (group, Event(step=step), priorities[group])
+        for step in range(settings.events)
+        for group in groups
+    ]
+    floors = {"worker-0": URGENT} if settings.workers >= 3 else {}
+    return Plan(dict.fromkeys(groups, settings.events), priorities, floors), items
+
+
+def run_demo(
+    settings: Settings,
+    url: str,
+    workdir: Path,
+    on_progress: Callable[[tuple[str, ...]], None],
+    on_published: Callable[[Plan], None],
+) -> Outcome:
+    started = time.monotonic()
+    run_id = secrets.token_hex(3)
+    plan, items = make_plan(settings, prefix=f"demo-{run_id}-")
+    with open_transport(url) as transport:
+        # Workers would settle whatever they claim: refuse a queue someone else uses.
+        lease = transport.claim("transports-demo-probe", visibility=5)
+        if lease is not None:
+            transport.nack(lease)
+            raise click.ClickException(
+                f"{redact_url(url)} already holds messages (group {lease.group_id!r}); "
+                "the demo needs an empty queue"
+            )
+        transport.publish_many(items)
+    with open_transport(url) as second:
+        # The workers are other processes: a store that another connection cannot see
+        # (an in-memory database) would leave them idle until the timeout.
+        lease = second.claim("transports-demo-probe", visibility=5)
+        if lease is None:
+            raise click.ClickException(
+                f"a second connection to {redact_url(url)} sees none of the events just "
+                "published; the demo's workers are separate processes and need a shared "
+                "store (not an in-memory database)"
+            )
+        second.nack(lease)
+    on_published(plan)
+
+    specs = [
+        WorkerSpec(
+            url=url,
+            worker_id=f"worker-{n}",
+            journal=workdir / f"demo-{run_id}-worker-{n}.journal",
+            prefix=f"demo-{run_id}-",
+            seed=settings.seed,
+            min_priority=plan.floors.get(f"worker-{n}", 0),
+            debug=settings.debug,
+        )
+        for n in range(settings.workers)
+    ]
+    problems, finished = _work_off(settings, plan, specs, on_progress)
+
+    records: list[Record] = []
+    for spec in specs:
+        if spec.journal.exists():
+            with spec.journal.open() as lines:
+                found, unreadable = parse_journal(lines, spec.journal.name)
+            records += found
+            problems += unreadable
+    journals = [spec.journal for spec in specs]
+    verdict = verify(plan, records, problems, finished)
+    return Outcome(verdict, time.monotonic() - started, journals)
+
+
+def _work_off(
+    settings: Settings,
+    plan: Plan,
+    specs: list[WorkerSpec],
+    on_progress: Callable[[tuple[str, ...]], None],
+) -> tuple[list[str], bool]:
+    """Run the workers until every event is acked, a worker fails, or time runs out;
+    return the problems seen and whether the workers saw every event acked."""
+    # spawn: a fresh interpreter per worker, with no inherited threads, locks or handles.
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    progress: multiprocessing.Queue[tuple[str, ...]] = context.Queue()
+    processes = [
+        context.Process(target=work, args=(spec, stop, progress), name=spec.worker_id)
+        for spec in specs
+    ]
+    problems: list[str] = []
+    failed: set[str] = set()
+    acked = 0
+    try:
+        for process in processes:
+            process.start()
+        deadline = time.monotonic() + settings.timeout
+        while acked < plan.total and not failed:
+            if time.monotonic() > deadline:
+                problems.append(
+                    f"timed out after {settings.timeout:g} s with {acked} of "
+                    f"{plan.total} events acked"
+                )
+                break
+            try:
+                message = progress.get(timeout=0.1)
+            except queue.Empty:
+                if not any(process.is_alive() for process in processes):
+                    problems.append("every worker exited before the work was done")
+                    break
+                continue
+            acked += message[0] == "ack"
+            if message[0] == "error":
+                failed.add(message[1])
+                problems.append(f"{message[1]} failed: {message[2]}")
+            on_progress(message)
+    finally:
+        stop.set()
+        _reap(processes, progress, on_progress, problems)
+    for process in processes:
+        if process.exitcode != 0 and process.name not in failed:
+            problems.append(f"{process.name} exited with code {process.exitcode}")
+    return problems, acked >= plan.total
+
+
+def _reap(
+    processes: list[Any],
+    progress: multiprocessing.Queue[tuple[str, ...]],
+    on_progress: Callable[[tuple[str, ...]], None],
+    problems: list[str],
+) -> None:
+    # A worker with progress messages still buffered cannot exit until they are read.
+    deadline = time.monotonic() + 10
+    while any(p.is_alive() for p in processes) and time.monotonic() < deadline:
+        try:
+            while True:
+                message = progress.get_nowait()
+                if message[0] == "error":
+                    problems.append(f"{message[1]} failed: {message[2]}")
+                on_progress(message)
+        except queue.Empty:
+            pass
+        for process in processes:
+            process.join(0.02)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+            process.join()
+            problems.append(f"{process.name} did not stop within 10 s and was terminated")
+    progress.close()
+
+
+def verdict_line(verdict: Verdict, workers: int) -> str:
+    if verdict.ok:
+        return (
+            f"OK: {verdict.acked} events of {verdict.executions} executions handled in order, "
+            f"one at a time, none lost or duplicated ({workers} workers, "
+            f"{verdict.events_per_second:,.0f} events/s)"
+        )
+    count = len(verdict.problems)
+    return (
+        f"FAILED: {count} problem{'s' if count > 1 else ''} in {verdict.published} events of "
+        f"{verdict.executions} executions; first: {verdict.problems[0]}"
+    )
+
+
+@click.command(short_help="Work off a demo workload with worker processes, then verify it.")
+@url_argument(required=False)
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(exists=True, file_okay=False, writable=True, path_type=Path),
+    help="Keep the database (demo.db, unless URL is given) and the workers' journals in "
+    "DIRECTORY instead of a temporary directory.",
+)
+@click.option(
+    "--executions",
+    type=click.IntRange(1, 100_000),
+    help="Executions (groups) to publish.  [default: 300, or 24 with --quick]",
+)
+@click.option(
+    "--events",
+    type=click.IntRange(1, 1_000),
+    default=8,
+    show_default=True,
+    help="Events per execution.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    help="Worker processes.  [default: 4, or 2 with --quick]",
+)
+@click.option(
+    "--seed",
+    type=int,
+    help="Seed for priorities, parks, retries and extensions.  [default: random, printed]",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=60,
+    show_default=True,
+    help="Give up, and fail, after this many seconds.",
+)
+@click.option("--quick", is_flag=True, help="A small run for smoke tests.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as one JSON object.")
+@click.pass_context
+def demo(
+    ctx: click.Context,
+    url: str | None,
+    directory: Path | None,
+    executions: int | None,
+    events: int,
+    workers: int | None,
+    seed: int | None,
+    timeout: float,
+    quick: bool,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Publish the events of many executions, work them off with several worker
+    processes, and verify from their journals that each execution's events were
+    handled in order, one at a time, none lost or duplicated.
+
+    Workers sometimes park a message (nack with a delay), fail and retry it (nack at
+    once), or extend a lease. With three or more workers, worker-0 takes only groups
+    of priority 3 and up. URL defaults to a new SQLite file; another URL must name an
+    empty queue. Exits 1 if the verdict fails.
+
+    \b
+    Example:
+      transports demo
+      transports demo --quick --quiet
+      transports demo sqlite:///demo.db --executions 1000 --workers 6 --seed 7
+      transports demo --json | jq .events_per_second
+    """
+    if quiet and as_json:
+        raise click.UsageError("--quiet and --json cannot be used together", ctx)
+    settings = Settings(
+        executions=executions or (24 if quick else 300),
+        events=events,
+        workers=workers or (2 if quick else 4),
+        seed=seed if seed is not None else random.randrange(10**6),
+        timeout=timeout,
+        debug=bool(ctx.find_root().params.get("debug")),
+    )
+    console = Console(highlight=False)
+    live_view = not (quiet or as_json) and console.is_terminal
+    with ExitStack() as stack:
+        workdir = directory or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        target = url or f"sqlite:///{workdir.resolve() / 'demo.db'}"
+        view: DemoView | None = None
+
+        def published(plan: Plan) -> None:
+            nonlocal view
+            if quiet or as_json:
+                return
+            floor = "; worker-0 takes priority >= 3 only" if plan.floors else ""
+            click.echo(
+                f"Published {plan.total} events of {settings.executions} executions "
+                f"(priorities 0-4, seed {settings.seed}) to {redact_url(target)}\n"
+                f"Working them off with {settings.workers} worker processes{floor}"
+            )
+            if live_view:
+                view = DemoView(plan)
+                stack.enter_context(Live(view, console=console, refresh_per_second=8))
+
+        def progressed(message: tuple[str, ...]) -> None:
+            if view is not None:
+                view.apply(message)
+
+        outcome = run_demo(settings, target, workdir, progressed, published)
+        stack.close()  # stop the live view before the verdict is printed
+    verdict = outcome.verdict
+    line = verdict_line(verdict, settings.workers)
+    if as_json:
+        emit_json(
+            {
+                "ok": verdict.ok,
+                "verdict": line,
+                "problems": list(verdict.problems),
+                "url": redact_url(target),
+                "executions": verdict.executions,
+                "events": verdict.published,
+                "workers": settings.workers,
+                "seed": settings.seed,
+                "acked": verdict.acked,
+                "parked": verdict.parked,
+                "retried": verdict.retried,
+                "extended": verdict.extended,
+                "seconds": round(verdict.span_ns / 1e9, 3),
+                "events_per_second": round(verdict.events_per_second, 1),
+                "wall_seconds": round(outcome.wall_seconds, 3),
+            }
+        )
+    elif quiet:
+        click.echo(line)
+    else:
+        click.echo(line)
+        for problem in verdict.problems[:20]:
+            click.echo(f"  - {problem}")
+        if len(verdict.problems) > 20:
+            click.echo(f"  ... and {len(verdict.problems) - 20} more")
+        click.echo(
+            f"{verdict.acked} acks in {verdict.span_ns / 1e9:.2f} s from first claim to last "
+            f"release ({verdict.events_per_second:,.0f} events/s); {verdict.parked} parks, "
+            f"{verdict.retried} retries, {verdict.extended} extensions; "
+            f"{outcome.wall_seconds:.2f} s in all"
+        )
+        if directory is not None:
+            click.echo("Journals: " + ", ".join(str(path) for path in outcome.journals))
+    if not verdict.ok:
+        ctx.exit(1)

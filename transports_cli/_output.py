@@ -1,0 +1,112 @@
+"""The output conventions every command follows, in one place.
+
+* Data goes to stdout; errors go to stderr as one line (`error_line`), with no traceback
+  unless ``--debug`` was given.
+* Colour only when the stream is a terminal and ``NO_COLOR`` is unset (`colour`).
+* A URL's password never reaches the screen: URL arguments use `url_argument`, which
+  remembers the password so that `scrub` can blank it out of any message.
+* Commands that print data take ``--json`` and then print one JSON document.
+
+Imports no backend and nothing from the command modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import IO, Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+import click
+
+from transports_core import redact_url
+
+__all__ = [
+    "colour",
+    "emit_json",
+    "error_line",
+    "one_line",
+    "print_table",
+    "scrub",
+    "url_argument",
+]
+
+FC = TypeVar("FC", bound=Callable[..., Any])
+
+# Passwords and full URLs seen on this command line, to blank out of anything printed.
+_urls: set[str] = set()
+_passwords: set[str] = set()
+
+
+def colour(stream: IO[str]) -> bool:
+    """Whether to colour ``stream``: a terminal, and ``NO_COLOR`` unset or empty."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def scrub(text: str) -> str:
+    """``text`` with every URL and password given on the command line redacted."""
+    for url in sorted(_urls, key=len, reverse=True):
+        text = text.replace(url, redact_url(url))
+    for password in _passwords:
+        text = text.replace(f":{password}@", ":***@")
+        # A short password is too likely to occur by chance to blank everywhere.
+        if len(password) >= 4:
+            text = text.replace(password, "***")
+    return text
+
+
+def one_line(text: str) -> str:
+    """``text`` folded onto one line (error messages from drivers may span several)."""
+    return " ".join(text.split())
+
+
+def error_line(message: str) -> None:
+    """Print ``Error: message`` to stderr as a single scrubbed line."""
+    label = click.style("Error:", fg="red", bold=True) if colour(sys.stderr) else "Error:"
+    click.echo(f"{label} {one_line(scrub(message))}", file=sys.stderr, color=colour(sys.stderr))
+
+
+def emit_json(document: object) -> None:
+    """Print ``document`` as indented JSON on stdout."""
+    click.echo(scrub(json.dumps(document, indent=2)))
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Print aligned columns with a header row (bold on a terminal)."""
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            cell.ljust(width) for cell, width in zip(cells, widths, strict=True)
+        ).rstrip()
+
+    on = colour(sys.stdout)
+    click.echo(click.style(line(headers), bold=True) if on else line(headers), color=on)
+    for row in rows:
+        click.echo(scrub(line(row)))
+
+
+def url_argument(*, required: bool = True) -> Callable[[FC], FC]:
+    """The ``URL`` argument of a command. Checked by the backend when opened, not here;
+    it only records the password, so that nothing printed afterwards can reveal it."""
+    metavar = "URL" if required else "[URL]"
+    return click.argument("url", required=required, metavar=metavar, callback=_remember_url)
+
+
+def _remember_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        password = urlsplit(value).password
+    except ValueError:  # unparseable: redact_url shows none of it
+        _urls.add(value)
+        return value
+    if password:
+        _urls.add(value)
+        _passwords.update({password, unquote(password)})
+    return value
