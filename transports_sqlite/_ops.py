@@ -120,6 +120,7 @@ def claim(worker_id: str, visibility: float, min_priority: int) -> Op[Claimed | 
 
     def steps(now: float) -> Steps[Claimed | None]:
         expires_at = now + visibility
+        yield Stmt(sql.WAKE_LAPSED, {"now": now})
         rows = (
             yield Stmt(
                 sql.CLAIM_HEAD,
@@ -127,7 +128,6 @@ def claim(worker_id: str, visibility: float, min_priority: int) -> Op[Claimed | 
                     "worker_id": worker_id,
                     "expires_at": expires_at,
                     "min_priority": min_priority,
-                    "now": now,
                 },
             )
         ).rows
