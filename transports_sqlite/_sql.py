@@ -100,11 +100,12 @@ RETURNING seq
 """
 
 # publish_many inserts with executemany (no RETURNING there). Inside one BEGIN IMMEDIATE
-# transaction nobody else can insert, so AUTOINCREMENT hands out consecutive seqs ending here.
+# transaction nobody else can insert, so AUTOINCREMENT hands out consecutive seqs ending
+# at the last row inserted (the triggers' own inserts do not count: `groups` has no rowid).
 PUBLISH_ROW: Final = """
 INSERT INTO messages (group_id, priority, event) VALUES (?, ?, ?)
 """
-LAST_SEQ: Final = "SELECT seq FROM sqlite_sequence WHERE name = 'messages'"
+LAST_SEQ: Final = "SELECT last_insert_rowid()"
 
 # A lapsed lease or an elapsed park makes its group free again. Claim runs this first, so
 # the seek below sees exactly the groups that are free at `now` (given a clock that does
