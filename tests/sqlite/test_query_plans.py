@@ -93,8 +93,7 @@ def _problems(plan: list[str]) -> list[str]:
 @pytest.fixture(scope="module")
 def conn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sqlite3.Connection]:
     path: Path = tmp_path_factory.mktemp("plans") / "q.db"
-    transport: SqliteTransport[Event]
-    with SqliteTransport(SqliteOptions(str(path))) as transport:
+    with SqliteTransport[Event](SqliteOptions(str(path))) as transport:
         transport.publish_many([(f"g{i % 7}", Event(i=i), i % 5) for i in range(50)])
     connection = sqlite3.connect(path)
     yield connection
