@@ -63,9 +63,12 @@ SCHEMA: Final = (
     # past busy groups or groups below the floor, so a claim costs the same at any backlog.
     "CREATE INDEX groups_by_turn ON groups (busy_until, priority, last_claimed_at, head_seq)",
     # A group row exists from its first publish; only that publish sets the priority. A
-    # message inserted ahead of the head (a requeue) becomes the head.
+    # message inserted ahead of the head (a requeue) becomes the head. The WHEN skips the
+    # common case (appending behind an existing head) with one seek instead of an upsert.
     """
-    CREATE TRIGGER messages_insert_group AFTER INSERT ON messages BEGIN
+    CREATE TRIGGER messages_insert_group AFTER INSERT ON messages
+    WHEN NOT EXISTS (SELECT 1 FROM groups WHERE group_id = NEW.group_id AND head_seq < NEW.seq)
+    BEGIN
         INSERT INTO groups (group_id, priority, head_seq)
         VALUES (NEW.group_id, NEW.priority, NEW.seq)
         ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq

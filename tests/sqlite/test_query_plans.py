@@ -49,7 +49,8 @@ SELECT m.seq, m.group_id, m.event
 # per-priority seeks (the MERGE of its arms' output, numbered by SQLite).
 BOUNDED_SCANS = {"SCAN CONSTANT ROW", *(f"SCAN (subquery-{n})" for n in range(1, 20))}
 
-TRIGGER = re.compile(r"CREATE TRIGGER (\w+).*?\bBEGIN\b(.*)\bEND\b", re.S)
+TRIGGER = re.compile(r"CREATE TRIGGER (\w+)(.*?)\bBEGIN\b(.*)\bEND\b", re.S)
+WHEN = re.compile(r"\bWHEN\b(.*)", re.S)
 ROW_REF = re.compile(r"\b(NEW|OLD)\.(\w+)")
 PARAM = re.compile(r"(?<![:\w]):(\w+)")
 
@@ -60,8 +61,12 @@ def _trigger_statements() -> dict[str, str]:
         match = TRIGGER.search(ddl)
         if match is None:
             continue
-        name, body = match.groups()
-        for number, statement in enumerate(s for s in body.split(";") if s.strip()):
+        name, head, body = match.groups()
+        statements = [s for s in body.split(";") if s.strip()]
+        when = WHEN.search(head)
+        if when is not None:  # the condition runs on every row too
+            statements.append(f"SELECT {when[1]}")
+        for number, statement in enumerate(statements):
             found[f"{name}[{number}]"] = ROW_REF.sub(
                 lambda ref: f":{ref[1].lower()}_{ref[2]}", statement
             )
