@@ -73,40 +73,75 @@ QUICK = Sizes(
 SEED_CYCLES = {1_000: 200, 10_000: 50, 100_000: 10, 1_000_000: 3}
 
 
-def plan(s: Sizes, work: cases.Workdir) -> Iterator[tuple[str, Callable[[], Any]]]:
-    """(key, thunk) for every case, in the order they run."""
+def plan(s: Sizes, work: cases.Workdir) -> Iterator[tuple[str, Callable[[], dict[str, Any]]]]:
+    """(label, thunk) for each step, in the order they run; a thunk returns its cases."""
     for sync, n in (("full", s.n_full), ("normal", s.n_normal)):
-        yield f"floor.{sync}", partial(cases.floor, work, sync, n, s.rounds)
-        yield f"sync.{sync}", partial(cases.transport_sync, work, sync, n, s.rounds)
-        yield f"async.{sync}", partial(cases.transport_async, work, sync, n, s.rounds)
-        yield f"publish_raw.{sync}", partial(cases.publish_raw, work, sync, n, s.rounds)
-        yield f"publish.{sync}", partial(cases.publish_transport, work, sync, n, s.rounds)
-        many = (work, sync, s.batches, s.rounds)
-        yield f"publish_many_raw.{sync}", partial(cases.publish_many_raw, *many)
-        yield f"publish_many.{sync}", partial(cases.publish_many_transport, *many)
+        yield (
+            f"claim+ack, {sync}",
+            partial(
+                cases.interleaved,
+                s.rounds,
+                n,
+                {
+                    f"floor.{sync}": cases.floor(work, sync, n, s.rounds),
+                    f"sync.{sync}": cases.transport_sync(work, sync, n, s.rounds),
+                    f"async.{sync}": cases.transport_async(work, sync, n, s.rounds),
+                },
+            ),
+        )
+        yield (
+            f"publish, {sync}",
+            partial(
+                cases.interleaved,
+                s.rounds,
+                n,
+                {
+                    f"publish_raw.{sync}": cases.publish_raw(work, sync, n),
+                    f"publish.{sync}": cases.publish_transport(work, sync, n),
+                },
+            ),
+        )
+        yield (
+            f"publish_many, {sync}",
+            partial(
+                cases.interleaved,
+                s.rounds,
+                s.batches * 1000,
+                {
+                    f"publish_many_raw.{sync}": cases.publish_many_raw(work, sync, s.batches),
+                    f"publish_many.{sync}": cases.publish_many_transport(work, sync, s.batches),
+                },
+            ),
+        )
     for groups in s.groups:
-        for size in s.backlog:
-            n = min(s.backlog_n, size // 2)
-            yield (
-                f"backlog.{groups}.{size}",
-                partial(cases.backlog, work, size, groups, n, "normal"),
-            )
+        yield f"backlog, {groups} groups", partial(_backlog, work, s, groups)
         for size in s.seed_backlog:
             n = min(SEED_CYCLES.get(size, 50), size // 2)
-            yield (
-                f"seed.{groups}.{size}",
-                partial(cases.backlog_seed, work, size, groups, n, "normal"),
-            )
+            yield f"seed query, {size}/{groups}", partial(_seed, work, size, groups, n)
     for sync, total in (("normal", s.procs_normal), ("full", s.procs_full)):
         for workers in (1, 4):
-            yield (
-                f"processes.{sync}.{workers}",
-                partial(cases.processes, work, workers, total, sync),
-            )
-    yield "peers.persist_queue", partial(cases.peer_persist_queue, work, s.peers)
-    yield "peers.litequeue", partial(cases.peer_litequeue, work, s.peers)
+            yield f"{workers} processes, {sync}", partial(_procs, work, workers, total, sync)
+    yield "persist-queue", lambda: {"peers.persist_queue": cases.peer_persist_queue(work, s.peers)}
+    yield "litequeue", lambda: {"peers.litequeue": cases.peer_litequeue(work, s.peers)}
     for sync in ("full", "normal"):
-        yield f"peers.ours.{sync}", partial(cases.ours_like_peer, work, s.peers, sync)
+        yield f"ours like peers, {sync}", partial(_ours_like_peer, work, s.peers, sync)
+
+
+def _backlog(work: cases.Workdir, s: Sizes, groups: int) -> dict[str, Any]:
+    found = cases.backlog(work, s.backlog, groups, s.backlog_n, "normal")
+    return {f"backlog.{groups}.{size}": result for size, result in found.items()}
+
+
+def _seed(work: cases.Workdir, size: int, groups: int, n: int) -> dict[str, Any]:
+    return {f"seed.{groups}.{size}": cases.backlog_seed(work, size, groups, n, "normal")}
+
+
+def _procs(work: cases.Workdir, workers: int, total: int, sync: str) -> dict[str, Any]:
+    return {f"processes.{sync}.{workers}": cases.processes(work, workers, total, sync)}
+
+
+def _ours_like_peer(work: cases.Workdir, n: int, sync: str) -> dict[str, Any]:
+    return {f"peers.ours.{sync}": cases.ours_like_peer(work, n, sync)}
 
 
 @contextmanager
@@ -170,9 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         work = cases.Workdir(Path(tmp))
         steps = list(plan(sizes, work))
         with progress(len(steps)) as announce:
-            for key, run in steps:
-                announce(key)
-                results[key] = run()
+            for label, run in steps:
+                announce(label)
+                results.update(run())
     meta["seconds"] = time.time() - started
     meta["loadavg_after"] = list(os.getloadavg())
     checked = targets(results)

@@ -15,7 +15,7 @@ import sqlite3
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,179 +72,212 @@ def _items(n: int, groups: int) -> list[tuple[str, Event, int]]:
     return [(f"group-{i % groups}", EVENT, 0) for i in range(n)]
 
 
-def _timed_rounds(rounds: int, n: int, run: Callable[[int], None]) -> list[float]:
-    """Messages per second of each round of ``n``."""
-    rates = []
-    for r in range(rounds):
-        start = time.perf_counter()
-        run(r)
-        rates.append(n / (time.perf_counter() - start))
-    return rates
+Round = Callable[[], None]
+
+
+def interleaved(
+    rounds: int, n: int, cases: dict[str, AbstractContextManager[Round]]
+) -> dict[str, Result]:
+    """Messages per second of each case, the cases' rounds taken in turn.
+
+    On a shared, noisy machine a burst of load then hits every case of a comparison
+    alike, so their ratio (the figure the targets are about) stays meaningful.
+    """
+    rates: dict[str, list[float]] = {name: [] for name in cases}
+    with ExitStack() as stack:
+        runs = {name: stack.enter_context(case) for name, case in cases.items()}
+        for r in range(rounds):
+            names = list(runs)
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                start = time.perf_counter()
+                runs[name]()
+                rates[name].append(n / (time.perf_counter() - start))
+    return {name: summary("msg/s", rates[name]) for name in cases}
 
 
 # -- claim + ack ------------------------------------------------------------------------
 
 
-def floor(work: Workdir, synchronous: str, n: int, rounds: int) -> Result:
+@contextmanager
+def floor(work: Workdir, synchronous: str, n: int, rounds: int) -> Iterator[Round]:
     with work.db("floor") as path:
         conn = _raw_connect(path, synchronous)
         conn.execute("BEGIN")
-        conn.executemany(
-            "INSERT INTO messages (group_id, event) VALUES (?, ?)", _rows(n * rounds, 10)
-        )
+        insert = "INSERT INTO messages (group_id, event) VALUES (?, ?)"
+        conn.executemany(insert, _rows(n * rounds, 10))
         conn.execute("COMMIT")
+        seqs = iter(range(1, n * rounds + 1))
 
-        def run(r: int) -> None:
-            for seq in range(r * n + 1, (r + 1) * n + 1):
+        def run() -> None:
+            for _, seq in zip(range(n), seqs, strict=False):
                 conn.execute("BEGIN IMMEDIATE")
                 conn.execute("SELECT seq, group_id, event FROM messages WHERE seq = ?", (seq,))
                 conn.execute(
                     "UPDATE messages SET locked_by = ?, lock_expiry = ? WHERE seq = ?",
                     (WORKER, time.time() + VISIBILITY, seq),
-                ).fetchall()
+                )
                 conn.execute("COMMIT")
                 conn.execute("DELETE FROM messages WHERE seq = ?", (seq,))
 
-        rates = _timed_rounds(rounds, n, run)
+        yield run
         conn.close()
-    return summary("msg/s", rates)
 
 
-def transport_sync(work: Workdir, synchronous: str, n: int, rounds: int) -> Result:
-    with work.db("sync") as path, open_transport(f"sqlite:///{path}", synchronous=synchronous) as t:
+@contextmanager
+def transport_sync(work: Workdir, synchronous: str, n: int, rounds: int) -> Iterator[Round]:
+    with (
+        work.db("sync") as path,
+        open_transport(f"sqlite:///{path}", synchronous=synchronous) as t,
+    ):
         t.publish_many(_items(n * rounds, 10))
 
-        def run(r: int) -> None:
+        def run() -> None:
             for _ in range(n):
                 lease = t.claim(WORKER, VISIBILITY)
                 assert lease is not None
                 t.ack(lease)
 
-        return summary("msg/s", _timed_rounds(rounds, n, run))
+        yield run
 
 
-def transport_async(work: Workdir, synchronous: str, n: int, rounds: int) -> Result:
-    async def main(path: Path) -> list[float]:
-        url = f"sqlite:///{path}"
-        async with open_async_transport(url, synchronous=synchronous) as t:
-            await t.publish_many(_items(n * rounds, 10))
-            rates = []
-            for _ in range(rounds):
-                start = time.perf_counter()
-                for _ in range(n):
-                    lease = await t.claim(WORKER, VISIBILITY)
-                    assert lease is not None
-                    await t.ack(lease)
-                rates.append(n / (time.perf_counter() - start))
-            return rates
-
+@contextmanager
+def transport_async(work: Workdir, synchronous: str, n: int, rounds: int) -> Iterator[Round]:
+    loop = asyncio.new_event_loop()
     with work.db("async") as path:
-        return summary("msg/s", asyncio.run(main(path)))
+        t = open_async_transport(f"sqlite:///{path}", synchronous=synchronous)
+        loop.run_until_complete(t.publish_many(_items(n * rounds, 10)))
+
+        async def cycles() -> None:
+            for _ in range(n):
+                lease = await t.claim(WORKER, VISIBILITY)
+                assert lease is not None
+                await t.ack(lease)
+
+        try:
+            yield lambda: loop.run_until_complete(cycles())
+        finally:
+            loop.run_until_complete(t.close())
+            loop.close()
 
 
 # -- publish ------------------------------------------------------------------------------
 
 
-def publish_raw(work: Workdir, synchronous: str, n: int, rounds: int) -> Result:
+@contextmanager
+def publish_raw(work: Workdir, synchronous: str, n: int) -> Iterator[Round]:
     with work.db("publish-raw") as path:
         conn = _raw_connect(path, synchronous)
         insert = "INSERT INTO messages (group_id, event) VALUES (?, ?)"
 
-        def run(r: int) -> None:
+        def run() -> None:
             for i in range(n):
                 conn.execute(insert, (f"group-{i % 10}", RAW))
 
-        rates = _timed_rounds(rounds, n, run)
+        yield run
         conn.close()
-    return summary("msg/s", rates)
 
 
-def publish_transport(work: Workdir, synchronous: str, n: int, rounds: int) -> Result:
+@contextmanager
+def publish_transport(work: Workdir, synchronous: str, n: int) -> Iterator[Round]:
     with (
         work.db("publish") as path,
         open_transport(f"sqlite:///{path}", synchronous=synchronous) as t,
     ):
 
-        def run(r: int) -> None:
+        def run() -> None:
             for i in range(n):
                 t.publish(f"group-{i % 10}", EVENT)
 
-        return summary("msg/s", _timed_rounds(rounds, n, run))
+        yield run
 
 
-def publish_many_raw(work: Workdir, synchronous: str, batches: int, rounds: int) -> Result:
+@contextmanager
+def publish_many_raw(work: Workdir, synchronous: str, batches: int) -> Iterator[Round]:
     batch = _rows(1000, 10)
     with work.db("publish-many-raw") as path:
         conn = _raw_connect(path, synchronous)
         insert = "INSERT INTO messages (group_id, event) VALUES (?, ?)"
 
-        def run(r: int) -> None:
+        def run() -> None:
             for _ in range(batches):
                 conn.execute("BEGIN IMMEDIATE")
                 conn.executemany(insert, batch)
                 conn.execute("COMMIT")
 
-        rates = _timed_rounds(rounds, batches * 1000, run)
+        yield run
         conn.close()
-    return summary("msg/s", rates, batch=1000)
 
 
-def publish_many_transport(work: Workdir, synchronous: str, batches: int, rounds: int) -> Result:
+@contextmanager
+def publish_many_transport(work: Workdir, synchronous: str, batches: int) -> Iterator[Round]:
     batch = _items(1000, 10)
     with (
         work.db("publish-many") as path,
         open_transport(f"sqlite:///{path}", synchronous=synchronous) as t,
     ):
 
-        def run(r: int) -> None:
+        def run() -> None:
             for _ in range(batches):
                 t.publish_many(batch)
 
-        return summary("msg/s", _timed_rounds(rounds, batches * 1000, run), batch=1000)
+        yield run
 
 
 # -- backlog scaling ----------------------------------------------------------------------
 
 
-def _latencies(n: int, warmup: int, cycle: Callable[[], None]) -> list[float]:
-    for _ in range(warmup):
-        cycle()
+def _build_backlog(path: Path, size: int, groups: int) -> None:
+    # publish_many in large batches into a fresh file, then a checkpoint so that the
+    # measurement does not pay for folding the build's WAL back into the database.
+    with open_transport(f"sqlite:///{path}", synchronous="off") as t:
+        for start in range(0, size, 50_000):
+            stop = min(size, start + 50_000)
+            t.publish_many([(f"group-{i % groups}", EVENT, 0) for i in range(start, stop)])
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
+def backlog(
+    work: Workdir, sizes: tuple[int, ...], groups: int, n: int, synchronous: str
+) -> dict[int, Result]:
+    """Claim+ack latency (ms) at each backlog size, all files open at once and measured in
+    turns of 100 cycles, so that load on the machine falls on every size alike."""
+    with ExitStack() as stack:
+        transports = {}
+        builds = {}
+        for size in sizes:
+            path = stack.enter_context(work.db(f"backlog-{size}-{groups}"))
+            started = time.perf_counter()
+            _build_backlog(path, size, min(groups, size))
+            builds[size] = time.perf_counter() - started
+            url = f"sqlite:///{path}"
+            transports[size] = stack.enter_context(open_transport(url, synchronous=synchronous))
+        lat: dict[int, list[float]] = {size: [] for size in sizes}
+        measured = {size: min(n, size // 2) for size in sizes}
+        for turn in range(-1, max(measured.values()) // 100 + 1):  # turn -1 warms up
+            for size, t in transports.items():
+                for _ in range(min(100, measured[size] - 100 * max(turn, 0))):
+                    start = time.perf_counter()
+                    lease = t.claim(WORKER, VISIBILITY)
+                    assert lease is not None
+                    t.ack(lease)
+                    if turn >= 0:
+                        lat[size].append((time.perf_counter() - start) * 1000)
+    return {
+        size: summary("ms", lat[size], size=size, groups=min(groups, size), build_s=builds[size])
+        for size in sizes
+    }
+
+
+def _latencies(n: int, cycle: Callable[[], None]) -> list[float]:
+    cycle()
     out = []
     for _ in range(n):
         start = time.perf_counter()
         cycle()
         out.append((time.perf_counter() - start) * 1000)
     return out
-
-
-def _build_backlog(path: Path, size: int, groups: int, synchronous: str) -> None:
-    # publish_many in large batches into a fresh file, then a checkpoint so that the
-    # measurement does not pay for folding the build's WAL back into the database.
-    with open_transport(f"sqlite:///{path}", synchronous="off") as t:
-        for start in range(0, size, 50_000):
-            t.publish_many(
-                [(f"group-{i % groups}", EVENT, 0) for i in range(start, min(size, start + 50_000))]
-            )
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-
-
-def backlog(work: Workdir, size: int, groups: int, n: int, synchronous: str) -> Result:
-    groups = min(groups, size)
-    with work.db(f"backlog-{size}-{groups}") as path:
-        build = time.perf_counter()
-        _build_backlog(path, size, groups, synchronous)
-        build = time.perf_counter() - build
-        with open_transport(f"sqlite:///{path}", synchronous=synchronous) as t:
-
-            def cycle() -> None:
-                lease = t.claim(WORKER, VISIBILITY)
-                assert lease is not None
-                t.ack(lease)
-
-            lat = _latencies(n, min(100, n), cycle)
-    return summary("ms", lat, size=size, groups=groups, build_s=build)
 
 
 def backlog_seed(work: Workdir, size: int, groups: int, n: int, synchronous: str) -> Result:
@@ -255,7 +288,7 @@ def backlog_seed(work: Workdir, size: int, groups: int, n: int, synchronous: str
         def cycle() -> None:
             assert _seed.claim_ack(conn, time.time(), WORKER)
 
-        lat = _latencies(n, 1, cycle)
+        lat = _latencies(n, cycle)
         conn.close()
     return summary("ms", lat, size=size, groups=groups)
 
