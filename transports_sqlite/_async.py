@@ -82,6 +82,8 @@ class AsyncSqliteTransport(Generic[E]):
                 target, uri=True, isolation_level=None, timeout=options.busy_timeout / 1000
             )
         try:
+            with sqlite_errors(options.path):
+                await conn.execute(sql.NEW_FILE_PAGE_SIZE)
             await self._transaction(conn, _ops.setup(options.path))
             with sqlite_errors(options.path):
                 for pragma in sql.session_pragmas(options.synchronous, options.memory):

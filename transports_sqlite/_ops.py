@@ -122,6 +122,7 @@ def claim(worker_id: str, visibility: float, min_priority: int) -> Op[Claimed | 
 
     def steps(now: float) -> Steps[Claimed | None]:
         expires_at = now + visibility
+        yield Stmt(sql.WAKE_LAPSED, {"now": now})
         rows = (
             yield Stmt(
                 sql.CLAIM_HEAD,
@@ -129,7 +130,6 @@ def claim(worker_id: str, visibility: float, min_priority: int) -> Op[Claimed | 
                     "worker_id": worker_id,
                     "expires_at": expires_at,
                     "min_priority": min_priority,
-                    "now": now,
                 },
             )
         ).rows

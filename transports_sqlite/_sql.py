@@ -12,10 +12,19 @@ from __future__ import annotations
 
 from typing import Final
 
+from transports_core._validate import MAX_PRIORITY
+
 # "DTQ1": marks a file as ours, so that we never adopt or alter another application's
 # database. SCHEMA_VERSION is stored in `user_version`; a file with another one is refused.
 APPLICATION_ID: Final = 0x44545131
 SCHEMA_VERSION: Final = 1
+
+# Small pages: a claim or an ack rewrites a handful of pages (the message, its group,
+# their index entries), and a WAL commit costs about as much per page as the bytes it
+# writes; 1 KiB pages make each commit roughly twice as cheap as 4 KiB ones. Run before
+# `setup`, outside any transaction: it applies only to a file with no tables yet, and
+# changes nothing in any other.
+NEW_FILE_PAGE_SIZE: Final = "PRAGMA page_size = 1024"
 
 READ_IDENTITY: Final = """
 SELECT (SELECT count(*) FROM sqlite_master),
@@ -48,12 +57,18 @@ SCHEMA: Final = (
         busy_until      REAL                            -- head's lease or park end; NULL: free
     ) WITHOUT ROWID
     """,
-    # Round-robin order: claim walks this index and stops at the first ready group.
-    "CREATE INDEX groups_by_turn ON groups (last_claimed_at, head_seq)",
+    # Free groups (busy_until NULL sorts first) in round-robin order within each priority,
+    # then busy groups by when they come free. Claim seeks the first free group of each
+    # priority at or above the floor; the wake-up seeks the lapsed ones. Neither walks
+    # past busy groups or groups below the floor, so a claim costs the same at any backlog.
+    "CREATE INDEX groups_by_turn ON groups (busy_until, priority, last_claimed_at, head_seq)",
     # A group row exists from its first publish; only that publish sets the priority. A
-    # message inserted ahead of the head (a requeue) becomes the head.
+    # message inserted ahead of the head (a requeue) becomes the head. The WHEN skips the
+    # common case (appending behind an existing head) with one seek instead of an upsert.
     """
-    CREATE TRIGGER messages_insert_group AFTER INSERT ON messages BEGIN
+    CREATE TRIGGER messages_insert_group AFTER INSERT ON messages
+    WHEN NOT EXISTS (SELECT 1 FROM groups WHERE group_id = NEW.group_id AND head_seq < NEW.seq)
+    BEGIN
         INSERT INTO groups (group_id, priority, head_seq)
         VALUES (NEW.group_id, NEW.priority, NEW.seq)
         ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq
@@ -88,23 +103,37 @@ RETURNING seq
 """
 
 # publish_many inserts with executemany (no RETURNING there). Inside one BEGIN IMMEDIATE
-# transaction nobody else can insert, so AUTOINCREMENT hands out consecutive seqs ending here.
+# transaction nobody else can insert, so AUTOINCREMENT hands out consecutive seqs ending
+# at the last row inserted (the triggers' own inserts do not count: `groups` has no rowid).
 PUBLISH_ROW: Final = """
 INSERT INTO messages (group_id, priority, event) VALUES (?, ?, ?)
 """
-LAST_SEQ: Final = "SELECT seq FROM sqlite_sequence WHERE name = 'messages'"
+LAST_SEQ: Final = "SELECT last_insert_rowid()"
 
-# The next group in round-robin order that is at or above the floor and has nothing
-# leased or parked (a lapsed lease or an elapsed park counts as free); lease its head.
-# Only a group's head is ever leased, so a ready group's head is the message to deliver.
-CLAIM_HEAD: Final = """
+# A lapsed lease or an elapsed park makes its group free again. Claim runs this first, so
+# the seek below sees exactly the groups that are free at `now` (given a clock that does
+# not run backwards). Only `groups` changes: the head keeps its lease columns, so a late
+# ack, nack or extend by the lapsed worker still matches until someone re-claims it (and
+# an extend makes the group busy again through the trigger).
+WAKE_LAPSED: Final = "UPDATE groups SET busy_until = NULL WHERE busy_until < :now"
+
+
+def _first_free(priority: int) -> str:
+    return f"""SELECT last_claimed_at, head_seq FROM groups
+               WHERE busy_until IS NULL AND priority = {priority} AND :min_priority <= {priority}"""
+
+
+# The next free group at or above the floor, in round-robin order (oldest last claim,
+# then oldest head); lease its head. Only a group's head is ever leased, so a free
+# group's head is the message to deliver. One index seek per priority level, merged in
+# order (a MERGE of sorted arms, no sort of its own), so neither busy groups nor groups
+# below the floor are ever walked over.
+CLAIM_HEAD: Final = f"""
 UPDATE messages
    SET locked_by = :worker_id, lock_expiry = :expires_at, attempt = attempt + 1
- WHERE seq = (SELECT head_seq FROM groups
-               WHERE priority >= :min_priority
-                 AND (busy_until IS NULL OR busy_until < :now)
-               ORDER BY last_claimed_at, head_seq
-               LIMIT 1)
+ WHERE seq = (SELECT head_seq FROM (
+                {" UNION ALL ".join(_first_free(p) for p in range(MAX_PRIORITY + 1))}
+                ORDER BY 1, 2 LIMIT 1))
 RETURNING seq, group_id, event, attempt
 """
 

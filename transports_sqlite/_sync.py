@@ -66,6 +66,8 @@ class SqliteTransport(Generic[E]):
                 timeout=options.busy_timeout / 1000,
             )
         try:
+            with sqlite_errors(options.path):
+                conn.execute(sql.NEW_FILE_PAGE_SIZE)
             self._transaction(conn, _ops.setup(options.path))
             with sqlite_errors(options.path):
                 for pragma in sql.session_pragmas(options.synchronous, options.memory):

@@ -49,31 +49,33 @@ NOTHING = Result([], 0)
 # claim
 
 
-def test_claim_returns_none_when_no_row_is_leased() -> None:
-    stmts, value = drive(_ops.claim("w1", 30, 2), [NOTHING])
+WOKEN = Result([], 0)  # the wake-up of lapsed leases, whatever it changed
+
+
+def test_claim_wakes_lapsed_groups_first_and_returns_none_when_no_row_is_leased() -> None:
+    stmts, value = drive(_ops.claim("w1", 30, 2), [WOKEN, NOTHING])
     assert value is None
     assert stmts == [
-        Stmt(
-            sql.CLAIM_HEAD,
-            {"worker_id": "w1", "expires_at": NOW + 30, "min_priority": 2, "now": NOW},
-        )
+        Stmt(sql.WAKE_LAPSED, {"now": NOW}),
+        Stmt(sql.CLAIM_HEAD, {"worker_id": "w1", "expires_at": NOW + 30, "min_priority": 2}),
     ]
 
 
 def test_claim_marks_the_group_claimed_and_returns_the_row() -> None:
     row = (7, "g", '{"i":1}', 3)
-    stmts, value = drive(_ops.claim("w1", 30, 0), [Result([row], 1), DONE])
-    assert stmts[1] == Stmt(sql.MARK_CLAIMED, {"now": NOW, "group_id": "g"})
+    stmts, value = drive(_ops.claim("w1", 30, 0), [WOKEN, Result([row], 1), DONE])
+    assert stmts[2] == Stmt(sql.MARK_CLAIMED, {"now": NOW, "group_id": "g"})
     assert value == Claimed(7, "g", '{"i":1}', "w1", 3, NOW + 30)
     assert value.lease(CODEC) == Lease(7, "g", Event(i=1), "w1", 3, NOW + 30)
 
 
 def test_claim_takes_now_from_its_caller() -> None:
     op = _ops.claim("w1", 30, 0)
-    early, _ = drive(op, [NOTHING], now=10.0)
-    late, _ = drive(op, [NOTHING], now=20.0)
-    assert early[0].params["expires_at"] == 40.0  # type: ignore[call-overload]
-    assert late[0].params["expires_at"] == 50.0  # type: ignore[call-overload]
+    early, _ = drive(op, [WOKEN, NOTHING], now=10.0)
+    late, _ = drive(op, [WOKEN, NOTHING], now=20.0)
+    assert [early[0].params, late[0].params] == [{"now": 10.0}, {"now": 20.0}]
+    assert early[1].params["expires_at"] == 40.0  # type: ignore[call-overload]
+    assert late[1].params["expires_at"] == 50.0  # type: ignore[call-overload]
 
 
 def test_claimed_row_that_does_not_decode_raises_carrying_the_lease() -> None:

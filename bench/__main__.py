@@ -1,0 +1,229 @@
+"""``python -m bench``: run every case, print medians, ratios and targets, write JSON.
+
+    python -m bench                       # the full run (a few minutes)
+    python -m bench --quick               # small sizes, seconds: checks the command works
+    python -m bench --out r.json --plot docs/claim-latency.png
+
+Progress is shown with rich when it is installed (``pip install -e '.[bench]'``); peers
+are measured when installed and reported as missing otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from . import _cases as cases
+from ._report import plot, table, targets
+
+
+@dataclass(frozen=True)
+class Sizes:
+    n_full: int  # claim+ack cycles per round, synchronous=full
+    n_normal: int  # the same, synchronous=normal
+    rounds: int
+    batches: int  # publish_many: batches of 1,000 per round
+    backlog: tuple[int, ...]
+    groups: tuple[int, ...]
+    backlog_n: int  # measured cycles per backlog size
+    seed_backlog: tuple[int, ...]
+    procs_normal: int  # messages drained by 1 and by 4 processes
+    procs_full: int
+    peers: int
+
+
+FULL = Sizes(
+    n_full=300,
+    n_normal=3000,
+    rounds=5,
+    batches=10,
+    backlog=(1_000, 10_000, 100_000, 1_000_000),
+    groups=(10, 10_000),
+    backlog_n=2000,
+    seed_backlog=(1_000, 10_000, 100_000, 1_000_000),
+    procs_normal=6000,
+    procs_full=800,
+    peers=1000,
+)
+QUICK = Sizes(
+    n_full=20,
+    n_normal=200,
+    rounds=2,
+    batches=1,
+    backlog=(200, 2_000),
+    groups=(10, 100),
+    backlog_n=100,
+    seed_backlog=(200, 2_000),
+    procs_normal=300,
+    procs_full=40,
+    peers=50,
+)
+SEED_CYCLES = {1_000: 200, 10_000: 50, 100_000: 10, 1_000_000: 3}
+
+
+def plan(s: Sizes, work: cases.Workdir) -> Iterator[tuple[str, Callable[[], dict[str, Any]]]]:
+    """(label, thunk) for each step, in the order they run; a thunk returns its cases."""
+    for sync, n in (("full", s.n_full), ("normal", s.n_normal)):
+        yield (
+            f"claim+ack, {sync}",
+            partial(
+                cases.interleaved,
+                s.rounds,
+                n,
+                {
+                    f"floor.{sync}": cases.floor(work, sync, n, s.rounds),
+                    f"sync.{sync}": cases.transport_sync(work, sync, n, s.rounds),
+                    f"async.{sync}": cases.transport_async(work, sync, n, s.rounds),
+                },
+            ),
+        )
+        yield (
+            f"publish, {sync}",
+            partial(
+                cases.interleaved,
+                s.rounds,
+                n,
+                {
+                    f"publish_raw.{sync}": cases.publish_raw(work, sync, n),
+                    f"publish.{sync}": cases.publish_transport(work, sync, n),
+                },
+            ),
+        )
+        yield (
+            f"publish_many, {sync}",
+            partial(
+                cases.interleaved,
+                s.rounds,
+                s.batches * 1000,
+                {
+                    f"publish_many_raw.{sync}": cases.publish_many_raw(work, sync, s.batches),
+                    f"publish_many.{sync}": cases.publish_many_transport(work, sync, s.batches),
+                },
+            ),
+        )
+    for groups in s.groups:
+        yield f"backlog, {groups} groups", partial(_backlog, work, s, groups)
+        for size in s.seed_backlog:
+            n = min(SEED_CYCLES.get(size, 50), size // 2)
+            yield f"seed query, {size}/{groups}", partial(_seed, work, size, groups, n)
+    for sync, total in (("normal", s.procs_normal), ("full", s.procs_full)):
+        for workers in (1, 4):
+            yield f"{workers} processes, {sync}", partial(_procs, work, workers, total, sync)
+    yield "persist-queue", lambda: {"peers.persist_queue": cases.peer_persist_queue(work, s.peers)}
+    yield "litequeue", lambda: {"peers.litequeue": cases.peer_litequeue(work, s.peers)}
+    for sync in ("full", "normal"):
+        yield f"ours like peers, {sync}", partial(_ours_like_peer, work, s.peers, sync)
+
+
+def _backlog(work: cases.Workdir, s: Sizes, groups: int) -> dict[str, Any]:
+    found = cases.backlog(work, s.backlog, groups, s.backlog_n, "normal")
+    return {f"backlog.{groups}.{size}": result for size, result in found.items()}
+
+
+def _seed(work: cases.Workdir, size: int, groups: int, n: int) -> dict[str, Any]:
+    return {f"seed.{groups}.{size}": cases.backlog_seed(work, size, groups, n, "normal")}
+
+
+def _procs(work: cases.Workdir, workers: int, total: int, sync: str) -> dict[str, Any]:
+    return {f"processes.{sync}.{workers}": cases.processes(work, workers, total, sync)}
+
+
+def _ours_like_peer(work: cases.Workdir, n: int, sync: str) -> dict[str, Any]:
+    return {f"peers.ours.{sync}": cases.ours_like_peer(work, n, sync)}
+
+
+@contextmanager
+def progress(total: int) -> Iterator[Callable[[str], None]]:
+    """A callable announcing the next case, drawn as a progress bar when rich is here."""
+    try:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    except ImportError:
+        count = 0
+
+        def step(name: str) -> None:
+            nonlocal count
+            count += 1
+            print(f"[{count}/{total}] {name}", file=sys.stderr, flush=True)
+
+        yield step
+        return
+    with Progress(
+        TextColumn("{task.description:<28}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("bench", total=total)
+        started = False
+
+        def advance(name: str) -> None:
+            nonlocal started
+            bar.update(task, advance=1 if started else 0, description=name)
+            started = True
+
+        yield advance
+        bar.update(task, advance=1)
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loadavg": list(os.getloadavg()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes; runs in seconds")
+    parser.add_argument("--out", type=Path, help="JSON file (default: bench/results/<time>.json)")
+    parser.add_argument("--plot", type=Path, help="also draw claim latency vs backlog (PNG)")
+    parser.add_argument("--dir", type=Path, help="where to put the databases (default: a temp dir)")
+    args = parser.parse_args(argv)
+
+    sizes = QUICK if args.quick else FULL
+    out = args.out or Path(__file__).parent / "results" / time.strftime("%Y%m%d-%H%M%S.json")
+    started = time.time()
+    meta = {"quick": args.quick, "started": started, "machine": machine()}
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-", dir=args.dir) as tmp:
+        work = cases.Workdir(Path(tmp))
+        steps = list(plan(sizes, work))
+        with progress(len(steps)) as announce:
+            for label, run in steps:
+                announce(label)
+                results.update(run())
+    meta["seconds"] = time.time() - started
+    meta["loadavg_after"] = list(os.getloadavg())
+    checked = targets(results)
+    report = {"meta": meta, "cases": results, "targets": checked}
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(table(results, checked, meta))
+    print(f"\nwrote {out}")
+    if args.plot:
+        if plot(results, args.plot):
+            print(f"wrote {args.plot}")
+        else:
+            print("no plot: matplotlib is not installed (pip install -e '.[bench]')")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,422 @@
+"""The measurements. Each case runs in a fresh database file under ``workdir`` and returns
+plain data (rates in messages per second, latencies in milliseconds, every round kept).
+
+The floor is raw sqlite3 doing the commits a claim and an ack need, with nothing else:
+``BEGIN IMMEDIATE``, a primary-key SELECT, an UPDATE, ``COMMIT``; then a DELETE in its own
+(autocommit) transaction. Every case sends the same event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import sqlite3
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from transports_core import Event, open_async_transport, open_transport
+
+from . import _seed
+
+EVENT = Event(kind="step.completed", execution="exec-000042", step=7, payload="x" * 64)
+RAW = EVENT.model_dump_json()
+WORKER = "bench-worker"
+VISIBILITY = 30.0
+
+Result = dict[str, Any]
+
+
+def summary(unit: str, rounds: list[float], **extra: Any) -> Result:
+    return {"unit": unit, "median": statistics.median(rounds), "rounds": rounds, **extra}
+
+
+class Workdir:
+    """Hands out fresh database paths and removes each case's files afterwards."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._n = 0
+
+    @contextmanager
+    def db(self, name: str) -> Iterator[Path]:
+        self._n += 1
+        path = self.root / f"{self._n:03d}-{name}.db"
+        try:
+            yield path
+        finally:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _raw_connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.execute(
+        "CREATE TABLE messages (seq INTEGER PRIMARY KEY AUTOINCREMENT, group_id TEXT NOT NULL,"
+        " event TEXT NOT NULL, locked_by TEXT, lock_expiry REAL)"
+    )
+    return conn
+
+
+def _rows(n: int, groups: int) -> list[tuple[str, str]]:
+    return [(f"group-{i % groups}", RAW) for i in range(n)]
+
+
+def _items(n: int, groups: int) -> list[tuple[str, Event, int]]:
+    return [(f"group-{i % groups}", EVENT, 0) for i in range(n)]
+
+
+Round = Callable[[], None]
+
+
+def interleaved(
+    rounds: int, n: int, cases: dict[str, AbstractContextManager[Round]]
+) -> dict[str, Result]:
+    """Messages per second of each case, the cases' rounds taken in turn.
+
+    On a shared, noisy machine a burst of load then hits every case of a comparison
+    alike, so their ratio (the figure the targets are about) stays meaningful.
+    """
+    rates: dict[str, list[float]] = {name: [] for name in cases}
+    with ExitStack() as stack:
+        runs = {name: stack.enter_context(case) for name, case in cases.items()}
+        for r in range(rounds):
+            names = list(runs)
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                start = time.perf_counter()
+                runs[name]()
+                rates[name].append(n / (time.perf_counter() - start))
+    return {name: summary("msg/s", rates[name]) for name in cases}
+
+
+# -- claim + ack ------------------------------------------------------------------------
+
+
+@contextmanager
+def floor(work: Workdir, synchronous: str, n: int, rounds: int) -> Iterator[Round]:
+    with work.db("floor") as path:
+        conn = _raw_connect(path, synchronous)
+        conn.execute("BEGIN")
+        insert = "INSERT INTO messages (group_id, event) VALUES (?, ?)"
+        conn.executemany(insert, _rows(n * rounds, 10))
+        conn.execute("COMMIT")
+        seqs = iter(range(1, n * rounds + 1))
+
+        def run() -> None:
+            for _, seq in zip(range(n), seqs, strict=False):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("SELECT seq, group_id, event FROM messages WHERE seq = ?", (seq,))
+                conn.execute(
+                    "UPDATE messages SET locked_by = ?, lock_expiry = ? WHERE seq = ?",
+                    (WORKER, time.time() + VISIBILITY, seq),
+                )
+                conn.execute("COMMIT")
+                conn.execute("DELETE FROM messages WHERE seq = ?", (seq,))
+
+        yield run
+        conn.close()
+
+
+@contextmanager
+def transport_sync(work: Workdir, synchronous: str, n: int, rounds: int) -> Iterator[Round]:
+    with (
+        work.db("sync") as path,
+        open_transport(f"sqlite:///{path}", synchronous=synchronous) as t,
+    ):
+        t.publish_many(_items(n * rounds, 10))
+
+        def run() -> None:
+            for _ in range(n):
+                lease = t.claim(WORKER, VISIBILITY)
+                assert lease is not None
+                t.ack(lease)
+
+        yield run
+
+
+@contextmanager
+def transport_async(work: Workdir, synchronous: str, n: int, rounds: int) -> Iterator[Round]:
+    loop = asyncio.new_event_loop()
+    with work.db("async") as path:
+        t = open_async_transport(f"sqlite:///{path}", synchronous=synchronous)
+        loop.run_until_complete(t.publish_many(_items(n * rounds, 10)))
+
+        async def cycles() -> None:
+            for _ in range(n):
+                lease = await t.claim(WORKER, VISIBILITY)
+                assert lease is not None
+                await t.ack(lease)
+
+        try:
+            yield lambda: loop.run_until_complete(cycles())
+        finally:
+            loop.run_until_complete(t.close())
+            loop.close()
+
+
+# -- publish ------------------------------------------------------------------------------
+
+
+@contextmanager
+def publish_raw(work: Workdir, synchronous: str, n: int) -> Iterator[Round]:
+    with work.db("publish-raw") as path:
+        conn = _raw_connect(path, synchronous)
+        insert = "INSERT INTO messages (group_id, event) VALUES (?, ?)"
+
+        def run() -> None:
+            for i in range(n):
+                conn.execute(insert, (f"group-{i % 10}", RAW))
+
+        yield run
+        conn.close()
+
+
+@contextmanager
+def publish_transport(work: Workdir, synchronous: str, n: int) -> Iterator[Round]:
+    with (
+        work.db("publish") as path,
+        open_transport(f"sqlite:///{path}", synchronous=synchronous) as t,
+    ):
+
+        def run() -> None:
+            for i in range(n):
+                t.publish(f"group-{i % 10}", EVENT)
+
+        yield run
+
+
+@contextmanager
+def publish_many_raw(work: Workdir, synchronous: str, batches: int) -> Iterator[Round]:
+    batch = _rows(1000, 10)
+    with work.db("publish-many-raw") as path:
+        conn = _raw_connect(path, synchronous)
+        insert = "INSERT INTO messages (group_id, event) VALUES (?, ?)"
+
+        def run() -> None:
+            for _ in range(batches):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany(insert, batch)
+                conn.execute("COMMIT")
+
+        yield run
+        conn.close()
+
+
+@contextmanager
+def publish_many_transport(work: Workdir, synchronous: str, batches: int) -> Iterator[Round]:
+    batch = _items(1000, 10)
+    with (
+        work.db("publish-many") as path,
+        open_transport(f"sqlite:///{path}", synchronous=synchronous) as t,
+    ):
+
+        def run() -> None:
+            for _ in range(batches):
+                t.publish_many(batch)
+
+        yield run
+
+
+# -- backlog scaling ----------------------------------------------------------------------
+
+
+def _build_backlog(path: Path, size: int, groups: int) -> None:
+    # publish_many in large batches into a fresh file, then a checkpoint so that the
+    # measurement does not pay for folding the build's WAL back into the database.
+    with open_transport(f"sqlite:///{path}", synchronous="off") as t:
+        for start in range(0, size, 50_000):
+            stop = min(size, start + 50_000)
+            t.publish_many([(f"group-{i % groups}", EVENT, 0) for i in range(start, stop)])
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
+def backlog(
+    work: Workdir, sizes: tuple[int, ...], groups: int, n: int, synchronous: str
+) -> dict[int, Result]:
+    """Claim+ack latency (ms) at each backlog size, all files open at once and measured in
+    turns of 100 cycles, so that load on the machine falls on every size alike."""
+    with ExitStack() as stack:
+        transports = {}
+        builds = {}
+        for size in sizes:
+            path = stack.enter_context(work.db(f"backlog-{size}-{groups}"))
+            started = time.perf_counter()
+            _build_backlog(path, size, min(groups, size))
+            builds[size] = time.perf_counter() - started
+            url = f"sqlite:///{path}"
+            transports[size] = stack.enter_context(open_transport(url, synchronous=synchronous))
+        lat: dict[int, list[float]] = {size: [] for size in sizes}
+        measured = {size: min(n, size // 2) for size in sizes}
+        for turn in range(-1, max(measured.values()) // 100 + 1):  # turn -1 warms up
+            for size, t in transports.items():
+                for _ in range(min(100, measured[size] - 100 * max(turn, 0))):
+                    start = time.perf_counter()
+                    lease = t.claim(WORKER, VISIBILITY)
+                    assert lease is not None
+                    t.ack(lease)
+                    if turn >= 0:
+                        lat[size].append((time.perf_counter() - start) * 1000)
+    return {
+        size: summary("ms", lat[size], size=size, groups=min(groups, size), build_s=builds[size])
+        for size in sizes
+    }
+
+
+def _latencies(n: int, cycle: Callable[[], None]) -> list[float]:
+    cycle()
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        cycle()
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def backlog_seed(work: Workdir, size: int, groups: int, n: int, synchronous: str) -> Result:
+    groups = min(groups, size)
+    with work.db(f"seed-{size}-{groups}") as path:
+        conn = _seed.create(str(path), _rows(size, groups), synchronous)
+
+        def cycle() -> None:
+            assert _seed.claim_ack(conn, time.time(), WORKER)
+
+        lat = _latencies(n, cycle)
+        conn.close()
+    return summary("ms", lat, size=size, groups=groups)
+
+
+# -- several processes ----------------------------------------------------------------------
+
+
+def _worker(url: str, synchronous: str, ready: Any, start: Any, out: Any) -> None:
+    done, errors = 0, []
+    try:
+        with open_transport(url, synchronous=synchronous) as t:
+            ready.put(os.getpid())
+            start.wait()
+            while True:
+                lease = t.claim(f"worker-{os.getpid()}", VISIBILITY)
+                if lease is None:
+                    break
+                t.ack(lease)
+                done += 1
+    except Exception as exc:  # reported, not raised: the parent counts what reached callers
+        errors.append(f"{type(exc).__name__}: {exc}")
+    out.put((done, errors))
+
+
+def processes(work: Workdir, workers: int, total: int, synchronous: str) -> Result:
+    ctx = multiprocessing.get_context("spawn")
+    with work.db(f"procs-{workers}") as path:
+        url = f"sqlite:///{path}"
+        with open_transport(url, synchronous=synchronous) as t:
+            t.publish_many(_items(total, 1000))
+        ready, start, out = ctx.Queue(), ctx.Event(), ctx.Queue()
+        procs = [
+            ctx.Process(target=_worker, args=(url, synchronous, ready, start, out))
+            for _ in range(workers)
+        ]
+        for p in procs:
+            p.start()
+        for _ in procs:  # every process has imported and connected before the clock starts
+            ready.get(timeout=120)
+        began = time.perf_counter()
+        start.set()
+        results = [out.get(timeout=600) for _ in procs]
+        elapsed = time.perf_counter() - began
+        for p in procs:
+            p.join()
+        with open_transport(url) as t:
+            left = t.claim("bench-check", 1.0)
+    done = sum(count for count, _ in results)
+    errors = [e for _, errs in results for e in errs]
+    return {
+        "unit": "msg/s",
+        "median": done / elapsed,
+        "workers": workers,
+        "done": done,
+        "errors": errors,
+        "drained": left is None and done == total,
+    }
+
+
+# -- peers -----------------------------------------------------------------------------------
+
+
+def peer_persist_queue(work: Workdir, n: int) -> Result | None:
+    try:
+        import persistqueue
+    except ImportError:
+        return None
+    with work.db("persist-queue") as path:
+        path.mkdir()
+        try:
+            q = persistqueue.SQLiteAckQueue(str(path), multithreading=False, auto_commit=True)
+            conn: Any = q._getter  # the queue's own connection, to read its settings
+            synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
+            start = time.perf_counter()
+            for _ in range(n):
+                q.put(RAW)
+            put = n / (time.perf_counter() - start)
+            start = time.perf_counter()
+            for _ in range(n):
+                item = q.get(block=False)
+                q.ack(item)
+            get = n / (time.perf_counter() - start)
+            conn.close()
+        finally:
+            for child in path.iterdir():
+                child.unlink()
+            path.rmdir()
+    return {"put": put, "get_ack": get, "synchronous": _SYNC_NAMES.get(synchronous, synchronous)}
+
+
+def peer_litequeue(work: Workdir, n: int) -> Result | None:
+    try:
+        import litequeue
+    except ImportError:
+        return None
+    with work.db("litequeue") as path:
+        q = litequeue.LiteQueue(str(path))
+        synchronous = q.conn.execute("PRAGMA synchronous").fetchone()[0]
+        start = time.perf_counter()
+        for _ in range(n):
+            q.put(RAW)
+        put = n / (time.perf_counter() - start)
+        start = time.perf_counter()
+        for _ in range(n):
+            message = q.pop()
+            q.done(message.message_id)
+        get = n / (time.perf_counter() - start)
+        q.close()
+    return {"put": put, "get_ack": get, "synchronous": _SYNC_NAMES.get(synchronous, synchronous)}
+
+
+_SYNC_NAMES = {0: "off", 1: "normal", 2: "full", 3: "extra"}
+
+
+def ours_like_peer(work: Workdir, n: int, synchronous: str) -> Result:
+    """The transport doing what a peer case does: n publishes, then n claim+acks."""
+    with (
+        work.db("ours-peer") as path,
+        open_transport(f"sqlite:///{path}", synchronous=synchronous) as t,
+    ):
+        start = time.perf_counter()
+        for i in range(n):
+            t.publish(f"group-{i % 10}", EVENT)
+        put = n / (time.perf_counter() - start)
+        start = time.perf_counter()
+        for _ in range(n):
+            lease = t.claim(WORKER, VISIBILITY)
+            assert lease is not None
+            t.ack(lease)
+        get = n / (time.perf_counter() - start)
+    return {"put": put, "get_ack": get, "synchronous": synchronous}

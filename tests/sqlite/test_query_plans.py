@@ -1,0 +1,147 @@
+"""Every statement a claim, ack, nack, extend or publish runs is an index seek.
+
+SQLite's `EXPLAIN QUERY PLAN` for each statement in `_sql`, and for each statement inside
+the triggers that maintain `groups` (with ``NEW.x``/``OLD.x`` bound as parameters, which
+is how SQLite codes them), must name no full scan of a table and no temporary B-tree for
+a sort. A plan that would make a claim cost grow with the backlog fails here, with no
+timing involved.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from transports_core import Event
+from transports_sqlite import SqliteOptions, SqliteTransport
+from transports_sqlite import _sql as sql
+
+# The statements the hot paths run; each is checked on its own.
+STATEMENTS = {
+    "PUBLISH": sql.PUBLISH,
+    "PUBLISH_ROW": sql.PUBLISH_ROW,
+    "LAST_SEQ": sql.LAST_SEQ,
+    "WAKE_LAPSED": sql.WAKE_LAPSED,
+    "CLAIM_HEAD": sql.CLAIM_HEAD,
+    "MARK_CLAIMED": sql.MARK_CLAIMED,
+    "ACK": sql.ACK,
+    "RELEASE": sql.RELEASE,
+    "EXTEND": sql.EXTEND,
+}
+
+# The seed design's claim, taken literally: a scan of messages, a list subquery scanning
+# messages again, and a sort. The checker must reject it, or it checks nothing.
+SEED_CLAIM = """
+SELECT m.seq, m.group_id, m.event
+  FROM messages m JOIN groups g ON g.group_id = m.group_id
+ WHERE (m.locked_by IS NULL OR m.lock_expiry < :now)
+   AND m.group_id NOT IN (
+       SELECT group_id FROM messages WHERE locked_by IS NOT NULL AND lock_expiry >= :now)
+   AND g.priority >= :min_priority
+ ORDER BY g.last_claimed_at ASC, m.seq ASC LIMIT 1
+"""
+
+# Scans that read no table: a SELECT without FROM, and the <= 5 candidates of a claim's
+# per-priority seeks (the MERGE of its arms' output, numbered by SQLite).
+BOUNDED_SCANS = {"SCAN CONSTANT ROW", *(f"SCAN (subquery-{n})" for n in range(1, 20))}
+
+TRIGGER = re.compile(r"CREATE TRIGGER (\w+)(.*?)\bBEGIN\b(.*)\bEND\b", re.S)
+WHEN = re.compile(r"\bWHEN\b(.*)", re.S)
+ROW_REF = re.compile(r"\b(NEW|OLD)\.(\w+)")
+PARAM = re.compile(r"(?<![:\w]):(\w+)")
+
+
+def _trigger_statements() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for ddl in sql.SCHEMA:
+        match = TRIGGER.search(ddl)
+        if match is None:
+            continue
+        name, head, body = match.groups()
+        statements = [s for s in body.split(";") if s.strip()]
+        when = WHEN.search(head)
+        if when is not None:  # the condition runs on every row too
+            statements.append(f"SELECT {when[1]}")
+        for number, statement in enumerate(statements):
+            found[f"{name}[{number}]"] = ROW_REF.sub(
+                lambda ref: f":{ref[1].lower()}_{ref[2]}", statement
+            )
+    return found
+
+
+TRIGGER_STATEMENTS = _trigger_statements()
+
+
+def _plan(conn: sqlite3.Connection, statement: str) -> list[str]:
+    if "?" in statement:
+        params: object = (1,) * statement.count("?")
+    else:
+        params = dict.fromkeys(PARAM.findall(statement), 1)
+    return [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}", params)]  # type: ignore[arg-type]
+
+
+def _problems(plan: list[str]) -> list[str]:
+    """Plan lines that read a table or index without a seek, or sort."""
+    return [
+        line
+        for line in plan
+        if "TEMP B-TREE" in line
+        or (line.startswith("SCAN") and line not in BOUNDED_SCANS)
+        or "LIST SUBQUERY" in line
+    ]
+
+
+@pytest.fixture(scope="module")
+def conn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sqlite3.Connection]:
+    path: Path = tmp_path_factory.mktemp("plans") / "q.db"
+    with SqliteTransport[Event](SqliteOptions(str(path))) as transport:
+        transport.publish_many([(f"g{i % 7}", Event(i=i), i % 5) for i in range(50)])
+    connection = sqlite3.connect(path)
+    yield connection
+    connection.close()
+
+
+def test_triggers_were_found() -> None:
+    # One statement per trigger at least: a silently empty list would check nothing.
+    names = {key.split("[")[0] for key in TRIGGER_STATEMENTS}
+    assert names == {"messages_insert_group", "messages_lease_group", "messages_delete_group"}
+
+
+@pytest.mark.parametrize("name", sorted(STATEMENTS))
+def test_statement_is_index_seeks_only(conn: sqlite3.Connection, name: str) -> None:
+    plan = _plan(conn, STATEMENTS[name])  # empty for an INSERT ... VALUES: no reads
+    assert not _problems(plan), f"{name} plan:\n" + "\n".join(plan)
+
+
+@pytest.mark.parametrize("name", sorted(TRIGGER_STATEMENTS))
+def test_trigger_statement_is_index_seeks_only(conn: sqlite3.Connection, name: str) -> None:
+    plan = _plan(conn, TRIGGER_STATEMENTS[name])
+    assert not _problems(plan), f"{name} plan:\n" + "\n".join(plan)
+
+
+def test_claim_seeks_the_turn_index_once_per_priority_level(conn: sqlite3.Connection) -> None:
+    seeks = [line for line in _plan(conn, sql.CLAIM_HEAD) if "groups" in line]
+    assert len(seeks) == 5, seeks
+    assert all("INDEX groups_by_turn (busy_until=? AND priority=?)" in s for s in seeks), seeks
+
+
+@pytest.mark.parametrize("name", ["ACK", "RELEASE", "EXTEND", "MARK_CLAIMED"])
+def test_settling_finds_its_row_by_primary_key(conn: sqlite3.Connection, name: str) -> None:
+    (line,) = _plan(conn, STATEMENTS[name])
+    assert line.startswith("SEARCH"), line
+    assert "PRIMARY KEY" in line, line
+
+
+def test_wake_seeks_only_the_lapsed_groups(conn: sqlite3.Connection) -> None:
+    (line,) = _plan(conn, sql.WAKE_LAPSED)
+    assert "INDEX groups_by_turn (busy_until<?)" in line
+
+
+def test_checker_rejects_the_seed_claim(conn: sqlite3.Connection) -> None:
+    problems = _problems(_plan(conn, SEED_CLAIM))
+    assert any(p.startswith("SCAN m") for p in problems), problems
+    assert any("TEMP B-TREE" in p for p in problems), problems

@@ -1,0 +1,54 @@
+"""`python -m bench --quick` keeps working: it exits 0 and writes every case and target.
+
+Timings are not checked here (speed is judged by the benchmark itself, never by tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quick_benchmark_runs_and_writes_its_report(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert set(report) == {"meta", "cases", "targets"}
+    cases = report["cases"]
+    for key in (
+        "floor.full",
+        "floor.normal",
+        "sync.full",
+        "sync.normal",
+        "async.full",
+        "async.normal",
+        "publish.full",
+        "publish_raw.full",
+        "publish_many.normal",
+        "publish_many_raw.normal",
+        "backlog.10.2000",
+        "seed.10.2000",
+        "processes.normal.1",
+        "processes.normal.4",
+        "peers.ours.full",
+    ):
+        assert cases[key] is not None, key
+    for workers in (1, 4):
+        run = cases[f"processes.normal.{workers}"]
+        assert run["errors"] == []
+        assert run["drained"] is True
+    names = {t["name"] for t in report["targets"]}
+    assert "claim+ack vs floor, synchronous=full" in names
+    assert "4 processes vs 1, synchronous=normal" in names
+    assert "claim+ack" in done.stdout  # the table was printed
+    assert not list(tmp_path.glob("bench-*")), "the benchmark left its databases behind"
