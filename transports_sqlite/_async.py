@@ -10,14 +10,24 @@ each whole transaction. The connection is opened lazily, on first use, like
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
+import time
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Generic, TypeVar
 
 import aiosqlite
 
-from transports_core import Event, Lease, TransportError
+from transports_core import (
+    DeadLetter,
+    Event,
+    GroupInfo,
+    HeldGroup,
+    Lease,
+    QueueStats,
+    TransportError,
+)
 from transports_core._codec import EventCodec
 
 try:
@@ -25,12 +35,10 @@ try:
 except ImportError:  # Python 3.10
     from typing_extensions import Self
 
-import contextlib
-
 from . import _ops
 from . import _sql as sql
-from ._errors import sqlite_errors
-from ._url import SqliteOptions, database_target
+from ._errors import is_transient, retry_delay, sqlite_errors
+from ._url import SqliteOptions, database_target, wal_bytes
 
 E = TypeVar("E")
 T = TypeVar("T")
@@ -79,35 +87,72 @@ class AsyncSqliteTransport(Generic[E]):
                 target, uri=True, isolation_level=None, timeout=options.busy_timeout / 1000
             )
         try:
-            await self._transaction(conn, _ops.setup(options.path))
-            with sqlite_errors(options.path):
-                for pragma in sql.session_pragmas(options.synchronous, options.memory):
-                    await conn.execute(pragma)
+            # Look before asking for the write lock, so that a read-only queue opens.
+            if await self._transaction(conn, _ops.needs_setup(options.path), sql.BEGIN_READ):
+                await self._transaction(conn, _ops.setup(options.path))
+            session = _ops.session(options.synchronous, options.memory)
+            await self._transaction(conn, session, None)
         except BaseException:
             await asyncio.shield(conn.close())
             raise
         return conn
 
-    async def _transaction(self, conn: aiosqlite.Connection, op: _ops.Op[T]) -> T:
+    async def _transaction(
+        self, conn: aiosqlite.Connection, op: _ops.Op[T], begin: str | None = sql.BEGIN_WRITE
+    ) -> T:
+        """Run ``op`` in one transaction, retried on contention: see the sync twin."""
+        started = time.monotonic()
+        failures = 0
         with sqlite_errors(self._options.path):
-            try:
-                # IMMEDIATE takes the write lock now: see the sync twin.
-                await conn.execute("BEGIN IMMEDIATE")
-                value = await _drive(conn, op(self._options.clock()))
-                await conn.execute("COMMIT")
-            except BaseException:
-                # Shielded: a second cancellation must not leave the transaction open.
-                await asyncio.shield(_rollback(conn))
-                raise
-            return value
+            while True:
+                try:
+                    return await self._attempt(conn, op, begin)
+                except sqlite3.OperationalError as exc:
+                    failures += 1
+                    elapsed = time.monotonic() - started
+                    delay = retry_delay(exc, failures, elapsed, self._options.busy_timeout / 1000)
+                    if delay is None:
+                        raise
+                await asyncio.sleep(delay)
 
-    async def _run(self, op: _ops.Op[T]) -> T:
+    async def _attempt(self, conn: aiosqlite.Connection, op: _ops.Op[T], begin: str | None) -> T:
+        if begin is None:  # statements that must run outside a transaction
+            return await _drive(conn, op(self._options.clock()))
+        try:
+            await conn.execute(begin)
+            value = await _drive(conn, op(self._options.clock()))
+            await conn.execute("COMMIT")
+        except BaseException:
+            # Shielded: a second cancellation must not leave the transaction open.
+            await asyncio.shield(_rollback(conn))
+            raise
+        return value
+
+    async def _run(self, op: _ops.Op[T], begin: str | None = sql.BEGIN_WRITE) -> T:
         async with self._lock:
             if self._closed:
                 raise TransportError(f"{self!r} is closed")
             if self._conn is None:
                 self._conn = await self._connect()
-            return await self._transaction(self._conn, op)
+            return await self._transaction(self._conn, op, begin)
+
+    async def _idle(self) -> None:
+        """A claim found nothing: shrink a large WAL, without waiting (see the sync twin)."""
+        if not _ops.checkpoint_due(wal_bytes(self._options)):
+            return
+        async with self._lock:
+            conn = self._conn
+            if conn is None:
+                return
+            with sqlite_errors(self._options.path):
+                await conn.execute(sql.busy_timeout(0))
+                try:
+                    await (await conn.execute(sql.CHECKPOINT_TRUNCATE)).fetchall()
+                except sqlite3.OperationalError as exc:
+                    if not is_transient(exc):
+                        raise
+                finally:
+                    await asyncio.shield(conn.execute(sql.busy_timeout(self._options.busy_timeout)))
 
     async def publish(self, group_id: str, event: E, priority: int = 0) -> int:
         return await self._run(_ops.publish(self._codec, group_id, event, priority))
@@ -118,8 +163,14 @@ class AsyncSqliteTransport(Generic[E]):
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0
     ) -> Lease[E] | None:
-        claimed = await self._run(_ops.claim(worker_id, visibility, min_priority))
-        return None if claimed is None else claimed.lease(self._codec)
+        o = self._options
+        claimed = await self._run(
+            _ops.claim(worker_id, visibility, min_priority, o.max_attempts, o.on_dead)
+        )
+        if claimed is None:
+            await self._idle()
+            return None
+        return claimed.lease(self._codec)
 
     async def ack(self, lease: Lease[object]) -> None:
         await self._run(_ops.ack(lease))
@@ -129,6 +180,27 @@ class AsyncSqliteTransport(Generic[E]):
 
     async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
         return await self._run(_ops.extend(lease, visibility))
+
+    async def stats(self) -> QueueStats:
+        return await self._run(_ops.stats(), sql.BEGIN_READ)
+
+    async def groups(self, limit: int = 10) -> list[GroupInfo]:
+        return await self._run(_ops.groups(limit), sql.BEGIN_READ)
+
+    async def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        return await self._run(_ops.dead_letters(limit), sql.BEGIN_READ)
+
+    async def held_groups(self) -> list[HeldGroup]:
+        return await self._run(_ops.held_groups(), sql.BEGIN_READ)
+
+    async def requeue(self, seq: int) -> bool:
+        return await self._run(_ops.requeue(seq))
+
+    async def discard(self, seq: int) -> bool:
+        return await self._run(_ops.discard(seq))
+
+    async def purge_group(self, group_id: str) -> int:
+        return await self._run(_ops.purge_group(group_id))
 
     async def close(self) -> None:
         async with self._lock:
