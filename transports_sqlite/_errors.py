@@ -38,6 +38,7 @@ _TRANSIENT_TEXT = ("database is locked", "database is busy", "database table is 
 # Backoff between whole-transaction retries: full jitter over a doubling ceiling.
 RETRY_FIRST = 0.002
 RETRY_CAP = 0.1
+RETRY_BUDGET = 2  # in busy timeouts
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -55,17 +56,19 @@ def retry_delay(
     exc: BaseException,
     failures: int,
     elapsed: float,
-    budget: float,
+    busy_timeout: float,
     rand: Callable[[], float] = random.random,
 ) -> float | None:
     """Seconds to wait before running a transaction again after its ``failures``-th
     failure (1 for the first), ``elapsed`` seconds after its first attempt began; or None
     to give up and let ``exc`` through.
 
-    Only contention is retried, and only while ``budget`` seconds (the busy timeout) have
-    not passed. Each attempt may itself wait up to the busy timeout inside SQLite, so a
-    caller waits at most about twice the busy timeout in all.
+    Only contention is retried, and only until twice ``busy_timeout`` (seconds) have
+    passed: so a BEGIN IMMEDIATE that waited out the whole busy timeout gets another go.
+    As each attempt may itself wait up to the busy timeout inside SQLite, a call gives up
+    after at most about three busy timeouts.
     """
+    budget = RETRY_BUDGET * busy_timeout
     if not is_transient(exc) or elapsed >= budget:
         return None
     ceiling = min(RETRY_CAP, RETRY_FIRST * (1 << min(failures - 1, 16)))
