@@ -11,6 +11,7 @@ ones).
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -85,5 +86,19 @@ def sqlite_errors(path: str) -> Iterator[None]:
         text = str(exc).lower()
         for needle, why in _WHY:
             if needle in text:
-                raise TransportError(f"{path}: {why} ({exc})") from exc
+                hint = _read_only_hint(path) if needle == "readonly" else ""
+                raise TransportError(f"{path}: {why}{hint} ({exc})") from exc
         raise TransportError(f"{path}: SQLite error: {exc}") from exc
+
+
+def _read_only_hint(path: str) -> str:
+    """Why SQLite may not write: the file, or the directory where the WAL files go."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(f"{path}-shm") and not os.access(parent, os.W_OK):
+        return (
+            f": directory {parent!r} is not writable, and SQLite must create the -wal and "
+            "-shm files beside the database to use it"
+        )
+    if not os.access(path, os.W_OK):
+        return ": the file is not writable"
+    return ""
