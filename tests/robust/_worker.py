@@ -21,6 +21,7 @@ from typing import TextIO
 
 from transports_core import Event, Lease, LeaseLost, TransportError, open_transport
 from transports_sqlite import SqliteTransport, _ops, _sql
+from transports_sqlite._url import parse_url
 
 Journal = TextIO
 
@@ -39,7 +40,7 @@ def settle(
     try:
         if roll < 0.12:  # work longer: extend, then ack
             visibility = rng.uniform(0.2, 0.8)
-            note(journal, "E?", *fence, time.time())
+            note(journal, "E?", *fence, repr(visibility), time.time())
             lease = transport.extend(lease, visibility)
             note(journal, "E", *fence, repr(lease.expires_at))
             roll = 0.0
@@ -123,9 +124,7 @@ def drain(db: str, journal: Journal, seed: int, name: str) -> None:
 def hold(db: str) -> None:
     """Take the write lock through the transport's own runner, write half a batch, say so
     on stdout, and wait to be killed."""
-    transport: SqliteTransport[Event] = SqliteTransport(
-        __import__("transports_sqlite").parse_url(f"sqlite:///{db}", {})
-    )
+    transport: SqliteTransport[Event] = SqliteTransport(parse_url(f"sqlite:///{db}", {}))
     rows = [(f"half-{i}", 0, '{"id":"half"}') for i in range(50)]
 
     def op(now: float) -> _ops.Steps[None]:

@@ -194,3 +194,23 @@ def test_journal_check_catches_broken_promises(tmp_path: Path) -> None:
     assert "message 2 delivered before 1 was done" in text
     assert "message 2 delivered before 1 was acked" in text
     assert len(problems) == 6, text
+
+
+def test_journal_check_allows_what_a_cut_short_call_may_have_done(tmp_path: Path) -> None:
+    """No false alarms: a kill during extend may have shortened the lease, and a kill during
+    ack may have acked the message."""
+    (tmp_path / "w0.1.log").write_text(
+        "P? 1 a g\nP 2 a g 1\n"
+        "C 3 1 g 1 120.0 20.0 a\n"  # leased from 100 to 120
+        "E? 4 1 1 0.5 101.0\n"  # killed while extending by 0.5 s at 101: maybe ends 101.5
+    )
+    (tmp_path / "w1.1.log").write_text(
+        "C 5 1 g 2 112.0 10.0 a\n"  # re-leased at 102
+        "A? 6 1 2 103.0\n"  # killed while acking; the message is gone afterwards
+    )
+    journals = _journal.read(sorted(tmp_path.glob("*.log")))
+    assert _journal.check(journals, set(), set(), set()) == []
+    # Had the ack not happened, the message would still be queued after the chaos.
+    assert _journal.check(journals, set(), {1}, {1}) == [
+        "message 1 left in the queue after the drain"
+    ]
