@@ -3,6 +3,16 @@ registry that opens a backend by URL. Knows nothing of any particular backend.""
 
 from __future__ import annotations
 
+from ._admin import (
+    AsyncTransportAdmin,
+    DeadLetter,
+    GroupInfo,
+    GroupState,
+    HeldGroup,
+    PriorityStats,
+    QueueStats,
+    TransportAdmin,
+)
 from ._errors import EventDecodeError, LeaseLost, TransportError, UnknownBackend
 from ._models import Event, Lease
 from ._protocol import AsyncTransport, Transport
@@ -19,12 +29,20 @@ from ._registry import (
 __all__ = [
     "ENTRY_POINT_GROUP",
     "AsyncTransport",
+    "AsyncTransportAdmin",
     "Backend",
+    "DeadLetter",
     "Event",
     "EventDecodeError",
+    "GroupInfo",
+    "GroupState",
+    "HeldGroup",
     "Lease",
     "LeaseLost",
+    "PriorityStats",
+    "QueueStats",
     "Transport",
+    "TransportAdmin",
     "TransportError",
     "UnknownBackend",
     "known_schemes",

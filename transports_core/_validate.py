@@ -18,7 +18,9 @@ __all__ = [
     "check_delay",
     "check_group_id",
     "check_lease",
+    "check_limit",
     "check_priority",
+    "check_seq",
     "check_visibility",
     "check_worker_id",
 ]
@@ -97,3 +99,19 @@ def check_items(items: object) -> list[tuple[object, object, object]]:
             )
         checked.append(item)
     return checked
+
+
+def check_seq(seq: object) -> int:
+    if isinstance(seq, bool) or not isinstance(seq, int):
+        raise TypeError(f"seq must be an int, got {seq!r}")
+    if seq < 1:
+        raise ValueError(f"seq must be >= 1, got {seq!r}")
+    return seq
+
+
+def check_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an int >= 1, got {limit!r}")
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit!r}")
+    return limit

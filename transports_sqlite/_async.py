@@ -12,13 +12,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Generic, TypeVar
 
 import aiosqlite
 
-from transports_core import Event, Lease, TransportError
+from transports_core import (
+    DeadLetter,
+    Event,
+    GroupInfo,
+    HeldGroup,
+    Lease,
+    QueueStats,
+    TransportError,
+)
 from transports_core._codec import EventCodec
 
 try:
@@ -26,11 +35,10 @@ try:
 except ImportError:  # Python 3.10
     from typing_extensions import Self
 
-
 from . import _ops
 from . import _sql as sql
-from ._errors import sqlite_errors
-from ._url import SqliteOptions, database_target
+from ._errors import is_transient, retry_delay, sqlite_errors
+from ._url import SqliteOptions, database_target, wal_bytes
 
 E = TypeVar("E")
 T = TypeVar("T")
@@ -54,13 +62,11 @@ async def _drive(conn: aiosqlite.Connection, steps: _ops.Steps[T]) -> T:
         return value
 
 
-async def _rollback(conn: aiosqlite.Connection, close: bool = False) -> None:
+async def _rollback(conn: aiosqlite.Connection) -> None:
     # Queued behind whatever the thread is still running for us, so it always lands on our
     # own transaction; "no transaction is active" just means BEGIN failed or COMMIT won.
     with contextlib.suppress(sqlite3.OperationalError):
         await conn.execute("ROLLBACK")
-    if close:
-        await conn.close()
 
 
 class AsyncSqliteTransport(Generic[E]):
@@ -82,24 +88,48 @@ class AsyncSqliteTransport(Generic[E]):
                 target, uri=True, isolation_level=None, timeout=options.busy_timeout / 1000
             )
         try:
-            with sqlite_errors(options.path):
-                await conn.execute(sql.NEW_FILE_PAGE_SIZE)
-            await self._transaction(conn, _ops.setup(options.path))
-            with sqlite_errors(options.path):
-                for pragma in sql.session_pragmas(options.synchronous, options.memory):
-                    await conn.execute(pragma)
+            # Look before asking for the write lock, so that a read-only queue opens.
+            if await self._transaction(conn, _ops.needs_setup(options.path), sql.BEGIN_READ):
+                await self._transaction(conn, _ops.new_file(), None)
+                await self._transaction(conn, _ops.setup(options.path))
+            session = _ops.session(options.synchronous, options.memory)
+            await self._transaction(conn, session, None)
         except BaseException:
-            await asyncio.shield(_rollback(conn, close=True))
+            await asyncio.shield(conn.close())
             raise
         return conn
 
-    async def _transaction(self, conn: aiosqlite.Connection, op: _ops.Op[T]) -> T:
+    async def _transaction(
+        self, conn: aiosqlite.Connection, op: _ops.Op[T], begin: str | None = sql.BEGIN_WRITE
+    ) -> T:
+        """Run ``op`` in one transaction, retried on contention: see the sync twin."""
+        started = time.monotonic()
+        failures = 0
         with sqlite_errors(self._options.path):
-            # IMMEDIATE takes the write lock now: see the sync twin.
-            await conn.execute("BEGIN IMMEDIATE")
+            while True:
+                try:
+                    return await self._attempt(conn, op, begin)
+                except sqlite3.OperationalError as exc:
+                    failures += 1
+                    elapsed = time.monotonic() - started
+                    delay = retry_delay(exc, failures, elapsed, self._options.busy_timeout / 1000)
+                    if delay is None:
+                        raise
+                await asyncio.sleep(delay)
+
+    async def _attempt(self, conn: aiosqlite.Connection, op: _ops.Op[T], begin: str | None) -> T:
+        if begin is None:  # statements that must run outside a transaction
+            return await _drive(conn, op(self._options.clock()))
+        await conn.execute(begin)
+        try:
             value = await _drive(conn, op(self._options.clock()))
             await conn.execute("COMMIT")
-            return value
+        except Exception:
+            # A failed attempt is rolled back before it is retried or raised. A cancellation
+            # is not waited for here: `_run` hands its rollback to a task.
+            await _rollback(conn)
+            raise
+        return value
 
     async def _abandon(self, conn: aiosqlite.Connection) -> None:
         try:
@@ -107,29 +137,49 @@ class AsyncSqliteTransport(Generic[E]):
         finally:
             self._lock.release()
 
-    async def _run(self, op: _ops.Op[T]) -> T:
+    async def _run(self, op: _ops.Op[T], begin: str | None = sql.BEGIN_WRITE) -> T:
         await self._lock.acquire()
         try:
             if self._closed:
                 raise TransportError(f"{self!r} is closed")
             if self._conn is None:
                 self._conn = await self._connect()
-        except BaseException:
+            conn = self._conn
+            value = await self._transaction(conn, op, begin)
+        except Exception:
             self._lock.release()
             raise
-        conn = self._conn
-        try:
-            value = await self._transaction(conn, op)
         except BaseException:
-            # Roll back in a task of its own that keeps the lock until it is done: the
-            # caller (cancelled, say, while SQLite waits for the write lock) returns at
-            # once, and no other task's statement can slip into the abandoned transaction.
-            task = asyncio.get_running_loop().create_task(self._abandon(conn))
+            # Cancelled, say while SQLite waits for the write lock: return at once, and roll
+            # back in a task that keeps the lock until it is done, so that no other task's
+            # statement can slip into the abandoned transaction.
+            if self._conn is None:
+                self._lock.release()
+                raise
+            task = asyncio.get_running_loop().create_task(self._abandon(self._conn))
             self._rollbacks.add(task)
             task.add_done_callback(self._rollbacks.discard)
             raise
         self._lock.release()
         return value
+
+    async def _idle(self) -> None:
+        """A claim found nothing: shrink a large WAL, without waiting (see the sync twin)."""
+        if not _ops.checkpoint_due(wal_bytes(self._options)):
+            return
+        async with self._lock:
+            conn = self._conn
+            if conn is None:
+                return
+            with sqlite_errors(self._options.path):
+                await conn.execute(sql.busy_timeout(0))
+                try:
+                    await (await conn.execute(sql.CHECKPOINT_TRUNCATE)).fetchall()
+                except sqlite3.OperationalError as exc:
+                    if not is_transient(exc):
+                        raise
+                finally:
+                    await asyncio.shield(conn.execute(sql.busy_timeout(self._options.busy_timeout)))
 
     async def publish(self, group_id: str, event: E, priority: int = 0) -> int:
         return await self._run(_ops.publish(self._codec, group_id, event, priority))
@@ -140,8 +190,14 @@ class AsyncSqliteTransport(Generic[E]):
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0
     ) -> Lease[E] | None:
-        claimed = await self._run(_ops.claim(worker_id, visibility, min_priority))
-        return None if claimed is None else claimed.lease(self._codec)
+        o = self._options
+        claimed = await self._run(
+            _ops.claim(worker_id, visibility, min_priority, o.max_attempts, o.on_dead)
+        )
+        if claimed is None:
+            await self._idle()
+            return None
+        return claimed.lease(self._codec)
 
     async def ack(self, lease: Lease[object]) -> None:
         await self._run(_ops.ack(lease))
@@ -151,6 +207,27 @@ class AsyncSqliteTransport(Generic[E]):
 
     async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
         return await self._run(_ops.extend(lease, visibility))
+
+    async def stats(self) -> QueueStats:
+        return await self._run(_ops.stats(), sql.BEGIN_READ)
+
+    async def groups(self, limit: int = 10) -> list[GroupInfo]:
+        return await self._run(_ops.groups(limit), sql.BEGIN_READ)
+
+    async def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        return await self._run(_ops.dead_letters(limit), sql.BEGIN_READ)
+
+    async def held_groups(self) -> list[HeldGroup]:
+        return await self._run(_ops.held_groups(), sql.BEGIN_READ)
+
+    async def requeue(self, seq: int) -> bool:
+        return await self._run(_ops.requeue(seq))
+
+    async def discard(self, seq: int) -> bool:
+        return await self._run(_ops.discard(seq))
+
+    async def purge_group(self, group_id: str) -> int:
+        return await self._run(_ops.purge_group(group_id))
 
     async def close(self) -> None:
         async with self._lock:

@@ -1,14 +1,20 @@
-"""Translating sqlite3 errors into `TransportError`s that name the database file.
+"""Translating sqlite3 errors into `TransportError`s that name the database file, and
+deciding which failed transactions are worth running again.
 
 Only what a caller can act on is translated (the file is locked, read-only, full, not a
-database, cannot be opened); programming errors pass through unchanged. Used by both
-drivers; imports sqlite3 only for its exception classes (aiosqlite raises the same ones).
+database, cannot be opened); programming errors pass through unchanged. Contention is not
+something a caller can act on, so it is retried before it is translated: `retry_delay` is
+the one place that decides whether and when, and both runners only loop over it. Used by
+both drivers; imports sqlite3 only for its exception classes (aiosqlite raises the same
+ones).
 """
 
 from __future__ import annotations
 
+import os
+import random
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from transports_core import TransportError
@@ -24,6 +30,51 @@ _WHY = (
     ("disk i/o", "a disk I/O error occurred"),
 )
 
+# Primary result codes that mean "someone else holds a lock right now": SQLITE_BUSY (also
+# returned by WAL recovery and checkpoints, where the busy handler is not always called),
+# SQLITE_LOCKED, and SQLITE_PROTOCOL (a WAL lock race SQLite gave up retrying itself).
+_TRANSIENT_CODES = frozenset({5, 6, 15})
+_TRANSIENT_TEXT = ("database is locked", "database is busy", "database table is locked")
+
+# Backoff between whole-transaction retries: full jitter over a doubling ceiling.
+RETRY_FIRST = 0.002
+RETRY_CAP = 0.1
+RETRY_BUDGET = 2  # in busy timeouts
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True if ``exc`` is lock contention that a fresh attempt of the transaction may pass."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11
+    if code is not None:
+        return code & 0xFF in _TRANSIENT_CODES
+    text = str(exc).lower()
+    return any(needle in text for needle in _TRANSIENT_TEXT)
+
+
+def retry_delay(
+    exc: BaseException,
+    failures: int,
+    elapsed: float,
+    busy_timeout: float,
+    rand: Callable[[], float] = random.random,
+) -> float | None:
+    """Seconds to wait before running a transaction again after its ``failures``-th
+    failure (1 for the first), ``elapsed`` seconds after its first attempt began; or None
+    to give up and let ``exc`` through.
+
+    Only contention is retried, and only until twice ``busy_timeout`` (seconds) have
+    passed: so a BEGIN IMMEDIATE that waited out the whole busy timeout gets another go.
+    As each attempt may itself wait up to the busy timeout inside SQLite, a call gives up
+    after at most about three busy timeouts.
+    """
+    budget = RETRY_BUDGET * busy_timeout
+    if not is_transient(exc) or elapsed >= budget:
+        return None
+    ceiling = min(RETRY_CAP, RETRY_FIRST * (1 << min(failures - 1, 16)))
+    return min(rand() * ceiling, budget - elapsed)
+
 
 @contextmanager
 def sqlite_errors(path: str) -> Iterator[None]:
@@ -35,5 +86,19 @@ def sqlite_errors(path: str) -> Iterator[None]:
         text = str(exc).lower()
         for needle, why in _WHY:
             if needle in text:
-                raise TransportError(f"{path}: {why} ({exc})") from exc
+                hint = _read_only_hint(path) if needle == "readonly" else ""
+                raise TransportError(f"{path}: {why}{hint} ({exc})") from exc
         raise TransportError(f"{path}: SQLite error: {exc}") from exc
+
+
+def _read_only_hint(path: str) -> str:
+    """Why SQLite may not write: the file, or the directory where the WAL files go."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(f"{path}-shm") and not os.access(parent, os.W_OK):
+        return (
+            f": directory {parent!r} is not writable, and SQLite must create the -wal and "
+            "-shm files beside the database to use it"
+        )
+    if not os.access(path, os.W_OK):
+        return ": the file is not writable"
+    return ""

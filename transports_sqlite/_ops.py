@@ -13,7 +13,16 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
-from transports_core import LeaseLost, TransportError
+from transports_core import (
+    DeadLetter,
+    GroupInfo,
+    GroupState,
+    HeldGroup,
+    LeaseLost,
+    PriorityStats,
+    QueueStats,
+    TransportError,
+)
 from transports_core._codec import EventCodec
 from transports_core._models import Lease
 from transports_core._validate import (
@@ -21,7 +30,9 @@ from transports_core._validate import (
     check_delay,
     check_group_id,
     check_lease,
+    check_limit,
     check_priority,
+    check_seq,
     check_visibility,
     check_worker_id,
 )
@@ -64,26 +75,63 @@ class Claimed(NamedTuple):
         return codec.lease(*self)
 
 
+def _is_empty(path: str, identity: Result) -> bool:
+    """True for an empty database; None of ours raises, naming the file."""
+    ((tables, app_id, version),) = identity.rows
+    # Only a pristine database is adopted: one with no tables may still carry another
+    # application's application_id or user_version, which the schema would overwrite.
+    if (tables, app_id, version) == (0, 0, 0):
+        return True
+    if app_id != sql.APPLICATION_ID:
+        raise TransportError(
+            f"{path} is a SQLite database of another application "
+            f"(application_id {app_id}); refusing to use it as a queue"
+        )
+    if version != sql.SCHEMA_VERSION:
+        raise TransportError(
+            f"{path} has queue schema version {version}; this version of "
+            f"durable-transports knows version {sql.SCHEMA_VERSION}"
+        )
+    return False
+
+
+def needs_setup(path: str) -> Op[bool]:
+    """Read-only: is the database empty? Refuse a foreign or unknown one. Run first, in a
+    read transaction, so that a read-only queue opens without asking for the write lock."""
+
+    def steps(now: float) -> Steps[bool]:
+        return _is_empty(path, (yield Stmt(sql.READ_IDENTITY)))
+
+    return steps
+
+
 def setup(path: str) -> Op[None]:
-    """Create the schema in an empty database; refuse a foreign or unknown one."""
+    """Create the schema in an empty database (checked again under the write lock, as
+    another process may have created it since `needs_setup`)."""
 
     def steps(now: float) -> Steps[None]:
-        ((tables, app_id, version),) = (yield Stmt(sql.READ_IDENTITY)).rows
-        # Only a pristine database is adopted: one with no tables may still carry another
-        # application's application_id or user_version, which the schema would overwrite.
-        if (tables, app_id, version) == (0, 0, 0):
+        if _is_empty(path, (yield Stmt(sql.READ_IDENTITY))):
             for statement in sql.SCHEMA:
                 yield Stmt(statement)
-        elif app_id != sql.APPLICATION_ID:
-            raise TransportError(
-                f"{path} is a SQLite database of another application "
-                f"(application_id {app_id}); refusing to use it as a queue"
-            )
-        elif version != sql.SCHEMA_VERSION:
-            raise TransportError(
-                f"{path} has queue schema version {version}; this version of "
-                f"durable-transports knows version {sql.SCHEMA_VERSION}"
-            )
+
+    return steps
+
+
+def new_file() -> Op[None]:
+    """Settings that only a file without tables takes; run outside a transaction."""
+
+    def steps(now: float) -> Steps[None]:
+        yield Stmt(sql.NEW_FILE_PAGE_SIZE)
+
+    return steps
+
+
+def session(synchronous: str, memory: bool) -> Op[None]:
+    """Per-connection settings; they must run outside a transaction."""
+
+    def steps(now: float) -> Steps[None]:
+        for pragma in sql.session_pragmas(synchronous, memory):
+            yield Stmt(pragma)
 
     return steps
 
@@ -115,31 +163,63 @@ def publish_many(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) 
     return steps
 
 
-def claim(worker_id: str, visibility: float, min_priority: int) -> Op[Claimed | None]:
+def claim(
+    worker_id: str,
+    visibility: float,
+    min_priority: int,
+    max_attempts: int | None = None,
+    on_dead: str = "release",
+) -> Op[Claimed | None]:
+    """Lease the next ready head. With ``max_attempts``, a head that has had that many
+    deliveries is buried instead (see `_bury`) and the claim goes on to the next one."""
     worker_id = check_worker_id(worker_id)
     visibility = check_visibility(visibility)
     min_priority = check_priority(min_priority, "min_priority")
 
     def steps(now: float) -> Steps[Claimed | None]:
         expires_at = now + visibility
+        params = {
+            "worker_id": worker_id,
+            "expires_at": expires_at,
+            "min_priority": min_priority,
+        }
         yield Stmt(sql.WAKE_LAPSED, {"now": now})
-        rows = (
-            yield Stmt(
-                sql.CLAIM_HEAD,
-                {
-                    "worker_id": worker_id,
-                    "expires_at": expires_at,
-                    "min_priority": min_priority,
-                },
-            )
-        ).rows
-        if not rows:
-            return None
-        seq, group_id, raw, attempt = rows[0]
-        yield Stmt(sql.MARK_CLAIMED, {"now": now, "group_id": group_id})
-        return Claimed(seq, group_id, raw, worker_id, attempt, expires_at)
+        # Each pass buries one message for good, so this ends.
+        while True:
+            rows = (yield Stmt(sql.CLAIM_HEAD, params)).rows
+            if not rows:
+                return None
+            seq, group_id, raw, attempt = rows[0]
+            if (
+                max_attempts is not None
+                and attempt > max_attempts
+                and (yield from _bury(now, seq, attempt - 1, max_attempts, on_dead))
+            ):
+                continue
+            yield Stmt(sql.MARK_CLAIMED, {"now": now, "group_id": group_id})
+            return Claimed(seq, group_id, raw, worker_id, attempt, expires_at)
 
     return steps
+
+
+def _bury(now: float, seq: int, delivered: int, max_attempts: int, on_dead: str) -> Steps[bool]:
+    """Move the just-leased message ``seq`` to the dead letters if it has had its
+    ``max_attempts`` deliveries (counted since its last requeue); return whether it did."""
+    rows = (yield Stmt(sql.REQUEUED_ATTEMPTS, {"seq": seq})).rows
+    since_requeue = delivered - (rows[0][0] if rows else 0)
+    if since_requeue < max_attempts:
+        return False
+    reason = f"not acked after {since_requeue} deliveries (max_attempts={max_attempts})"
+    yield Stmt(sql.BURY, {"seq": seq, "attempts": delivered, "reason": reason, "now": now})
+    if on_dead == "hold":
+        yield Stmt(
+            sql.HOLD_MESSAGE,
+            {"seq": seq, "parked": PARKED, "held": sql.HELD, "attempts": delivered},
+        )
+    else:
+        yield Stmt(sql.DROP_MESSAGE, {"seq": seq})
+    yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
+    return True
 
 
 def _fence(lease: Lease[object]) -> dict[str, Any]:
@@ -184,5 +264,150 @@ def extend(lease: Lease[T], visibility: float) -> Op[Lease[T]]:
         return Lease(
             lease.seq, lease.group_id, lease.event, lease.worker_id, lease.attempt, expires_at
         )
+
+    return steps
+
+
+def checkpoint_due(wal_bytes: int) -> bool:
+    """Whether a claim that found nothing should checkpoint and truncate a WAL this big."""
+    return wal_bytes > sql.IDLE_WAL_BYTES
+
+
+# --- admin: reads run in a deferred (read) transaction, writes under the write lock ------
+
+
+def _priority_stats(priority: int, counts: Sequence[int], dead: int) -> PriorityStats:
+    ready, in_flight, parked = counts
+    return PriorityStats(priority, ready, in_flight, parked, dead)
+
+
+def stats() -> Op[QueueStats]:
+    def steps(now: float) -> Steps[QueueStats]:
+        live = {
+            row[0]: row[1:]
+            for row in (
+                yield Stmt(sql.MESSAGE_COUNTS, {"now": now, "parked": PARKED, "held": sql.HELD})
+            ).rows
+        }
+        dead = dict((yield Stmt(sql.DEAD_COUNTS)).rows)
+        by_priority = tuple(
+            _priority_stats(p, live.get(p, (0, 0, 0)), dead.get(p, 0))
+            for p in sorted(live.keys() | dead.keys())
+        )
+        return QueueStats(
+            ready=sum(p.ready for p in by_priority),
+            in_flight=sum(p.in_flight for p in by_priority),
+            parked=sum(p.parked for p in by_priority),
+            dead=sum(p.dead for p in by_priority),
+            by_priority=by_priority,
+        )
+
+    return steps
+
+
+def _group_info(row: Sequence[Any], now: float) -> GroupInfo:
+    group_id, priority, head_seq, last_claimed_at, locked_by, lock_expiry, depth = row
+    state: GroupState
+    if lock_expiry == sql.HELD:
+        state, depth = "held", depth - 1
+    elif locked_by is None or lock_expiry < now:
+        state = "ready"
+    else:
+        state = "parked" if locked_by == PARKED else "in_flight"
+    return GroupInfo(
+        group_id=group_id,
+        priority=priority,
+        depth=depth,
+        head_seq=head_seq,
+        state=state,
+        busy_until=lock_expiry if state in ("parked", "in_flight") else None,
+        last_claimed_at=last_claimed_at or None,
+    )
+
+
+def groups(limit: int) -> Op[list[GroupInfo]]:
+    limit = check_limit(limit)
+
+    def steps(now: float) -> Steps[list[GroupInfo]]:
+        rows = (yield Stmt(sql.DEEPEST_GROUPS, {"limit": limit})).rows
+        return [_group_info(row, now) for row in rows]
+
+    return steps
+
+
+def dead_letters(limit: int | None) -> Op[list[DeadLetter]]:
+    params = {"limit": -1 if limit is None else check_limit(limit)}  # LIMIT -1: no limit
+
+    def steps(now: float) -> Steps[list[DeadLetter]]:
+        rows = (yield Stmt(sql.LIST_DEAD_LETTERS, params)).rows
+        return [
+            DeadLetter(seq, group_id, priority, event, attempts, reason, dead_at, bool(held))
+            for seq, group_id, priority, event, attempts, reason, dead_at, held in rows
+        ]
+
+    return steps
+
+
+def held_groups() -> Op[list[HeldGroup]]:
+    def steps(now: float) -> Steps[list[HeldGroup]]:
+        rows = (yield Stmt(sql.LIST_HELD_GROUPS)).rows
+        return [
+            HeldGroup(group_id=group_id, seq=seq, waiting=waiting, since=dead_at)
+            for group_id, seq, dead_at, waiting in rows
+        ]
+
+    return steps
+
+
+def requeue(seq: int) -> Op[bool]:
+    seq = check_seq(seq)
+
+    def steps(now: float) -> Steps[bool]:
+        rows = (yield Stmt(sql.DEAD_LETTER, {"seq": seq})).rows
+        if not rows:
+            return False
+        group_id, attempts, held = rows[0]
+        if held:
+            yield Stmt(sql.UNHOLD_MESSAGE, {"seq": seq, "held": sql.HELD})
+        else:
+            holder = (
+                yield Stmt(sql.GROUP_LEASE_HOLDER, {"group_id": group_id, "parked": PARKED})
+            ).rows
+            if holder:
+                raise TransportError(
+                    f"cannot requeue message {seq}: worker {holder[0][0]!r} holds a lease "
+                    f"in its group {group_id!r}; requeue it once that lease is settled"
+                )
+            yield Stmt(sql.RESTORE_MESSAGE, {"seq": seq})
+        yield Stmt(sql.PRUNE_REQUEUED)
+        yield Stmt(sql.MARK_REQUEUED, {"seq": seq, "attempts": attempts})
+        yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
+        return True
+
+    return steps
+
+
+def discard(seq: int) -> Op[bool]:
+    seq = check_seq(seq)
+
+    def steps(now: float) -> Steps[bool]:
+        if (yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})).rowcount == 0:
+            return False
+        yield Stmt(sql.DROP_HELD_MESSAGE, {"seq": seq, "held": sql.HELD})
+        yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
+        return True
+
+    return steps
+
+
+def purge_group(group_id: str) -> Op[int]:
+    params = {"group_id": check_group_id(group_id)}
+
+    def steps(now: float) -> Steps[int]:
+        # A held dead letter is in both tables; count it once.
+        ((held,),) = (yield Stmt(sql.COUNT_HELD_IN_GROUP, params | {"held": sql.HELD})).rows
+        messages = (yield Stmt(sql.PURGE_GROUP_MESSAGES, params)).rowcount
+        dead = (yield Stmt(sql.PURGE_GROUP_DEAD_LETTERS, params)).rowcount
+        return int(messages + dead - held)
 
     return steps

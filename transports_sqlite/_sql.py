@@ -22,9 +22,14 @@ SCHEMA_VERSION: Final = 1
 # Small pages: a claim or an ack rewrites a handful of pages (the message, its group,
 # their index entries), and a WAL commit costs about as much per page as the bytes it
 # writes; 1 KiB pages make each commit roughly twice as cheap as 4 KiB ones. Run before
-# `setup`, outside any transaction: it applies only to a file with no tables yet, and
-# changes nothing in any other.
+# `setup`, outside any transaction, and only when the file is new.
 NEW_FILE_PAGE_SIZE: Final = "PRAGMA page_size = 1024"
+
+# Writes take the write lock up front (IMMEDIATE), so that claims in every process
+# serialize and a transaction never has to upgrade a read lock (which can fail with BUSY).
+# Reads (the admin interface) take none, so they also work on a read-only file.
+BEGIN_WRITE: Final = "BEGIN IMMEDIATE"
+BEGIN_READ: Final = "BEGIN"
 
 READ_IDENTITY: Final = """
 SELECT (SELECT count(*) FROM sqlite_master),
@@ -93,6 +98,25 @@ SCHEMA: Final = (
          WHERE group_id = OLD.group_id;
     END
     """,
+    # Dead letters (opt-in, max_attempts): a message keeps its seq here, so that a requeue
+    # puts it back in its original place. A dead letter that holds its group (on_dead=hold)
+    # also stays in `messages` as the group's head, parked for ever (HELD): so a held dead
+    # letter is exactly a seq present in both tables.
+    """
+    CREATE TABLE dead_letters (
+        seq       INTEGER PRIMARY KEY,
+        group_id  TEXT    NOT NULL,
+        priority  INTEGER NOT NULL,
+        event     TEXT    NOT NULL,
+        attempts  INTEGER NOT NULL,     -- deliveries it had, none acked
+        reason    TEXT    NOT NULL,
+        dead_at   REAL    NOT NULL
+    )
+    """,
+    "CREATE INDEX dead_letters_by_group ON dead_letters (group_id, seq)",
+    # A requeued message keeps its attempt count (the fencing token must never repeat for a
+    # seq), so max_attempts counts its deliveries from the attempts it had when requeued.
+    "CREATE TABLE requeued (seq INTEGER PRIMARY KEY, attempts INTEGER NOT NULL)",
     f"PRAGMA application_id = {APPLICATION_ID}",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
@@ -158,8 +182,148 @@ UPDATE messages SET lock_expiry = :lock_expiry
 """
 
 
+# --- dead letters -----------------------------------------------------------------------
+
+# A held dead letter's lock_expiry: later than any `now`, so its group is never ready.
+HELD: Final = float("inf")
+
+# Deliveries a message had when it was last requeued (its max_attempts allowance starts
+# there); no row: never requeued.
+REQUEUED_ATTEMPTS: Final = "SELECT attempts FROM requeued WHERE seq = :seq"
+
+# Run by the claim that would have delivered the message once too often, on the row it has
+# just leased, in the same transaction: the dead letter records the deliveries that really
+# happened (the claim's own increment is not one).
+BURY: Final = """
+INSERT INTO dead_letters (seq, group_id, priority, event, attempts, reason, dead_at)
+SELECT seq, group_id, priority, event, :attempts, :reason, :now FROM messages WHERE seq = :seq
+"""
+
+# on_dead=release: the message leaves the queue; the delete trigger frees its group and
+# moves the head on to the next message.
+DROP_MESSAGE: Final = "DELETE FROM messages WHERE seq = :seq"
+
+# on_dead=hold: the message stays its group's head, parked for ever, so that nothing later
+# in the group is delivered and later publishes queue behind it. Its attempt goes back to
+# the deliveries it had: no lease was handed out for the claim's increment.
+HOLD_MESSAGE: Final = """
+UPDATE messages SET locked_by = :parked, lock_expiry = :held, attempt = :attempts
+ WHERE seq = :seq
+"""
+
+FORGET_REQUEUED: Final = "DELETE FROM requeued WHERE seq = :seq"
+
+# Requeue history of acked messages is useless: trimmed at each requeue, not at each ack.
+PRUNE_REQUEUED: Final = """
+DELETE FROM requeued WHERE NOT EXISTS (SELECT 1 FROM messages WHERE messages.seq = requeued.seq)
+"""
+
+DEAD_LETTER: Final = """
+SELECT group_id, attempts, EXISTS (SELECT 1 FROM messages WHERE seq = :seq)
+  FROM dead_letters WHERE seq = :seq
+"""
+
+# A message may only become its group's head while no worker holds a lease in the group
+# (lapsed leases included: they can still be acked or extended, which would free or renew
+# the group under the new head's lease).
+GROUP_LEASE_HOLDER: Final = """
+SELECT locked_by FROM messages
+ WHERE group_id = :group_id AND locked_by IS NOT NULL AND locked_by != :parked
+ LIMIT 1
+"""
+
+# A held dead letter is still in `messages`: freeing it makes it deliverable again (the
+# lease trigger frees the group).
+UNHOLD_MESSAGE: Final = """
+UPDATE messages SET locked_by = NULL, lock_expiry = NULL WHERE seq = :seq AND lock_expiry = :held
+"""
+
+# A released dead letter goes back under its own seq: the insert trigger makes it the
+# head if it is older than the group's head (or creates the group with its priority).
+RESTORE_MESSAGE: Final = """
+INSERT INTO messages (seq, group_id, priority, event, attempt)
+SELECT seq, group_id, priority, event, attempts FROM dead_letters WHERE seq = :seq
+"""
+
+MARK_REQUEUED: Final = """
+INSERT INTO requeued (seq, attempts) VALUES (:seq, :attempts)
+ON CONFLICT (seq) DO UPDATE SET attempts = excluded.attempts
+"""
+
+FORGET_DEAD_LETTER: Final = "DELETE FROM dead_letters WHERE seq = :seq"
+
+# A held dead letter's row in `messages` (see HELD): discarding it frees its group.
+DROP_HELD_MESSAGE: Final = "DELETE FROM messages WHERE seq = :seq AND lock_expiry = :held"
+
+# --- admin --------------------------------------------------------------------------------
+
+# Per group priority (the one claims filter on). A held dead letter is counted as dead
+# only: its row in `messages` matches none of the three.
+MESSAGE_COUNTS: Final = """
+SELECT g.priority,
+       count(*) FILTER (WHERE m.locked_by IS NULL OR m.lock_expiry < :now),
+       count(*) FILTER (WHERE m.locked_by != :parked AND m.lock_expiry >= :now),
+       count(*) FILTER (WHERE m.locked_by = :parked AND m.lock_expiry >= :now
+                          AND m.lock_expiry < :held)
+  FROM messages m JOIN groups g ON g.group_id = m.group_id
+ GROUP BY g.priority
+"""
+
+DEAD_COUNTS: Final = "SELECT priority, count(*) FROM dead_letters GROUP BY priority"
+
+DEEPEST_GROUPS: Final = """
+SELECT g.group_id, g.priority, g.head_seq, g.last_claimed_at, h.locked_by, h.lock_expiry,
+       (SELECT count(*) FROM messages m WHERE m.group_id = g.group_id) AS depth
+  FROM groups g JOIN messages h ON h.seq = g.head_seq
+ ORDER BY depth DESC, g.head_seq
+ LIMIT :limit
+"""
+
+LIST_DEAD_LETTERS: Final = """
+SELECT d.seq, d.group_id, d.priority, d.event, d.attempts, d.reason, d.dead_at,
+       EXISTS (SELECT 1 FROM messages m WHERE m.seq = d.seq)
+  FROM dead_letters d
+ ORDER BY d.seq
+ LIMIT :limit
+"""
+
+LIST_HELD_GROUPS: Final = """
+SELECT d.group_id, d.seq, d.dead_at,
+       (SELECT count(*) FROM messages w WHERE w.group_id = d.group_id) - 1
+  FROM dead_letters d JOIN messages m ON m.seq = d.seq
+ ORDER BY d.seq
+"""
+
+COUNT_HELD_IN_GROUP: Final = """
+SELECT count(*) FROM messages WHERE group_id = :group_id AND lock_expiry = :held
+"""
+PURGE_GROUP_MESSAGES: Final = "DELETE FROM messages WHERE group_id = :group_id"
+PURGE_GROUP_DEAD_LETTERS: Final = "DELETE FROM dead_letters WHERE group_id = :group_id"
+
+# --- WAL housekeeping -----------------------------------------------------------------------
+
+# Under load, journal_size_limit trims the WAL to this size whenever SQLite restarts it
+# (the auto-checkpoint keeps it near 1,000 pages anyway).
+WAL_LIMIT_BYTES: Final = 1 << 20
+# When a claim finds nothing and the WAL is larger than this, the queue is idle: the WAL
+# is checkpointed and truncated to nothing, without waiting for anybody.
+IDLE_WAL_BYTES: Final = 64 << 10
+
+
+CHECKPOINT_TRUNCATE: Final = "PRAGMA wal_checkpoint(TRUNCATE)"
+
+
+def busy_timeout(milliseconds: int) -> str:
+    """Set how long a statement waits for another connection's lock (whitelisted int)."""
+    return f"PRAGMA busy_timeout = {int(milliseconds)}"
+
+
 def session_pragmas(synchronous: str, memory: bool) -> tuple[str, ...]:
     """Per-connection settings, run after `setup` (WAL must never be switched on in a file
     before we know it is ours: it rewrites the header). ``synchronous`` is whitelisted."""
-    wal = () if memory else ("PRAGMA journal_mode = WAL",)
+    wal = (
+        ()
+        if memory
+        else ("PRAGMA journal_mode = WAL", f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+    )
     return (*wal, f"PRAGMA synchronous = {synchronous.upper()}")

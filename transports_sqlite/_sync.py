@@ -7,11 +7,20 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Generic, TypeVar
 
-from transports_core import Event, Lease, TransportError
+from transports_core import (
+    DeadLetter,
+    Event,
+    GroupInfo,
+    HeldGroup,
+    Lease,
+    QueueStats,
+    TransportError,
+)
 from transports_core._codec import EventCodec
 
 try:
@@ -21,8 +30,8 @@ except ImportError:  # Python 3.10
 
 from . import _ops
 from . import _sql as sql
-from ._errors import sqlite_errors
-from ._url import SqliteOptions, database_target
+from ._errors import is_transient, retry_delay, sqlite_errors
+from ._url import SqliteOptions, database_target, wal_bytes
 
 E = TypeVar("E")
 T = TypeVar("T")
@@ -66,36 +75,71 @@ class SqliteTransport(Generic[E]):
                 timeout=options.busy_timeout / 1000,
             )
         try:
-            with sqlite_errors(options.path):
-                conn.execute(sql.NEW_FILE_PAGE_SIZE)
-            self._transaction(conn, _ops.setup(options.path))
-            with sqlite_errors(options.path):
-                for pragma in sql.session_pragmas(options.synchronous, options.memory):
-                    conn.execute(pragma)
+            # Look before asking for the write lock, so that a read-only queue opens.
+            if self._transaction(conn, _ops.needs_setup(options.path), sql.BEGIN_READ):
+                self._transaction(conn, _ops.new_file(), None)
+                self._transaction(conn, _ops.setup(options.path))
+            self._transaction(conn, _ops.session(options.synchronous, options.memory), None)
         except BaseException:
             conn.close()
             raise
         self._conn = conn
 
-    def _transaction(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
+    def _transaction(
+        self, conn: sqlite3.Connection, op: _ops.Op[T], begin: str | None = sql.BEGIN_WRITE
+    ) -> T:
+        """Run ``op`` in one transaction, again from the start while it fails on contention
+        (see `retry_delay`): nothing of a failed attempt was committed."""
+        started = time.monotonic()
+        failures = 0
         with sqlite_errors(self._options.path):
-            # IMMEDIATE takes the write lock now, so claims in every process serialize and
-            # the select-then-lease inside them cannot race.
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                value = _drive(conn, op(self._options.clock()))
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            return value
+            while True:
+                try:
+                    return self._attempt(conn, op, begin)
+                except sqlite3.OperationalError as exc:
+                    failures += 1
+                    elapsed = time.monotonic() - started
+                    delay = retry_delay(exc, failures, elapsed, self._options.busy_timeout / 1000)
+                    if delay is None:
+                        raise
+                time.sleep(delay)
 
-    def _run(self, op: _ops.Op[T]) -> T:
+    def _attempt(self, conn: sqlite3.Connection, op: _ops.Op[T], begin: str | None) -> T:
+        if begin is None:  # statements that must run outside a transaction
+            return _drive(conn, op(self._options.clock()))
+        conn.execute(begin)
+        try:
+            value = _drive(conn, op(self._options.clock()))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return value
+
+    def _run(self, op: _ops.Op[T], begin: str | None = sql.BEGIN_WRITE) -> T:
         with self._lock:
             if self._conn is None:
                 raise TransportError(f"{self!r} is closed")
-            return self._transaction(self._conn, op)
+            return self._transaction(self._conn, op, begin)
+
+    def _idle(self) -> None:
+        """A claim found nothing: a good moment to shrink a large WAL. Never waits: if
+        someone is reading or writing, the next idle claim tries again."""
+        if not _ops.checkpoint_due(wal_bytes(self._options)):
+            return
+        with self._lock, sqlite_errors(self._options.path):
+            conn = self._conn
+            if conn is None:
+                return
+            conn.execute(sql.busy_timeout(0))
+            try:
+                conn.execute(sql.CHECKPOINT_TRUNCATE).fetchall()
+            except sqlite3.OperationalError as exc:
+                if not is_transient(exc):
+                    raise
+            finally:
+                conn.execute(sql.busy_timeout(self._options.busy_timeout))
 
     def publish(self, group_id: str, event: E, priority: int = 0) -> int:
         return self._run(_ops.publish(self._codec, group_id, event, priority))
@@ -104,8 +148,14 @@ class SqliteTransport(Generic[E]):
         return self._run(_ops.publish_many(self._codec, items))
 
     def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Lease[E] | None:
-        claimed = self._run(_ops.claim(worker_id, visibility, min_priority))
-        return None if claimed is None else claimed.lease(self._codec)
+        o = self._options
+        claimed = self._run(
+            _ops.claim(worker_id, visibility, min_priority, o.max_attempts, o.on_dead)
+        )
+        if claimed is None:
+            self._idle()
+            return None
+        return claimed.lease(self._codec)
 
     def ack(self, lease: Lease[object]) -> None:
         self._run(_ops.ack(lease))
@@ -115,6 +165,27 @@ class SqliteTransport(Generic[E]):
 
     def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
         return self._run(_ops.extend(lease, visibility))
+
+    def stats(self) -> QueueStats:
+        return self._run(_ops.stats(), sql.BEGIN_READ)
+
+    def groups(self, limit: int = 10) -> list[GroupInfo]:
+        return self._run(_ops.groups(limit), sql.BEGIN_READ)
+
+    def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        return self._run(_ops.dead_letters(limit), sql.BEGIN_READ)
+
+    def held_groups(self) -> list[HeldGroup]:
+        return self._run(_ops.held_groups(), sql.BEGIN_READ)
+
+    def requeue(self, seq: int) -> bool:
+        return self._run(_ops.requeue(seq))
+
+    def discard(self, seq: int) -> bool:
+        return self._run(_ops.discard(seq))
+
+    def purge_group(self, group_id: str) -> int:
+        return self._run(_ops.purge_group(group_id))
 
     def close(self) -> None:
         with self._lock:

@@ -21,6 +21,8 @@ MEMORY = ":memory:"
 
 Synchronous = Literal["off", "normal", "full", "extra"]
 SYNCHRONOUS_LEVELS: tuple[Synchronous, ...] = ("off", "normal", "full", "extra")
+OnDead = Literal["release", "hold"]
+ON_DEAD_CHOICES: tuple[OnDead, ...] = ("release", "hold")
 
 
 @dataclass(frozen=True)
@@ -31,12 +33,21 @@ class SqliteOptions:
     ``normal`` may lose the last commits on power loss (never on a process crash) and
     is much faster; ``off`` may corrupt on power loss.
     ``busy_timeout``: milliseconds a writer waits for another's write lock.
+    ``max_attempts``: deliveries a message gets before the claim that would deliver it
+    again moves it to the dead letters instead; None (default): never.
+    ``on_dead``: what a dead letter does to its group: ``release`` (default) lets the
+    group go on with its next message; ``hold`` blocks the group until the dead letter
+    is requeued or discarded.
+    ``file_mode``: permission bits of a database file this transport creates (0o600).
     ``clock``: seconds since the epoch; injectable for tests (keyword only).
     """
 
     path: str
     synchronous: Synchronous = "full"
     busy_timeout: int = 5000
+    max_attempts: int | None = None
+    on_dead: OnDead = "release"
+    file_mode: int = 0o600
     clock: Callable[[], float] = time.time
 
     @property
@@ -60,6 +71,34 @@ def _busy_timeout(value: object) -> int:
     return value
 
 
+def _max_attempts(value: object) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_attempts must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def _on_dead(value: object) -> OnDead:
+    for choice in ON_DEAD_CHOICES:
+        if isinstance(value, str) and value.lower() == choice:
+            return choice
+    raise ValueError(f"on_dead must be one of {', '.join(ON_DEAD_CHOICES)}, got {value!r}")
+
+
+def _file_mode(value: object) -> int:
+    """An int (``0o640``) or, from a URL, octal digits (``640``, ``0640``, ``0o640``)."""
+    if isinstance(value, str):
+        digits = value.strip().lower().removeprefix("0o")
+        if digits and all(c in "01234567" for c in digits):
+            value = int(digits, 8)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o777:
+        raise ValueError(f"file_mode must be permission bits from 0o000 to 0o777, got {value!r}")
+    if value & 0o600 != 0o600:
+        raise ValueError(f"file_mode must let the owner read and write, got {oct(value)}")
+    return value
+
+
 def _clock(value: object) -> Callable[[], float]:
     if not callable(value):
         raise TypeError(f"clock must be a callable returning epoch seconds, got {value!r}")
@@ -69,6 +108,9 @@ def _clock(value: object) -> Callable[[], float]:
 _FROM_URL: dict[str, Callable[[object], object]] = {
     "synchronous": _synchronous,
     "busy_timeout": _busy_timeout,
+    "file_mode": _file_mode,
+    "max_attempts": _max_attempts,
+    "on_dead": _on_dead,
 }
 _FROM_KWARGS: dict[str, Callable[[object], object]] = {**_FROM_URL, "clock": _clock}
 
@@ -81,16 +123,16 @@ def parse_url(url: str, options: Mapping[str, object]) -> SqliteOptions:
         raise ValueError(f"malformed SQLite URL {redact_url(url)!r}; use {URL_FORMS}")
     path = unquote(parts.path[1:])
     if not path:
-        raise ValueError(f"SQLite URL {url!r} names no file; use {URL_FORMS}")
+        raise ValueError(f"SQLite URL {redact_url(url)!r} names no file; use {URL_FORMS}")
     if parts.fragment:
-        raise ValueError(f"SQLite URL {url!r} has a fragment (#...); use {URL_FORMS}")
+        raise ValueError(f"SQLite URL {redact_url(url)!r} has a fragment (#...); use {URL_FORMS}")
 
     chosen: dict[str, object] = {}
     for key, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
         if key not in _FROM_URL:
             raise ValueError(_unknown(key, _FROM_URL))
         if key in chosen:
-            raise ValueError(f"SQLite option {key!r} is given twice in {url!r}")
+            raise ValueError(f"SQLite option {key!r} is given twice in {redact_url(url)!r}")
         chosen[key] = _FROM_URL[key](value)
     for key, given in options.items():
         if key not in _FROM_KWARGS:
@@ -109,7 +151,9 @@ def database_target(options: SqliteOptions) -> str:
     """The URI to hand the driver, after checking what the file system can tell up front.
 
     A new file is created here, empty (SQLite reads that as an empty database) and with
-    mode 0o600, so that a queue is never readable by other users by accident.
+    mode ``file_mode`` (0o600 unless asked otherwise), so that a queue is never readable by
+    other users by accident. The mode is set exactly, whatever the umask; SQLite gives the
+    ``-wal`` and ``-shm`` files the database file's mode.
     """
     if options.memory:
         return "file::memory:"
@@ -121,10 +165,25 @@ def database_target(options: SqliteOptions) -> str:
         raise TransportError(f"{options.path}: is a directory, not a database file")
     mode = "rw"
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, options.file_mode)
     except FileExistsError:
         if not os.access(path, os.W_OK):
             mode = "ro"
     except OSError as exc:
         raise TransportError(f"{options.path}: cannot create the database file ({exc})") from exc
+    else:
+        try:
+            os.fchmod(fd, options.file_mode)
+        finally:
+            os.close(fd)
     return f"file:{quote(str(path.absolute()))}?mode={mode}"
+
+
+def wal_bytes(options: SqliteOptions) -> int:
+    """The size of the database's write-ahead log (0 when it has none)."""
+    if options.memory:
+        return 0
+    try:
+        return os.stat(f"{options.path}-wal").st_size
+    except OSError:
+        return 0

@@ -58,7 +58,7 @@ def test_options_from_keywords() -> None:
         return 5.0
 
     options = parse_url("sqlite:///q.db", {"synchronous": "off", "busy_timeout": 0, "clock": clock})
-    assert options == SqliteOptions("q.db", "off", 0, clock)
+    assert options == SqliteOptions("q.db", synchronous="off", busy_timeout=0, clock=clock)
 
 
 def test_query_and_keywords_combine() -> None:
@@ -69,13 +69,17 @@ def test_query_and_keywords_combine() -> None:
 def test_unknown_query_option_is_named_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown SQLite option 'journal'") as info:
         parse_url("sqlite:///q.db?journal=wal", {})
-    assert str(info.value).endswith("known options: busy_timeout, synchronous")
+    assert str(info.value).endswith(
+        "known options: busy_timeout, file_mode, max_attempts, on_dead, synchronous"
+    )
 
 
 def test_unknown_keyword_option_is_named_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown SQLite option 'timeout'") as info:
         parse_url("sqlite:///q.db", {"timeout": 1})
-    assert str(info.value).endswith("known options: busy_timeout, clock, synchronous")
+    assert str(info.value).endswith(
+        "known options: busy_timeout, clock, file_mode, max_attempts, on_dead, synchronous"
+    )
 
 
 def test_clock_cannot_come_from_the_url() -> None:

@@ -1,0 +1,119 @@
+"""The admin interface's reads: what they count, in what order, and that they change
+nothing."""
+
+from __future__ import annotations
+
+import inspect
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from transports_core import (
+    AsyncTransportAdmin,
+    Event,
+    PriorityStats,
+    QueueStats,
+    TransportAdmin,
+    open_transport,
+)
+from transports_sqlite import AsyncSqliteTransport, SqliteTransport
+
+
+class Clock:
+    now = 5_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_both_twins_implement_the_admin_protocols() -> None:
+    assert issubclass(SqliteTransport, TransportAdmin)
+    assert issubclass(AsyncSqliteTransport, AsyncTransportAdmin)
+    for name in ("stats", "groups", "dead_letters", "held_groups", "requeue", "discard"):
+        assert name in AsyncTransportAdmin.__dict__
+        assert name in TransportAdmin.__dict__
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["stats", "groups", "dead_letters", "held_groups", "requeue", "discard", "purge_group"],
+)
+def test_admin_twins_have_equal_signatures(name: str) -> None:
+    sync, async_ = getattr(SqliteTransport, name), getattr(AsyncSqliteTransport, name)
+    assert inspect.iscoroutinefunction(async_)
+    assert inspect.signature(sync) == inspect.signature(async_)
+
+
+def test_stats_count_each_state_per_priority(tmp_path: Path) -> None:
+    clock = Clock()
+    with open_transport(f"sqlite:///{tmp_path / 'q.db'}", clock=clock) as queue:
+        assert isinstance(queue, TransportAdmin)
+        assert queue.stats() == QueueStats(0, 0, 0, 0, ())
+        for group, priority in [("a", 0), ("b", 0), ("c", 2), ("d", 2), ("e", 4)]:
+            queue.publish(group, Event(), priority)
+            queue.publish(group, Event(), priority)
+        leased = [queue.claim("w", 10) for _ in range(3)]  # a, b (priority 0), c (2)
+        assert [lease.group_id for lease in leased if lease] == ["a", "b", "c"]
+        assert leased[1] is not None
+        queue.nack(leased[1], delay=30)  # b parked
+        lapsing = queue.claim("w", 1)  # d, with a short lease
+        assert lapsing is not None
+        clock.now += 5  # d's lease lapses: its head counts as ready again
+
+        assert queue.stats() == QueueStats(
+            ready=7,
+            in_flight=2,
+            parked=1,
+            dead=0,
+            by_priority=(
+                PriorityStats(0, ready=2, in_flight=1, parked=1, dead=0),
+                PriorityStats(2, ready=3, in_flight=1, parked=0, dead=0),
+                PriorityStats(4, ready=2, in_flight=0, parked=0, dead=0),
+            ),
+        )
+
+
+def test_groups_lists_the_deepest_backlog_first_with_its_state(tmp_path: Path) -> None:
+    clock = Clock()
+    with open_transport(f"sqlite:///{tmp_path / 'q.db'}", clock=clock) as queue:
+        assert isinstance(queue, TransportAdmin)
+        for group, depth in [("shallow", 1), ("deep", 4), ("mid", 2), ("mid-later", 2)]:
+            for _ in range(depth):
+                queue.publish(group, Event())
+        lease = queue.claim("w", 10)
+        assert lease is not None
+        assert lease.group_id == "shallow"
+        parked = queue.claim("w", 10)
+        assert parked is not None
+        queue.nack(parked, delay=60)
+
+        rows = [(g.group_id, g.depth, g.state, g.busy_until) for g in queue.groups(limit=3)]
+        assert rows == [
+            ("deep", 4, "parked", clock.now + 60),
+            ("mid", 2, "ready", None),
+            ("mid-later", 2, "ready", None),
+        ]
+        assert [g.group_id for g in queue.groups(limit=10)][-1] == "shallow"
+        shallow = queue.groups(limit=10)[-1]
+        assert (shallow.state, shallow.last_claimed_at) == ("in_flight", clock.now)
+        with pytest.raises(ValueError, match="limit must be >= 1, got 0"):
+            queue.groups(limit=0)
+
+
+def test_reads_take_no_lease_and_write_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    with open_transport(f"sqlite:///{db}") as queue:
+        assert isinstance(queue, TransportAdmin)
+        queue.publish("g", Event(n=1))
+        watcher = sqlite3.connect(db)
+        (version,) = watcher.execute("PRAGMA data_version").fetchone()
+        queue.stats()
+        queue.groups()
+        queue.dead_letters()
+        queue.held_groups()
+        assert watcher.execute("PRAGMA data_version").fetchone() == (version,)
+        watcher.close()
+        lease = queue.claim("w", 10)
+        assert lease is not None
+        assert lease.attempt == 1

@@ -1,0 +1,302 @@
+"""Opt-in dead letters (``max_attempts``, ``on_dead``) and the admin calls that repair them,
+on a real file with an injected clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from transports_core import (
+    AsyncTransportAdmin,
+    DeadLetter,
+    Event,
+    LeaseLost,
+    Transport,
+    TransportAdmin,
+    TransportError,
+    open_async_transport,
+    open_transport,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Queue(TransportAdmin, Transport[Event]):  # what open_transport gives, for mypy
+    pass
+
+
+Opener = Callable[..., Queue]
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def open_queue(tmp_path: Path, clock: Clock) -> Opener:
+    def opener(**options: Any) -> Queue:
+        transport = open_transport(f"sqlite:///{tmp_path / 'q.db'}", clock=clock, **options)
+        assert isinstance(transport, TransportAdmin)
+        return transport  # type: ignore[return-value]
+
+    return opener
+
+
+def _fail(queue: Queue, times: int, group: str = "g") -> None:
+    """Deliver the head of ``group`` ``times`` times, nacking it each time."""
+    for _ in range(times):
+        lease = queue.claim("w", 10)
+        assert lease is not None
+        assert lease.group_id == group
+        queue.nack(lease)
+
+
+def test_without_max_attempts_nothing_is_ever_dead_lettered(open_queue: Opener) -> None:
+    with open_queue() as queue:
+        queue.publish("g", Event(n=1))
+        _fail(queue, 20)
+        lease = queue.claim("w", 10)
+        assert lease is not None
+        assert lease.attempt == 21
+        assert queue.dead_letters() == []
+
+
+def test_release_moves_the_message_aside_and_the_group_goes_on(
+    open_queue: Opener, clock: Clock
+) -> None:
+    with open_queue(max_attempts=2) as queue:
+        first = queue.publish("g", Event(n=1))
+        queue.publish("g", Event(n=2))
+        _fail(queue, 2)
+        clock.now += 1
+        # The third delivery of n=1 would be one too many: the same claim buries it and
+        # hands out the group's next message.
+        lease = queue.claim("w", 10)
+        assert lease is not None
+        assert (lease.event.n, lease.attempt) == (2, 1)
+        (dead,) = queue.dead_letters()
+        assert dead == DeadLetter(
+            seq=first,
+            group_id="g",
+            priority=0,
+            event='{"n":1}',
+            attempts=2,
+            reason="not acked after 2 deliveries (max_attempts=2)",
+            dead_at=clock.now,
+            held=False,
+        )
+        stats = queue.stats()
+        assert (stats.ready, stats.in_flight, stats.dead) == (0, 1, 1)
+        assert queue.held_groups() == []
+
+
+def test_lapsed_leases_count_as_failed_deliveries(open_queue: Opener, clock: Clock) -> None:
+    with open_queue(max_attempts=1) as queue:
+        queue.publish("g", Event(n=1))
+        assert queue.claim("w", 5) is not None  # its worker dies
+        clock.now += 6
+        assert queue.claim("w", 5) is None
+        assert [d.attempts for d in queue.dead_letters()] == [1]
+
+
+def test_hold_blocks_the_group_until_the_dead_letter_is_requeued(
+    open_queue: Opener, clock: Clock
+) -> None:
+    with open_queue(max_attempts=2, on_dead="hold") as queue:
+        poison = queue.publish("g", Event(n=1))
+        queue.publish("g", Event(n=2))
+        _fail(queue, 2)
+        queue.publish("other", Event(n=9))
+        # The next claim buries g's head, and serves `other` instead.
+        lease = queue.claim("w", 10)
+        assert lease is not None
+        assert lease.group_id == "other"
+        queue.ack(lease)
+        queue.publish("g", Event(n=3))  # queues behind the dead letter
+        assert queue.claim("w", 10) is None
+        (held,) = queue.held_groups()
+        assert (held.group_id, held.seq, held.waiting, held.since) == ("g", poison, 2, clock.now)
+        assert [d.held for d in queue.dead_letters()] == [True]
+        (group,) = queue.groups()
+        assert (group.state, group.depth, group.head_seq) == ("held", 2, poison)
+        stats = queue.stats()
+        assert (stats.ready, stats.in_flight, stats.parked, stats.dead) == (2, 0, 0, 1)
+
+        assert queue.requeue(poison) is True
+        assert queue.held_groups() == []
+        assert queue.dead_letters() == []
+        # Back at the head, attempt still counting (a fencing token never repeats), with a
+        # fresh allowance of two deliveries.
+        lease = queue.claim("w", 10)
+        assert lease is not None
+        assert (lease.seq, lease.event.n, lease.attempt) == (poison, 1, 3)
+        queue.nack(lease)
+        lease = queue.claim("w", 10)
+        assert lease is not None
+        assert (lease.seq, lease.attempt) == (poison, 4)
+        queue.ack(lease)
+        assert [queue_item(queue) for _ in range(2)] == [2, 3]
+
+
+def queue_item(queue: Queue) -> int:
+    lease = queue.claim("w", 10)
+    assert lease is not None
+    queue.ack(lease)
+    n: int = lease.event.n
+    return n
+
+
+def test_discarding_a_holding_dead_letter_lets_the_group_go_on(open_queue: Opener) -> None:
+    with open_queue(max_attempts=1, on_dead="hold") as queue:
+        poison = queue.publish("g", Event(n=1))
+        queue.publish("g", Event(n=2))
+        _fail(queue, 1)
+        assert queue.claim("w", 10) is None
+        assert queue.discard(poison) is True
+        assert queue.discard(poison) is False
+        assert queue_item(queue) == 2
+        assert queue.dead_letters() == []
+        assert queue.groups() == []
+
+
+def test_requeue_returns_a_released_dead_letter_to_its_place(open_queue: Opener) -> None:
+    with open_queue(max_attempts=1) as queue:
+        poison = queue.publish("g", Event(n=1))
+        queue.publish("g", Event(n=2))
+        queue.publish("g", Event(n=3))
+        _fail(queue, 1)
+        lease = queue.claim("w", 10)  # buries n=1, delivers n=2
+        assert lease is not None
+        assert lease.event.n == 2
+        with pytest.raises(TransportError, match=r"requeue.*worker 'w' holds a lease in .*'g'"):
+            queue.requeue(poison)
+        assert [d.seq for d in queue.dead_letters()] == [poison]  # nothing changed
+        queue.ack(lease)
+        assert queue.requeue(poison) is True
+        assert queue.requeue(poison) is False
+        assert [queue_item(queue) for _ in range(2)] == [1, 3]  # ahead of n=3 again
+
+
+def test_requeue_into_a_drained_group_recreates_it_with_its_priority(open_queue: Opener) -> None:
+    with open_queue(max_attempts=1) as queue:
+        poison = queue.publish("g", Event(n=1), priority=3)
+        _fail(queue, 1)
+        assert queue.claim("w", 10) is None
+        assert queue.groups() == []
+        assert queue.requeue(poison) is True
+        (group,) = queue.groups()
+        assert (group.group_id, group.priority, group.state) == ("g", 3, "ready")
+        assert queue.claim("w", 10, min_priority=3) is not None
+
+
+def test_a_stale_lease_from_before_the_dead_letter_stays_fenced(
+    open_queue: Opener, clock: Clock
+) -> None:
+    with open_queue(max_attempts=1) as queue:
+        poison = queue.publish("g", Event(n=1))
+        stale = queue.claim("w", 5)
+        assert stale is not None
+        clock.now += 6
+        assert queue.claim("w", 5) is None  # buried
+        queue.requeue(poison)
+        fresh = queue.claim("w", 5)
+        assert fresh is not None
+        assert fresh.attempt == stale.attempt + 1
+        with pytest.raises(LeaseLost):
+            queue.ack(stale)
+        queue.ack(fresh)
+
+
+def test_purge_group_removes_messages_leases_and_dead_letters(open_queue: Opener) -> None:
+    with open_queue(max_attempts=1) as queue:
+        queue.publish("g", Event(n=1))
+        for n in range(2, 5):
+            queue.publish("g", Event(n=n))
+        _fail(queue, 1)
+        lease = queue.claim("w", 10)  # buries n=1, leases n=2
+        assert lease is not None
+        assert lease.group_id == "g"
+        queue.publish("keep", Event(n=0))
+        assert queue.purge_group("g") == 4  # three messages and one dead letter
+        with pytest.raises(LeaseLost):
+            queue.ack(lease)
+        assert queue.dead_letters() == []
+        assert [g.group_id for g in queue.groups()] == ["keep"]
+        assert queue.purge_group("nothing-here") == 0
+
+
+def test_purge_counts_a_holding_dead_letter_once(open_queue: Opener) -> None:
+    with open_queue(max_attempts=1, on_dead="hold") as queue:
+        queue.publish("g", Event(n=1))
+        queue.publish("g", Event(n=2))
+        _fail(queue, 1)
+        assert queue.claim("w", 10) is None
+        assert queue.purge_group("g") == 2
+        assert queue.stats().dead == 0
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("max_attempts=0", "max_attempts must be a whole number >= 1, got 0"),
+        ("max_attempts=two", "max_attempts must be a whole number >= 1, got 'two'"),
+        ("on_dead=drop", "on_dead must be one of release, hold, got 'drop'"),
+    ],
+)
+def test_bad_dead_letter_options_are_refused(tmp_path: Path, query: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        open_transport(f"sqlite:///{tmp_path / 'q.db'}?{query}")
+    assert not (tmp_path / "q.db").exists()
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "1", None])
+def test_admin_calls_refuse_bad_seqs_before_writing(open_queue: Opener, bad: object) -> None:
+    with open_queue() as queue, pytest.raises((TypeError, ValueError), match="seq"):
+        queue.requeue(bad)  # type: ignore[arg-type]
+
+
+def test_url_options_turn_dead_letters_on(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}?max_attempts=1&on_dead=HOLD"
+    with open_transport(url) as queue:
+        assert isinstance(queue, TransportAdmin)
+        queue.publish("g", Event(n=1))
+        lease = queue.claim("w", 10)
+        assert lease is not None
+        queue.nack(lease)
+        assert queue.claim("w", 10) is None
+        assert [h.group_id for h in queue.held_groups()] == ["g"]
+
+
+def test_async_twin_dead_letters_and_requeues(tmp_path: Path) -> None:
+    async def main() -> list[int]:
+        url = f"sqlite:///{tmp_path / 'q.db'}"
+        async with open_async_transport(url, max_attempts=1, on_dead="hold") as queue:
+            assert isinstance(queue, AsyncTransportAdmin)
+            poison = await queue.publish("g", Event(n=1))
+            await queue.publish("g", Event(n=2))
+            lease = await queue.claim("w", 10)
+            assert lease is not None
+            await queue.nack(lease)
+            assert await queue.claim("w", 10) is None
+            assert [h.seq for h in await queue.held_groups()] == [poison]
+            assert (await queue.stats()).dead == 1
+            assert (await queue.groups())[0].state == "held"
+            assert await queue.requeue(poison)
+            seen = []
+            while (lease := await queue.claim("w", 10)) is not None:
+                seen.append(lease.event.n)
+                await queue.ack(lease)
+            return seen
+
+    assert asyncio.run(main()) == [1, 2]

@@ -1,0 +1,171 @@
+"""The optional admin interface: what an operator (or the ``transports`` CLI) asks of a
+queue besides publish and claim. A backend implements it on its transport class next to
+`Transport`; callers check with ``isinstance(t, TransportAdmin)``.
+
+Reads (`stats`, `groups`, `dead_letters`, `held_groups`) never take a lease or write, so
+they work on a read-only store where the backend can read one. Imports nothing from the
+rest of the package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "AsyncTransportAdmin",
+    "DeadLetter",
+    "GroupInfo",
+    "GroupState",
+    "HeldGroup",
+    "PriorityStats",
+    "QueueStats",
+    "TransportAdmin",
+]
+
+GroupState = Literal["ready", "in_flight", "parked", "held"]
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityStats:
+    """Message counts of the groups at one priority.
+
+    ``ready``: queued, neither leased nor parked (a lapsed lease or an elapsed park counts
+    as ready; a ready message may still wait behind the head of its group).
+    ``in_flight``: leased to a worker whose lease has not lapsed.
+    ``parked``: nacked with a delay that has not elapsed.
+    ``dead``: dead letters (see `DeadLetter`), by the priority they were published with.
+    """
+
+    priority: int
+    ready: int
+    in_flight: int
+    parked: int
+    dead: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Totals over the whole queue, and the same counts per priority (ascending; only the
+    priorities that have messages or dead letters)."""
+
+    ready: int
+    in_flight: int
+    parked: int
+    dead: int
+    by_priority: tuple[PriorityStats, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """One group with messages, as `TransportAdmin.groups` reports it.
+
+    ``depth``: its queued messages (a dead letter holding it not included).
+    ``head_seq``: its oldest message, the next one it delivers.
+    ``state``: what its head is doing: ``ready``, ``in_flight`` (leased), ``parked``, or
+    ``held`` by a dead letter (``on_dead="hold"``).
+    ``busy_until``: when the head's lease or park ends; None when ready or held.
+    ``last_claimed_at``: epoch seconds of its last claim; None if never claimed.
+    """
+
+    group_id: str
+    priority: int
+    depth: int
+    head_seq: int
+    state: GroupState
+    busy_until: float | None
+    last_claimed_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message taken out of delivery after ``max_attempts`` deliveries without an ack.
+
+    ``event`` is the stored JSON text, exactly as published, so that dead letters of any
+    event type can be listed. ``held`` is True while it blocks its group
+    (``on_dead="hold"``).
+    """
+
+    seq: int
+    group_id: str
+    priority: int
+    event: str
+    attempts: int
+    reason: str
+    dead_at: float
+    held: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HeldGroup:
+    """A group blocked by its dead letter ``seq`` since ``since`` (epoch seconds), with
+    ``waiting`` messages queued behind it."""
+
+    group_id: str
+    seq: int
+    waiting: int
+    since: float
+
+
+@runtime_checkable
+class TransportAdmin(Protocol):
+    """Inspecting and repairing a queue, for operators and tools.
+
+    * Reads take no lease and write nothing; each is one consistent snapshot.
+    * ``requeue`` puts a dead letter back at the head of its group, in its original place
+      (its ``seq`` is kept), with a fresh allowance of ``max_attempts`` deliveries;
+      ``Lease.attempt`` keeps counting, so it stays a fencing token. It raises
+      `TransportError` if a worker holds a lease in that group (a lease that lapsed but
+      was not re-claimed included): requeue after it settles.
+    * ``requeue`` and ``discard`` return False when there is no dead letter ``seq``.
+    * ``purge_group`` removes a group's messages, leased ones included (their holders
+      get `LeaseLost`), and its dead letters; it returns how many it removed.
+    """
+
+    def stats(self) -> QueueStats:
+        """Counts of ready, in-flight, parked and dead messages, in total and per priority."""
+        ...
+
+    def groups(self, limit: int = 10) -> list[GroupInfo]:
+        """The ``limit`` groups with the deepest backlog, deepest first (ties: oldest head
+        first)."""
+        ...
+
+    def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        """Dead letters in ``seq`` order, at most ``limit`` (None: all)."""
+        ...
+
+    def held_groups(self) -> list[HeldGroup]:
+        """Groups blocked by a dead letter, in ``seq`` order of that dead letter."""
+        ...
+
+    def requeue(self, seq: int) -> bool:
+        """Return dead letter ``seq`` to the head of its group."""
+        ...
+
+    def discard(self, seq: int) -> bool:
+        """Delete dead letter ``seq`` for good; a group it held goes on."""
+        ...
+
+    def purge_group(self, group_id: str) -> int:
+        """Delete every message and dead letter of ``group_id``."""
+        ...
+
+
+@runtime_checkable
+class AsyncTransportAdmin(Protocol):
+    """`TransportAdmin` as coroutines, with the same contract."""
+
+    async def stats(self) -> QueueStats: ...
+
+    async def groups(self, limit: int = 10) -> list[GroupInfo]: ...
+
+    async def dead_letters(self, limit: int | None = None) -> list[DeadLetter]: ...
+
+    async def held_groups(self) -> list[HeldGroup]: ...
+
+    async def requeue(self, seq: int) -> bool: ...
+
+    async def discard(self, seq: int) -> bool: ...
+
+    async def purge_group(self, group_id: str) -> int: ...
