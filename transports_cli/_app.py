@@ -18,6 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from ._backends import backends
+from ._bench import bench
 from ._demo import demo
 from ._output import error_line, scrub
 
@@ -66,6 +67,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 cli.add_command(backends)
+cli.add_command(bench)
 cli.add_command(demo)
 
 
