@@ -262,13 +262,25 @@ def bench(url: str | None, workers: int, quick: bool, as_json: bool, out: Path |
         out.write_text(json.dumps(report, indent=2))
     if as_json:
         emit_json(report)
-        return
-    machine = meta["machine"]
+    else:
+        _print_report(report, sizes, out)
+    failed = [
+        name
+        for name, case in results.items()
+        if name.startswith("processes.") and (case["errors"] or not case["drained"])
+    ]
+    if failed:  # a benchmark that lost or duplicated work measured nothing worth having
+        first = next((e for n in failed for e in results[n]["errors"]), "messages left over")
+        raise click.ClickException(f"{', '.join(failed)} did not drain the queue: {first}")
+
+
+def _print_report(report: dict[str, Any], sizes: Sizes, out: Path | None) -> None:
+    machine = report["machine"]
     click.echo(
-        f"Benchmark of {redact_url(target)}: python {machine['python']}, "
+        f"Benchmark of {report['url']}: python {machine['python']}, "
         f"{machine['cpus']} cpus, load {machine['loadavg'][0]:.2f}, "
         f"{report['seconds']:.1f} s"
     )
-    _print_table(results, skipped, sizes)
+    _print_table(report["cases"], report["skipped"], sizes)
     if out is not None:
         click.echo(f"Wrote {out}")
