@@ -4,35 +4,38 @@ plain data (rates in messages per second, latencies in milliseconds, every round
 The floor is raw sqlite3 doing the commits a claim and an ack need, with nothing else:
 ``BEGIN IMMEDIATE``, a primary-key SELECT, an UPDATE, ``COMMIT``; then a DELETE in its own
 (autocommit) transaction. Every case sends the same event.
+
+The transport rows (claim+ack sync and async, publish, publish_many, worker processes) and
+the timing of rounds (`interleaved`) are the installed ``transports bench`` command's own
+cases, from `transports_cli._bench_cases`; here they only get a fresh file each.
 """
 
 from __future__ import annotations
 
-import asyncio
-import multiprocessing
-import os
 import sqlite3
-import statistics
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from transports_core import Event, open_async_transport, open_transport
+from transports_cli import _bench_cases as shared
+from transports_cli._bench_cases import (
+    EVENT,
+    VISIBILITY,
+    WORKER,
+    Result,
+    Round,
+    interleaved,
+    summary,
+)
+from transports_core import open_async_transport, open_transport
 
 from . import _seed
 
-EVENT = Event(kind="step.completed", execution="exec-000042", step=7, payload="x" * 64)
+__all__ = ["Result", "Round", "Workdir", "interleaved", "summary"]
+
 RAW = EVENT.model_dump_json()
-WORKER = "bench-worker"
-VISIBILITY = 30.0
-
-Result = dict[str, Any]
-
-
-def summary(unit: str, rounds: list[float], **extra: Any) -> Result:
-    return {"unit": unit, "median": statistics.median(rounds), "rounds": rounds, **extra}
 
 
 class Workdir:
@@ -68,33 +71,6 @@ def _rows(n: int, groups: int) -> list[tuple[str, str]]:
     return [(f"group-{i % groups}", RAW) for i in range(n)]
 
 
-def _items(n: int, groups: int) -> list[tuple[str, Event, int]]:
-    return [(f"group-{i % groups}", EVENT, 0) for i in range(n)]
-
-
-Round = Callable[[], None]
-
-
-def interleaved(
-    rounds: int, n: int, cases: dict[str, AbstractContextManager[Round]]
-) -> dict[str, Result]:
-    """Messages per second of each case, the cases' rounds taken in turn.
-
-    On a shared, noisy machine a burst of load then hits every case of a comparison
-    alike, so their ratio (the figure the targets are about) stays meaningful.
-    """
-    rates: dict[str, list[float]] = {name: [] for name in cases}
-    with ExitStack() as stack:
-        runs = {name: stack.enter_context(case) for name, case in cases.items()}
-        for r in range(rounds):
-            names = list(runs)
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                start = time.perf_counter()
-                runs[name]()
-                rates[name].append(n / (time.perf_counter() - start))
-    return {name: summary("msg/s", rates[name]) for name in cases}
-
-
 # -- claim + ack ------------------------------------------------------------------------
 
 
@@ -128,36 +104,20 @@ def transport_sync(work: Workdir, synchronous: str, n: int, rounds: int) -> Iter
     with (
         work.db("sync") as path,
         open_transport(f"sqlite:///{path}", synchronous=synchronous) as t,
+        shared.claim_ack(t, n, rounds) as run,
     ):
-        t.publish_many(_items(n * rounds, 10))
-
-        def run() -> None:
-            for _ in range(n):
-                lease = t.claim(WORKER, VISIBILITY)
-                assert lease is not None
-                t.ack(lease)
-
         yield run
 
 
 @contextmanager
 def transport_async(work: Workdir, synchronous: str, n: int, rounds: int) -> Iterator[Round]:
-    loop = asyncio.new_event_loop()
-    with work.db("async") as path:
-        t = open_async_transport(f"sqlite:///{path}", synchronous=synchronous)
-        loop.run_until_complete(t.publish_many(_items(n * rounds, 10)))
-
-        async def cycles() -> None:
-            for _ in range(n):
-                lease = await t.claim(WORKER, VISIBILITY)
-                assert lease is not None
-                await t.ack(lease)
-
-        try:
-            yield lambda: loop.run_until_complete(cycles())
-        finally:
-            loop.run_until_complete(t.close())
-            loop.close()
+    with (
+        work.db("async") as path,
+        shared.claim_ack_async(
+            lambda: open_async_transport(f"sqlite:///{path}", synchronous=synchronous), n, rounds
+        ) as run,
+    ):
+        yield run
 
 
 # -- publish ------------------------------------------------------------------------------
@@ -182,12 +142,8 @@ def publish_transport(work: Workdir, synchronous: str, n: int) -> Iterator[Round
     with (
         work.db("publish") as path,
         open_transport(f"sqlite:///{path}", synchronous=synchronous) as t,
+        shared.publish(t, n) as run,
     ):
-
-        def run() -> None:
-            for i in range(n):
-                t.publish(f"group-{i % 10}", EVENT)
-
         yield run
 
 
@@ -210,16 +166,11 @@ def publish_many_raw(work: Workdir, synchronous: str, batches: int) -> Iterator[
 
 @contextmanager
 def publish_many_transport(work: Workdir, synchronous: str, batches: int) -> Iterator[Round]:
-    batch = _items(1000, 10)
     with (
         work.db("publish-many") as path,
         open_transport(f"sqlite:///{path}", synchronous=synchronous) as t,
+        shared.publish_many(t, batches) as run,
     ):
-
-        def run() -> None:
-            for _ in range(batches):
-                t.publish_many(batch)
-
         yield run
 
 
@@ -296,56 +247,11 @@ def backlog_seed(work: Workdir, size: int, groups: int, n: int, synchronous: str
 # -- several processes ----------------------------------------------------------------------
 
 
-def _worker(url: str, synchronous: str, ready: Any, start: Any, out: Any) -> None:
-    done, errors = 0, []
-    try:
-        with open_transport(url, synchronous=synchronous) as t:
-            ready.put(os.getpid())
-            start.wait()
-            while True:
-                lease = t.claim(f"worker-{os.getpid()}", VISIBILITY)
-                if lease is None:
-                    break
-                t.ack(lease)
-                done += 1
-    except Exception as exc:  # reported, not raised: the parent counts what reached callers
-        errors.append(f"{type(exc).__name__}: {exc}")
-    out.put((done, errors))
-
-
 def processes(work: Workdir, workers: int, total: int, synchronous: str) -> Result:
-    ctx = multiprocessing.get_context("spawn")
     with work.db(f"procs-{workers}") as path:
-        url = f"sqlite:///{path}"
-        with open_transport(url, synchronous=synchronous) as t:
-            t.publish_many(_items(total, 1000))
-        ready, start, out = ctx.Queue(), ctx.Event(), ctx.Queue()
-        procs = [
-            ctx.Process(target=_worker, args=(url, synchronous, ready, start, out))
-            for _ in range(workers)
-        ]
-        for p in procs:
-            p.start()
-        for _ in procs:  # every process has imported and connected before the clock starts
-            ready.get(timeout=120)
-        began = time.perf_counter()
-        start.set()
-        results = [out.get(timeout=600) for _ in procs]
-        elapsed = time.perf_counter() - began
-        for p in procs:
-            p.join()
-        with open_transport(url) as t:
-            left = t.claim("bench-check", 1.0)
-    done = sum(count for count, _ in results)
-    errors = [e for _, errs in results for e in errs]
-    return {
-        "unit": "msg/s",
-        "median": done / elapsed,
-        "workers": workers,
-        "done": done,
-        "errors": errors,
-        "drained": left is None and done == total,
-    }
+        return shared.processes(
+            f"sqlite:///{path}", {"synchronous": synchronous}, workers, total, groups=1000
+        )
 
 
 # -- peers -----------------------------------------------------------------------------------

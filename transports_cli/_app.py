@@ -18,8 +18,12 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from ._backends import backends
+from ._bench import bench
+from ._dead import dead
 from ._demo import demo
+from ._inspect import inspect
 from ._output import error_line, scrub
+from ._purge import purge
 
 __all__ = ["cli", "main", "run"]
 
@@ -59,6 +63,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     Example:
       transports demo             # the built-in demo on a temporary SQLite file
       transports backends         # which URL schemes are installed
+      transports inspect sqlite:///queue.db   # what a queue holds
       transports --debug demo sqlite:///queue.db
     """
     if ctx.invoked_subcommand is None:
@@ -66,7 +71,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 cli.add_command(backends)
+cli.add_command(bench)
+cli.add_command(dead)
 cli.add_command(demo)
+cli.add_command(inspect)
+cli.add_command(purge)
 
 
 def _describe(exc: BaseException) -> str:

@@ -16,10 +16,12 @@ COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "transpor
 
 
 def transports(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120, input: str = ""
 ) -> subprocess.CompletedProcess[str]:
+    """Run the command with ``input`` on stdin (default: none, so a prompt reads EOF)."""
     return subprocess.run(
         [*COMMAND, *args],
+        input=input,
         capture_output=True,
         text=True,
         timeout=timeout,

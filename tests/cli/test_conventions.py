@@ -110,3 +110,26 @@ def test_no_color_turns_colour_off_on_a_terminal() -> None:
     assert code == 1
     assert "Error: no transport backend" in shown
     assert "\x1b[" not in shown
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["inspect", "--json"],
+        ["dead"],
+        ["dead", "requeue", "1"],
+        ["dead", "purge", "--yes"],
+        ["purge", "--group", "g", "--yes"],
+        ["bench", "--quick"],
+        ["--debug", "inspect"],
+    ],
+)
+def test_admin_and_bench_commands_never_print_a_url_password(args: list[str]) -> None:
+    url = "sqlite://user:secret@host/x.db"  # invalid: the backend refuses it, naming it
+    command = [a for a in args if a == "--debug"]
+    rest = [a for a in args if a != "--debug"]
+    result = transports(*command, rest[0], url, *rest[1:])
+    assert result.returncode == 1
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("Error: malformed SQLite URL 'sqlite://user:***@host/x.db'")
+    assert "secret" not in result.stdout + result.stderr

@@ -1,0 +1,175 @@
+"""``transports dead`` end to end: list, requeue and purge real dead letters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from transports_core import Event, open_transport
+
+from ._command import transports
+from ._queues import LONG, prepare, rows, seqs
+
+
+def _two_dead(directory: Path) -> str:
+    """A queue whose groups 'a' (seq 1) and 'b' (seq 2) each have a dead letter, with
+    'a' holding its group (on_dead=hold) and seq 3 waiting behind it."""
+    url = f"sqlite:///{directory / 'dead.db'}?max_attempts=1&on_dead=hold"
+    with open_transport(url) as queue:
+        queue.publish("a", Event(n=1))
+        queue.publish("b", Event(n=2), priority=3)
+        queue.publish("a", Event(n=3))
+        while (lease := queue.claim("w", LONG)) is not None:
+            queue.nack(lease)
+    return url
+
+
+def test_list_shows_each_dead_letter(tmp_path: Path) -> None:
+    queue = prepare(tmp_path)
+    result = transports("dead", queue.url, "list", "--json")
+    assert result.returncode == 0, result.stderr
+    [letter] = json.loads(result.stdout)
+    assert (letter["seq"], letter["group_id"], letter["priority"]) == (4, "poison", 1)
+    assert json.loads(letter["event"]) == {"step": 1}
+    assert letter["attempts"] == 1
+    assert letter["held"] is False
+    table = transports("dead", queue.url)  # list is the default action
+    assert table.returncode == 0, table.stderr
+    header, row = table.stdout.splitlines()
+    assert header.split()[:4] == ["seq", "group", "priority", "attempts"]
+    assert row.split()[:4] == ["4", "poison", "1", "1"]
+
+
+def test_list_and_limit_on_held_dead_letters(tmp_path: Path) -> None:
+    url = _two_dead(tmp_path)
+    letters = json.loads(transports("dead", url, "--json").stdout)
+    assert [(d["seq"], d["group_id"], d["held"]) for d in letters] == [
+        (1, "a", True),
+        (2, "b", True),
+    ]
+    limited = json.loads(transports("dead", url, "list", "--limit", "1", "--json").stdout)
+    assert [d["seq"] for d in limited] == [1]
+
+
+def test_no_dead_letters(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'clean.db'}"
+    open_transport(url).close()
+    assert transports("dead", url).stdout == "No dead letters.\n"
+    assert json.loads(transports("dead", url, "--json").stdout) == []
+
+
+def test_requeue_reports_requeued_and_not_found(tmp_path: Path) -> None:
+    queue = prepare(tmp_path)
+    result = transports("dead", queue.url, "requeue", "4", "99")
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        "Requeued: 4",
+        "Not found (no dead letter with that seq): 99",
+    ]
+    assert result.stderr == "Error: 1 of 2 dead letters were not requeued\n"
+    assert seqs(queue.path, "dead_letters") == []
+    assert 4 in seqs(queue.path, "messages")
+    # Back in delivery: it is poison's head again, and ready.
+    report = json.loads(transports("inspect", queue.url, "--json").stdout)
+    assert report["totals"] == {"ready": 6, "in_flight": 1, "parked": 1, "dead": 0}
+    poison = next(g for g in report["groups"] if g["group_id"] == "poison")
+    assert (poison["head_seq"], poison["state"]) == (4, "ready")
+
+
+def test_requeue_all_found_exits_0_and_json_says_which(tmp_path: Path) -> None:
+    url = _two_dead(tmp_path)
+    result = transports("dead", url, "requeue", "2", "1", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"requeued": [2, 1], "not_found": [], "refused": []}
+    assert json.loads(transports("dead", url, "--json").stdout) == []
+
+
+def test_requeue_is_refused_while_a_worker_holds_a_lease_in_the_group(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'busy.db'}?max_attempts=1"
+    with open_transport(url) as queue:
+        queue.publish("g", Event(n=1))
+        queue.publish("g", Event(n=2))
+        first = queue.claim("w", LONG)
+        assert first is not None
+        queue.nack(first)
+        second = queue.claim("w", LONG)  # buries seq 1 and leases seq 2 in the same group
+        assert second is not None
+        assert second.seq == 2
+    before = rows(tmp_path / "busy.db")
+    result = transports("dead", url, "requeue", "1", "--json")
+    assert result.returncode == 1
+    document = json.loads(result.stdout)
+    assert document["requeued"] == []
+    assert document["not_found"] == []
+    [refused] = document["refused"]
+    assert refused["seq"] == 1
+    assert "holds a lease" in refused["reason"]
+    assert rows(tmp_path / "busy.db") == before
+
+
+def test_purge_asks_and_no_changes_nothing(tmp_path: Path) -> None:
+    queue = prepare(tmp_path)
+    before = rows(queue.path)
+    for answer in ("n\n", "", "maybe\n"):  # no, end of input, and a non-answer then EOF
+        result = transports("dead", queue.url, "purge", input=answer)
+        assert result.returncode == 1
+        assert result.stdout == ""
+        assert f"Discard 1 dead letter (seq 4) from {queue.url} for good? [y/N]" in result.stderr
+        assert result.stderr.splitlines()[-1] == "Error: not confirmed; nothing was changed"
+        assert rows(queue.path) == before
+
+
+def test_purge_with_y_discards_every_dead_letter_and_nothing_else(tmp_path: Path) -> None:
+    url = _two_dead(tmp_path)
+    path = tmp_path / "dead.db"
+    messages = seqs(path, "messages")
+    result = transports("dead", url, "purge", input="y\n")
+    assert result.returncode == 0, result.stderr
+    assert "Discard 2 dead letters (seq 1, 2)" in result.stderr
+    assert "2 held groups will go on" in result.stderr
+    assert result.stdout == "Discarded 2 dead letters.\n"
+    assert seqs(path, "dead_letters") == []
+    # The held rows went with their dead letters; seq 3, waiting behind 1, is free to go.
+    assert messages == [1, 2, 3]
+    assert seqs(path, "messages") == [3]
+    with open_transport(url) as queue:
+        lease = queue.claim("w", LONG)
+        assert lease is not None
+        assert lease.seq == 3
+
+
+def test_purge_yes_json_asks_nothing(tmp_path: Path) -> None:
+    queue = prepare(tmp_path)
+    messages = seqs(queue.path, "messages")
+    result = transports("dead", queue.url, "purge", "--yes", "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert json.loads(result.stdout) == {"discarded": [4], "already_gone": []}
+    assert seqs(queue.path, "dead_letters") == []
+    assert seqs(queue.path, "messages") == messages
+    again = transports("dead", queue.url, "purge", "--yes")
+    assert again.returncode == 0
+    assert again.stdout == "No dead letters; nothing to purge.\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["list", "5"], "'list' takes no SEQ (got 5)"),
+        (["requeue"], "'requeue' needs at least one SEQ"),
+        (["requeue", "0"], "0 is not in the range x>=1"),
+        (["requeue", "x"], "'x' is not a valid integer"),
+        (["bury"], "'bury' is not one of 'list', 'requeue', 'purge'"),
+    ],
+)
+def test_usage_errors_exit_2(tmp_path: Path, args: list[str], said: str) -> None:
+    queue = prepare(tmp_path)
+    before = rows(queue.path)
+    result = transports("dead", queue.url, *args)
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert said in line
+    assert "see 'transports dead --help'" in line
+    assert rows(queue.path) == before

@@ -1,0 +1,86 @@
+"""What the admin commands (``inspect``, ``dead``, ``purge``) share: opening a queue
+through the admin protocol, reading every group, times relative to now, and asking
+before anything is deleted.
+
+Backend-neutral: a queue is opened by URL and used only through
+`transports_core.TransportAdmin`. The single backend fact here is that a SQLite URL
+naming a missing file would create one; these commands refuse instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import click
+
+from transports_core import GroupInfo, QueueStats, TransportAdmin, open_transport
+
+__all__ = ["all_groups", "confirm", "open_admin", "plural", "relative"]
+
+
+@contextmanager
+def open_admin(url: str) -> Iterator[TransportAdmin]:
+    """Open ``url`` and hand back its admin interface; refuse a backend without one."""
+    _refuse_missing_file(url)
+    with open_transport(url) as transport:
+        if not isinstance(transport, TransportAdmin):
+            scheme = url.partition("://")[0]
+            raise click.ClickException(
+                f"the {scheme!r} backend ({type(transport).__name__}) does not implement the "
+                "admin interface (transports_core.TransportAdmin), so its queues cannot be "
+                "inspected or repaired from here"
+            )
+        yield transport
+
+
+def _refuse_missing_file(url: str) -> None:
+    # Opening a SQLite URL creates a missing file: a typo would then "inspect" a new,
+    # empty queue, and leave a stray file behind.
+    if not url.startswith("sqlite:///"):
+        return
+    try:
+        path = unquote(urlsplit(url).path[1:])
+    except ValueError:  # malformed: the backend says so when it opens the URL
+        return
+    if path and path != ":memory:" and not Path(path).exists():
+        raise click.ClickException(
+            f"no queue at {path}: the file does not exist (this command never creates one)"
+        )
+
+
+def all_groups(admin: TransportAdmin, stats: QueueStats) -> list[GroupInfo]:
+    """Every group that has messages, deepest first. Each group holds at least one message
+    or dead letter, so the totals of ``stats`` bound their number."""
+    bound = stats.ready + stats.in_flight + stats.parked + stats.dead
+    return admin.groups(limit=max(1, bound))
+
+
+def relative(when: float | None, now: float) -> str:
+    """``when`` (epoch seconds) as "in 3.2 s" or "3.2 s ago"; "-" for None."""
+    if when is None:
+        return "-"
+    delta = when - now
+    return f"in {delta:.1f} s" if delta >= 0 else f"{-delta:.1f} s ago"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Go on if ``yes`` or the user answers y; otherwise fail with nothing changed. The
+    question goes to stderr, so that stdout carries only the result (``--json``)."""
+    if yes:
+        return
+    try:
+        agreed = click.confirm(question, default=False, err=True)
+    except click.Abort:  # end of input: no answer is a no
+        agreed = False
+    if not sys.stdin.isatty():  # the answer was not echoed: end the question's line
+        click.echo(err=True)
+    if not agreed:
+        raise click.ClickException("not confirmed; nothing was changed")

@@ -1,0 +1,286 @@
+"""``transports bench``: the transport-level benchmark against any URL, with a progress
+bar, a table of medians and a JSON report.
+
+The cases themselves are in `_bench_cases` (shared with the repository's ``python -m
+bench``). This module picks sizes, keeps the queue as it found it (empty), and reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from transports_core import (
+    Event,
+    Transport,
+    TransportAdmin,
+    UnknownBackend,
+    open_async_transport,
+    open_transport,
+    redact_url,
+)
+
+from . import _bench_cases as cases
+from ._output import emit_json, print_table, url_argument
+
+__all__ = ["bench"]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    n: int  # publish calls, and claim+ack cycles, per round
+    rounds: int
+    batches: int  # publish_many calls of 1,000 messages per round
+    total: int  # messages drained by each worker-process case
+
+
+FULL = Sizes(n=500, rounds=5, batches=5, total=2000)
+QUICK = Sizes(n=50, rounds=2, batches=1, total=200)
+
+
+def _refuse_busy(transport: Transport[Event], url: str) -> None:
+    # The claim cases take whatever message comes next, so another application's
+    # messages would be acked, that is lost. Dead letters are never claimed: they may stay.
+    if isinstance(transport, TransportAdmin):
+        stats = transport.stats()
+        waiting = stats.ready + stats.in_flight + stats.parked
+        if waiting:
+            raise click.ClickException(
+                f"{redact_url(url)} holds {waiting} messages; the benchmark claims and acks "
+                "whatever is queued, so it needs an empty queue"
+            )
+        return
+    lease = transport.claim("transports-bench-probe", visibility=5)
+    if lease is not None:
+        transport.nack(lease)
+        raise click.ClickException(
+            f"{redact_url(url)} already holds messages (group {lease.group_id!r}); the "
+            "benchmark claims and acks whatever is queued, so it needs an empty queue"
+        )
+
+
+def _clear(transport: Transport[Event], prefix: str) -> None:
+    """Remove what a case left in the bench's own groups (nothing, after a claim case)."""
+    if isinstance(transport, TransportAdmin):
+        stats = transport.stats()
+        bound = max(1, stats.ready + stats.in_flight + stats.parked + stats.dead)
+        for group in transport.groups(limit=bound):
+            if group.group_id.startswith(prefix):
+                transport.purge_group(group.group_id)
+        return
+    while (lease := transport.claim("transports-bench-cleanup", visibility=30)) is not None:
+        if not lease.group_id.startswith(prefix):  # someone else's, published meanwhile
+            transport.nack(lease)
+            return
+        transport.ack(lease)
+
+
+def _shared(transport: Transport[Event], url: str, prefix: str) -> bool:
+    """Whether another connection sees what this one publishes (worker processes need it;
+    an in-memory database, for one, is private to its connection)."""
+    transport.publish(f"{prefix}probe", cases.EVENT)
+    with open_transport(url) as second:
+        lease = second.claim("transports-bench-probe", visibility=30)
+        if lease is not None:
+            second.ack(lease)
+    _clear(transport, prefix)
+    return lease is not None
+
+
+@contextmanager
+def _progress(show: bool, total: int) -> Iterator[Callable[[str], None]]:
+    if not show:
+        yield lambda name: None
+        return
+    columns = (
+        TextColumn("{task.description:<16}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("benchmark", total=total)
+        yield lambda name: bar.update(task, advance=1, description=name)
+
+
+def run_bench(
+    url: str, sizes: Sizes, workers: int, show_progress: bool
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Every case against ``url``; returns the results and the cases skipped, with why."""
+    prefix = f"bench-{secrets.token_hex(3)}-"
+    n, rounds = sizes.n, sizes.rounds
+    results: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    with ExitStack() as stack:
+        t = stack.enter_context(open_transport(url))
+        _refuse_busy(t, url)
+        timed: list[tuple[str, int, AbstractContextManager[cases.Round]]] = [
+            ("publish", n, cases.publish(t, n, prefix)),
+            (
+                "publish_many",
+                sizes.batches * cases.BATCH,
+                cases.publish_many(t, sizes.batches, prefix),
+            ),
+            ("claim_ack", n, cases.claim_ack(t, n, rounds, prefix)),
+        ]
+        try:
+            twin = open_async_transport(url)
+        except UnknownBackend as exc:
+            skipped["claim_ack_async"] = str(exc)
+        else:
+            timed.append(
+                ("claim_ack_async", n, cases.claim_ack_async(lambda: twin, n, rounds, prefix))
+            )
+        counts: list[int] = []
+        if workers == 0:
+            skipped["processes"] = "--workers 0"
+        elif not _shared(t, url, prefix):
+            skipped["processes"] = "another connection cannot see this store's messages"
+        else:
+            counts = sorted({1, workers})
+        advance = stack.enter_context(_progress(show_progress, rounds * len(timed) + len(counts)))
+        # Each case on its own, the queue emptied after it: cases that left messages
+        # behind would feed the claim cases (no baseline here to interleave with).
+        for name, per_round, case in timed:
+            try:
+                results.update(cases.interleaved(rounds, per_round, {name: case}, advance))
+            finally:
+                _clear(t, prefix)
+        for count in counts:
+            advance(f"{count} processes")
+            try:
+                results[f"processes.{count}"] = cases.processes(url, {}, count, sizes.total, prefix)
+            finally:
+                _clear(t, prefix)
+    return results, skipped
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loadavg": list(os.getloadavg()),
+    }
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.0f}/s"
+
+
+def _print_table(results: dict[str, Any], skipped: dict[str, str], sizes: Sizes) -> None:
+    rows = []
+    for name, case in results.items():
+        if name.startswith("processes."):
+            workers = case["workers"]
+            what = f"{case['done']} messages, {workers} process{'es' if workers > 1 else ''}"
+            if case["errors"] or not case["drained"]:
+                what += f"; NOT DRAINED, {len(case['errors'])} errors"
+        elif name == "publish_many":
+            what = f"{sizes.rounds} rounds of {sizes.batches} x {cases.BATCH} messages"
+        else:
+            what = f"{sizes.rounds} rounds of {sizes.n}"
+        low, high = (
+            min(case.get("rounds", [case["median"]])),
+            max(case.get("rounds", [case["median"]])),
+        )
+        spread = "-" if low == high else f"{_rate(low)} .. {_rate(high)}"
+        rows.append([name, _rate(case["median"]), spread, what])
+    print_table(["case", "median", "range of rounds", "measured"], rows)
+    for name, why in skipped.items():
+        click.echo(f"skipped {name}: {why}")
+
+
+@click.command(short_help="Measure publish, claim+ack and worker processes on a queue.")
+@url_argument(required=False)
+@click.option(
+    "--workers",
+    type=click.IntRange(0, 64),
+    default=4,
+    show_default=True,
+    help="Worker processes of the multi-process case (measured against 1 process; 0 skips it).",
+)
+@click.option("--quick", is_flag=True, help="Small sizes: finishes in seconds.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Also write the report, every round included, to this JSON file.",
+)
+def bench(url: str | None, workers: int, quick: bool, as_json: bool, out: Path | None) -> None:
+    """Measure a queue: publish (one message per call), publish_many (1,000 per call),
+    claim+ack, the same through the asyncio twin, and 1 and N worker processes draining
+    the queue together. Prints the median of several rounds, in messages per second.
+
+    URL defaults to a new SQLite file in a temporary directory; its options apply
+    (sqlite:///q.db?synchronous=normal). Another URL must name a queue with no message
+    waiting, because the claim cases claim and ack whatever is queued; the benchmark
+    uses groups of its own (bench-<run id>-...) and removes them after each case.
+
+    \b
+    Example:
+      transports bench
+      transports bench --quick
+      transports bench 'sqlite:///bench.db?synchronous=normal' --workers 2
+      transports bench --json --out report.json | jq .cases.claim_ack.median
+    """
+    sizes = QUICK if quick else FULL
+    started = time.time()
+    meta = {"machine": _machine()}
+    with ExitStack() as stack:
+        if url is None:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
+            target = f"sqlite:///{workdir.resolve() / 'bench.db'}"
+        else:
+            target = url
+        show = Console(stderr=True).is_terminal
+        results, skipped = run_bench(target, sizes, workers, show)
+    report = {
+        "url": redact_url(target),
+        "quick": quick,
+        "sizes": asdict(sizes),
+        "cases": results,
+        "skipped": skipped,
+        "seconds": round(time.time() - started, 3),
+        "loadavg_after": list(os.getloadavg()),
+        **meta,
+    }
+    if out is not None:
+        out.write_text(json.dumps(report, indent=2))
+    if as_json:
+        emit_json(report)
+    else:
+        _print_report(report, sizes, out)
+    failed = [
+        name
+        for name, case in results.items()
+        if name.startswith("processes.") and (case["errors"] or not case["drained"])
+    ]
+    if failed:  # a benchmark that lost or duplicated work measured nothing worth having
+        first = next((e for n in failed for e in results[n]["errors"]), "messages left over")
+        raise click.ClickException(f"{', '.join(failed)} did not drain the queue: {first}")
+
+
+def _print_report(report: dict[str, Any], sizes: Sizes, out: Path | None) -> None:
+    machine = report["machine"]
+    click.echo(
+        f"Benchmark of {report['url']}: python {machine['python']}, "
+        f"{machine['cpus']} cpus, load {machine['loadavg'][0]:.2f}, "
+        f"{report['seconds']:.1f} s"
+    )
+    _print_table(report["cases"], report["skipped"], sizes)
+    if out is not None:
+        click.echo(f"Wrote {out}")

@@ -1,0 +1,231 @@
+"""The transport-level benchmark cases, against any transport: publish, publish_many,
+claim+ack (sync and async) and several worker processes draining one store.
+
+``transports bench`` runs them against a URL; the repository's ``python -m bench`` runs
+the same functions against fresh SQLite files next to its raw-sqlite floor, so there is
+one copy of the timing code. A case is a context manager: entering it prepares (not
+timed), and it yields a *round*, a callable doing ``n`` operations that `interleaved`
+times. Results are plain data: rates in messages per second, every round kept.
+
+Imports no backend: a case gets an open transport, or a URL and options to open one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import Any
+
+from transports_core import AsyncTransport, Event, Transport, open_transport
+
+__all__ = [
+    "EVENT",
+    "VISIBILITY",
+    "WORKER",
+    "Result",
+    "Round",
+    "claim_ack",
+    "claim_ack_async",
+    "interleaved",
+    "items",
+    "processes",
+    "publish",
+    "publish_many",
+    "summary",
+]
+
+# Every case sends this event (the raw cases of `python -m bench` its JSON text).
+EVENT = Event(kind="step.completed", execution="exec-000042", step=7, payload="x" * 64)
+WORKER = "bench-worker"
+VISIBILITY = 30.0
+BATCH = 1000  # messages per publish_many call
+
+Result = dict[str, Any]
+Round = Callable[[], None]
+
+
+def summary(unit: str, rounds: list[float], **extra: Any) -> Result:
+    return {"unit": unit, "median": statistics.median(rounds), "rounds": rounds, **extra}
+
+
+def items(n: int, groups: int, prefix: str = "group-") -> list[tuple[str, Event, int]]:
+    """``n`` messages spread round-robin over ``groups`` groups named ``prefix`` + number."""
+    return [(f"{prefix}{i % groups}", EVENT, 0) for i in range(n)]
+
+
+def interleaved(
+    rounds: int,
+    n: int,
+    cases: Mapping[str, AbstractContextManager[Round]],
+    on_round: Callable[[str], None] | None = None,
+) -> dict[str, Result]:
+    """Messages per second of each case (``n`` per round), the cases' rounds taken in turn.
+
+    On a shared, noisy machine a burst of load then hits every case of a comparison
+    alike, so their ratio stays meaningful. ``on_round`` is told each finished round.
+    """
+    rates: dict[str, list[float]] = {name: [] for name in cases}
+    with ExitStack() as stack:
+        runs = {name: stack.enter_context(case) for name, case in cases.items()}
+        for r in range(rounds):
+            names = list(runs)
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                start = time.perf_counter()
+                runs[name]()
+                rates[name].append(n / (time.perf_counter() - start))
+                if on_round is not None:
+                    on_round(name)
+    return {name: summary("msg/s", rates[name]) for name in cases}
+
+
+@contextmanager
+def claim_ack(
+    transport: Transport[Event], n: int, rounds: int, prefix: str = "group-", groups: int = 10
+) -> Iterator[Round]:
+    """Claim and ack ``n`` messages per round, from a backlog published up front."""
+    transport.publish_many(items(n * rounds, groups, prefix))
+
+    def run() -> None:
+        for _ in range(n):
+            lease = transport.claim(WORKER, VISIBILITY)
+            if lease is None:
+                raise RuntimeError("claim+ack: the backlog ran out (another consumer?)")
+            transport.ack(lease)
+
+    yield run
+
+
+@contextmanager
+def claim_ack_async(
+    open_async: Callable[[], AsyncTransport[Event]],
+    n: int,
+    rounds: int,
+    prefix: str = "group-",
+    groups: int = 10,
+) -> Iterator[Round]:
+    """`claim_ack` through the async twin, on an event loop of its own."""
+    loop = asyncio.new_event_loop()
+    try:
+        transport = open_async()
+        try:
+            loop.run_until_complete(transport.publish_many(items(n * rounds, groups, prefix)))
+
+            async def cycles() -> None:
+                for _ in range(n):
+                    lease = await transport.claim(WORKER, VISIBILITY)
+                    if lease is None:
+                        raise RuntimeError("claim+ack: the backlog ran out (another consumer?)")
+                    await transport.ack(lease)
+
+            yield lambda: loop.run_until_complete(cycles())
+        finally:
+            loop.run_until_complete(transport.close())
+    finally:
+        loop.close()
+
+
+@contextmanager
+def publish(
+    transport: Transport[Event], n: int, prefix: str = "group-", groups: int = 10
+) -> Iterator[Round]:
+    """``n`` calls of ``publish`` per round, one message each."""
+
+    def run() -> None:
+        for i in range(n):
+            transport.publish(f"{prefix}{i % groups}", EVENT)
+
+    yield run
+
+
+@contextmanager
+def publish_many(
+    transport: Transport[Event], batches: int, prefix: str = "group-", groups: int = 10
+) -> Iterator[Round]:
+    """``batches`` calls of ``publish_many`` per round, `BATCH` messages each."""
+    batch = items(BATCH, groups, prefix)
+
+    def run() -> None:
+        for _ in range(batches):
+            transport.publish_many(batch)
+
+    yield run
+
+
+def _worker(url: str, options: Mapping[str, object], ready: Any, start: Any, out: Any) -> None:
+    done, errors, signalled = 0, [], False
+    try:
+        with open_transport(url, **options) as t:
+            ready.put(os.getpid())
+            signalled = True
+            start.wait()
+            while True:
+                lease = t.claim(f"worker-{os.getpid()}", VISIBILITY)
+                if lease is None:
+                    break
+                t.ack(lease)
+                done += 1
+    except Exception as exc:  # reported, not raised: the parent counts what reached callers
+        errors.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        if not signalled:
+            ready.put(os.getpid())
+    out.put((done, errors))
+
+
+def processes(
+    url: str,
+    options: Mapping[str, object],
+    workers: int,
+    total: int,
+    prefix: str = "group-",
+    groups: int = 1000,
+) -> Result:
+    """``workers`` processes draining ``total`` messages from one store together: the
+    total rate, from the moment all are connected until the last finds nothing left.
+
+    ``drained`` is whether every message was acked exactly once and a claim afterwards
+    finds nothing; a message left over is nacked, for the caller to clean up.
+    """
+    # spawn: fresh interpreters, as separate worker deployments would be.
+    ctx = multiprocessing.get_context("spawn")
+    with open_transport(url, **options) as t:
+        t.publish_many(items(total, groups, prefix))
+    ready, start, out = ctx.Queue(), ctx.Event(), ctx.Queue()
+    procs = [
+        ctx.Process(target=_worker, args=(url, dict(options), ready, start, out))
+        for _ in range(workers)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        for _ in procs:  # every process has imported and connected before the clock starts
+            ready.get(timeout=120)
+        began = time.perf_counter()
+        start.set()
+        results = [out.get(timeout=600) for _ in procs]
+        elapsed = time.perf_counter() - began
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    with open_transport(url, **options) as t:
+        left = t.claim("bench-check", VISIBILITY)
+        if left is not None:
+            t.nack(left)
+    done = sum(count for count, _ in results)
+    errors = [e for _, errs in results for e in errs]
+    return {
+        "unit": "msg/s",
+        "median": done / elapsed,
+        "workers": workers,
+        "done": done,
+        "errors": errors,
+        "drained": left is None and done == total,
+    }

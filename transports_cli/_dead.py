@@ -1,0 +1,155 @@
+"""``transports dead``: list, requeue and purge dead letters, through the admin protocol."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+import click
+
+from transports_core import TransportAdmin, TransportError, redact_url
+
+from ._admin_access import confirm, open_admin, plural, relative
+from ._output import emit_json, print_table, url_argument
+
+__all__ = ["dead"]
+
+_EVENT_WIDTH = 60  # characters of the stored event shown in the table (--json: all of it)
+
+
+@click.command(short_help="List, requeue or purge a queue's dead letters.")
+@url_argument()
+@click.argument(
+    "action", type=click.Choice(["list", "requeue", "purge"]), default="list", required=False
+)
+@click.argument("seqs", nargs=-1, type=click.IntRange(min=1), metavar="[SEQ]...")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    help="list: show at most this many (lowest seq first).  [default: all]",
+)
+@click.option("--yes", "-y", is_flag=True, help="purge: do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.pass_context
+def dead(
+    ctx: click.Context,
+    url: str,
+    action: str,
+    seqs: tuple[int, ...],
+    limit: int | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Work with dead letters: messages taken out of delivery after max_attempts
+    deliveries without an ack.
+
+    \b
+    list            show them, lowest seq first (the default action)
+    requeue SEQ...  put each back at the head of its group, in its original
+                    place, with a fresh allowance of deliveries; says which
+                    seqs were requeued and which were not (exit 1 if any was not)
+    purge           discard every dead letter listed at that moment, for good,
+                    after asking (--yes: without asking)
+
+    \b
+    Example:
+      transports dead sqlite:///queue.db
+      transports dead sqlite:///queue.db list --json
+      transports dead sqlite:///queue.db requeue 17 42
+      transports dead sqlite:///queue.db purge --yes
+    """
+    if seqs and action != "requeue":
+        raise click.UsageError(f"'{action}' takes no SEQ (got {seqs[0]})", ctx)
+    if action == "requeue" and not seqs:
+        raise click.UsageError("'requeue' needs at least one SEQ", ctx)
+    with open_admin(url) as admin:
+        if action == "list":
+            _list(admin, limit, as_json)
+        elif action == "requeue":
+            _requeue(admin, seqs, as_json)
+        else:
+            _purge(admin, url, yes, as_json)
+
+
+def _list(admin: TransportAdmin, limit: int | None, as_json: bool) -> None:
+    letters = admin.dead_letters(limit)
+    if as_json:
+        emit_json([asdict(letter) for letter in letters])
+        return
+    if not letters:
+        click.echo("No dead letters.")
+        return
+    now = time.time()
+    print_table(
+        ["seq", "group", "priority", "attempts", "died", "held", "reason", "event"],
+        [
+            [
+                str(d.seq),
+                d.group_id,
+                str(d.priority),
+                str(d.attempts),
+                relative(d.dead_at, now),
+                "yes" if d.held else "no",
+                d.reason,
+                d.event if len(d.event) <= _EVENT_WIDTH else d.event[: _EVENT_WIDTH - 3] + "...",
+            ]
+            for d in letters
+        ],
+    )
+
+
+def _requeue(admin: TransportAdmin, seqs: tuple[int, ...], as_json: bool) -> None:
+    requeued: list[int] = []
+    not_found: list[int] = []
+    refused: list[dict[str, object]] = []
+    for seq in dict.fromkeys(seqs):  # each once, in the order given
+        try:
+            (requeued if admin.requeue(seq) else not_found).append(seq)
+        except TransportError as exc:  # a worker holds a lease in its group
+            refused.append({"seq": seq, "reason": str(exc)})
+    if as_json:
+        emit_json({"requeued": requeued, "not_found": not_found, "refused": refused})
+    else:
+        if requeued:
+            click.echo(f"Requeued: {', '.join(map(str, requeued))}")
+        if not_found:
+            click.echo(
+                f"Not found (no dead letter with that seq): {', '.join(map(str, not_found))}"
+            )
+        for item in refused:
+            click.echo(f"Refused {item['seq']}: {item['reason']}")
+    failed = len(not_found) + len(refused)
+    if failed:
+        raise click.ClickException(
+            f"{failed} of {len(requeued) + failed} dead letters were not requeued"
+        )
+
+
+def _purge(admin: TransportAdmin, url: str, yes: bool, as_json: bool) -> None:
+    letters = admin.dead_letters()
+    if not letters:
+        if as_json:
+            emit_json({"discarded": [], "already_gone": []})
+        else:
+            click.echo("No dead letters; nothing to purge.")
+        return
+    shown = ", ".join(str(d.seq) for d in letters[:10]) + (", ..." if len(letters) > 10 else "")
+    held = sum(d.held for d in letters)
+    freed = f"; {plural(held, 'held group')} will go on" if held else ""
+    confirm(
+        f"Discard {plural(len(letters), 'dead letter')} (seq {shown}) from "
+        f"{redact_url(url)} for good{freed}?",
+        yes,
+    )
+    discarded: list[int] = []
+    already_gone: list[int] = []
+    for letter in letters:  # exactly those counted in the question, none that died since
+        (discarded if admin.discard(letter.seq) else already_gone).append(letter.seq)
+    if as_json:
+        emit_json({"discarded": discarded, "already_gone": already_gone})
+        return
+    click.echo(f"Discarded {plural(len(discarded), 'dead letter')}.")
+    if already_gone:
+        click.echo(
+            f"Already gone (requeued or discarded meanwhile): {', '.join(map(str, already_gone))}"
+        )

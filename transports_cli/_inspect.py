@@ -1,0 +1,149 @@
+"""``transports inspect``: what a queue holds, read through the admin protocol only.
+
+Three reads: `stats`, `groups` for every group (the deepest are listed; all are needed
+to find the oldest waiting message), and `held_groups`. Never a claim, never a write.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from transports_core import GroupInfo, redact_url
+
+from ._admin_access import all_groups, open_admin, plural, relative
+from ._output import emit_json, print_table, url_argument
+
+__all__ = ["inspect"]
+
+_STATE = {"ready": "ready", "in_flight": "in flight", "parked": "parked", "held": "held"}
+
+
+def _oldest(groups: list[GroupInfo]) -> GroupInfo | None:
+    """The group whose head is the oldest waiting message. A held group's head is its dead
+    letter, not a waiting message, so held groups are left out (they are listed apart)."""
+    waiting = [g for g in groups if g.state != "held"]
+    return min(waiting, key=lambda g: g.head_seq, default=None)
+
+
+def _oldest_json(group: GroupInfo | None) -> dict[str, Any] | None:
+    if group is None:
+        return None
+    return {
+        "seq": group.head_seq,
+        "group_id": group.group_id,
+        "priority": group.priority,
+        "state": group.state,
+    }
+
+
+@click.command(short_help="Show what a queue holds: totals, deepest groups, oldest message.")
+@url_argument()
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 10_000),
+    default=10,
+    show_default=True,
+    help="How many of the deepest groups to list.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def inspect(url: str, limit: int, as_json: bool) -> None:
+    """Show how many messages a queue holds (ready, in flight, parked, dead), in total
+    and per priority; the groups with the deepest backlog; the oldest waiting message
+    (the lowest seq: messages carry no publish time); and groups held by a dead letter.
+
+    Works with every backend that implements the admin interface
+    (transports_core.TransportAdmin). It only reads: it takes no lease and changes
+    nothing. A SQLite URL must name an existing file.
+
+    \b
+    Example:
+      transports inspect sqlite:///queue.db
+      transports inspect sqlite:///queue.db --limit 3
+      transports inspect sqlite:///queue.db --json | jq .totals
+    """
+    with open_admin(url) as admin:
+        stats = admin.stats()
+        every = all_groups(admin, stats)
+        held = admin.held_groups()
+    deepest = every[:limit]  # groups() lists the deepest first
+    now = time.time()
+    oldest = _oldest(every)
+    oldest_by_priority = {
+        p.priority: _oldest([g for g in every if g.priority == p.priority])
+        for p in stats.by_priority
+    }
+    if as_json:
+        emit_json(
+            {
+                "url": redact_url(url),
+                "totals": {
+                    "ready": stats.ready,
+                    "in_flight": stats.in_flight,
+                    "parked": stats.parked,
+                    "dead": stats.dead,
+                },
+                "by_priority": [
+                    {**asdict(p), "oldest": _oldest_json(oldest_by_priority[p.priority])}
+                    for p in stats.by_priority
+                ],
+                "oldest": _oldest_json(oldest),
+                "groups_total": len(every),
+                "groups": [asdict(g) for g in deepest],
+                "held_groups": [asdict(h) for h in held],
+            }
+        )
+        return
+
+    messages = stats.ready + stats.in_flight + stats.parked
+    click.echo(
+        f"Queue {redact_url(url)}: {plural(messages, 'message')} in "
+        f"{plural(len(every), 'group')}, {plural(stats.dead, 'dead letter')}"
+    )
+    if not stats.by_priority:
+        return
+    click.echo()
+    counts = [
+        (str(p.priority), p.ready, p.in_flight, p.parked, p.dead, oldest_by_priority[p.priority])
+        for p in stats.by_priority
+    ]
+    counts.append(("total", stats.ready, stats.in_flight, stats.parked, stats.dead, oldest))
+    print_table(
+        ["priority", "ready", "in flight", "parked", "dead", "oldest seq"],
+        [
+            [label, *(str(c) for c in numbers), str(head.head_seq) if head else "-"]
+            for label, *numbers, head in counts
+        ],
+    )
+    if oldest is not None:
+        click.echo(
+            f"\nOldest waiting message: seq {oldest.head_seq}, head of group "
+            f"{oldest.group_id!r} (priority {oldest.priority}, {_STATE[oldest.state]})"
+        )
+    if deepest:
+        shown = f"{len(deepest)} of {len(every)}" if len(every) > len(deepest) else "all"
+        click.echo(f"\nDeepest groups ({shown}):")
+        print_table(
+            ["group", "priority", "depth", "head seq", "state", "busy until", "last claimed"],
+            [
+                [
+                    g.group_id,
+                    str(g.priority),
+                    str(g.depth),
+                    str(g.head_seq),
+                    _STATE[g.state],
+                    relative(g.busy_until, now),
+                    "never" if g.last_claimed_at is None else relative(g.last_claimed_at, now),
+                ]
+                for g in deepest
+            ],
+        )
+    if held:
+        click.echo(f"\nHeld by a dead letter ({len(held)}; see 'transports dead'):")
+        print_table(
+            ["group", "dead seq", "waiting", "since"],
+            [[h.group_id, str(h.seq), str(h.waiting), relative(h.since, now)] for h in held],
+        )
