@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ._errors import EventDecodeError
 from ._models import Lease
@@ -58,6 +58,13 @@ class EventCodec(Generic[E]):
             raise TypeError(
                 f"event {event!r:.200} is not a valid {self.type_name}: {_first_error(exc)}"
             ) from exc
+        # pydantic's strict mode still builds a model from a dict; a model-typed event must
+        # be given as a model instance, or a typo'd dict would be published as an event.
+        if isinstance(valid, BaseModel) and not isinstance(event, BaseModel):
+            raise TypeError(
+                f"event {event!r:.200} is not a valid {self.type_name}: expected a model "
+                f"instance, got {type(event).__name__}"
+            )
         return self._adapter.dump_json(valid).decode()
 
     def encode_items(self, items: Iterable[tuple[str, E, int]]) -> list[tuple[str, str, int]]:
