@@ -81,7 +81,8 @@ class AsyncSqliteTransport(Generic[E]):
         try:
             await self._transaction(conn, _ops.setup(options.path))
             with sqlite_errors(options.path):
-                for pragma in sql.session_pragmas(options.synchronous, options.memory):
+                ((mode,),) = (await _execute(conn, _ops.Stmt(sql.READ_JOURNAL_MODE))).rows
+                for pragma in sql.session_pragmas(options.synchronous, options.memory, mode):
                     await conn.execute(pragma)
         except BaseException:
             await asyncio.shield(conn.close())

@@ -129,8 +129,15 @@ UPDATE messages SET lock_expiry = :lock_expiry
 """
 
 
-def session_pragmas(synchronous: str, memory: bool) -> tuple[str, ...]:
+READ_JOURNAL_MODE: Final = "PRAGMA journal_mode"
+
+
+def session_pragmas(synchronous: str, memory: bool, journal_mode: str) -> tuple[str, ...]:
     """Per-connection settings, run after `setup` (WAL must never be switched on in a file
-    before we know it is ours: it rewrites the header). ``synchronous`` is whitelisted."""
-    wal = () if memory else ("PRAGMA journal_mode = WAL",)
+    before we know it is ours: it rewrites the header). ``synchronous`` is whitelisted.
+
+    ``journal_mode`` is the file's current mode. Setting WAL fails at once with "database
+    is locked" (SQLite does not use the busy handler there) while another connection
+    writes, so it is only set on a file not yet in WAL; the mode persists in the file."""
+    wal = () if memory or journal_mode.lower() == "wal" else ("PRAGMA journal_mode = WAL",)
     return (*wal, f"PRAGMA synchronous = {synchronous.upper()}")

@@ -68,7 +68,8 @@ class SqliteTransport(Generic[E]):
         try:
             self._transaction(conn, _ops.setup(options.path))
             with sqlite_errors(options.path):
-                for pragma in sql.session_pragmas(options.synchronous, options.memory):
+                ((mode,),) = _execute(conn, _ops.Stmt(sql.READ_JOURNAL_MODE)).rows
+                for pragma in sql.session_pragmas(options.synchronous, options.memory, mode):
                     conn.execute(pragma)
         except BaseException:
             conn.close()
