@@ -94,22 +94,27 @@ class AsyncNativeScenarios(SuiteBase):
 
     @checks(CONTENTION_TASKS)
     def test_contention_tasks_lose_nothing_and_keep_groups_exclusive(self) -> None:
-        total = GROUPS * PER_GROUP
         published: dict[int, tuple[str, int]] = {}
         journal: list[tuple[int, str, int, int]] = []
         order: dict[str, list[int]] = {}
         in_flight: dict[str, str] = {}
         overlaps: list[str] = []
 
+        publishing = [2]
+
         async def publisher(t: AsyncTransport[Event], groups: list[str]) -> None:
             for n in range(PER_GROUP):
                 for group in groups:
                     published[await t.publish(group, ev(n))] = (group, n)
+            publishing[0] -= 1
 
         async def worker(t: AsyncTransport[Event], worker_id: str) -> None:
-            while len(journal) < total:
+            while True:  # until None after publishing is over (see the threads version)
+                done = publishing[0] == 0
                 lease = await t.claim(worker_id, self.hold)
                 if lease is None:
+                    if done:
+                        return
                     await asyncio.sleep(0.001)
                     continue
                 group = lease.group_id

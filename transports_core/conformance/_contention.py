@@ -49,7 +49,6 @@ class ContentionScenarios(SuiteBase):
         handles = [self.open() if shared is None else shared for _ in range(THREADS + 2)]
         for handle in handles:  # connect now: lazy connects are not what this is about
             handle.publish_many([])
-        total = GROUPS * PER_GROUP
         published: dict[int, tuple[str, int]] = {}
         journal: list[tuple[int, str, int, int]] = []
         order: dict[str, list[int]] = {}
@@ -59,20 +58,27 @@ class ContentionScenarios(SuiteBase):
         lock = threading.Lock()
         deadline = time.monotonic() + 60
 
+        publishing = [2]
+
         def publisher(t: Transport[Event], groups: list[str]) -> None:
             for n in range(PER_GROUP):
                 for group in groups:
                     seq = t.publish(group, ev(n))
                     with lock:
                         published[seq] = (group, n)
+            with lock:
+                publishing[0] -= 1
 
         def worker(t: Transport[Event], worker_id: str) -> None:
+            # Stop at the first None once publishing is over: whoever holds a lease then
+            # claims again after its ack, so no deliverable message is left behind.
             while time.monotonic() < deadline:
                 with lock:
-                    if len(journal) == total:
-                        return
+                    done = publishing[0] == 0
                 lease = t.claim(worker_id, self.hold)
                 if lease is None:
+                    if done:
+                        return
                     time.sleep(0.001)
                     continue
                 group = lease.group_id

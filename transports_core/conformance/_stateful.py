@@ -14,12 +14,13 @@ import itertools
 import time
 from typing import Any, ClassVar
 
-from hypothesis import HealthCheck, assume, settings
+from hypothesis import HealthCheck, Phase, assume, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
     MultipleResults,
     RuleBasedStateMachine,
+    initialize,
     multiple,
     rule,
     run_state_machine_as_test,
@@ -107,10 +108,16 @@ def _expected(want: Delivery | None, prefix: str) -> str:
 
 
 def check_against_model(
-    handles: list[Transport[Event]], clock: ManualClock | None, examples: int, steps: int
+    handles: list[Transport[Event]],
+    clock: ManualClock | None,
+    examples: int,
+    steps: int,
+    shrink: bool = True,
 ) -> None:
     timing: _ManualTime | _RealTime = _ManualTime(clock) if clock is not None else _RealTime()
     workers = st.sampled_from(["w1", "w2", "w3"])
+    groups = st.sampled_from("abcd")
+    priorities = st.sampled_from([0, 0, 0, 1, 3, 4])
     via = st.integers(0, len(handles) - 1)
 
     class Machine(RuleBasedStateMachine):
@@ -128,11 +135,15 @@ def check_against_model(
             assert lease.seq in self.keys, f"{MODEL}: seq {lease.seq} was never published here"
             return self.keys[lease.seq]
 
-        @rule(
-            group=st.sampled_from("abcd"),
-            priority=st.sampled_from([0, 0, 0, 1, 3, 4]),
-            handle=via,
+        @initialize(
+            batch=st.lists(st.tuples(groups, priorities), min_size=4, max_size=12),
         )
+        def seed(self, batch: list[tuple[str, int]]) -> None:
+            # Start from a backlog: from an empty store most steps would claim nothing.
+            for group, priority in batch:
+                self.publish(group, priority, 0)
+
+        @rule(group=groups, priority=priorities, handle=via)
         def publish(self, group: str, priority: int, handle: int) -> None:
             key = self.model.publish(group, priority)
             seq = handles[handle].publish(self.prefix + group, Event(n=key), priority)
@@ -280,6 +291,7 @@ def check_against_model(
             database=None,
             print_blob=False,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+            phases=tuple(Phase) if shrink else tuple(p for p in Phase if p is not Phase.shrink),
         ),
     )
 
@@ -291,13 +303,21 @@ class ModelScenarios(SuiteBase):
     # Without the clock capability every lapse is a real sleep, so fewer and shorter runs.
     real_time_model_examples: ClassVar[int] = 8
     real_time_model_steps: ClassVar[int] = 20
+    # Shrinking turns a failure into a short reproduction, at the price of time.
+    model_shrink: ClassVar[bool] = True
 
     @checks(MODEL)
     def test_model_agreement_random_operations(self) -> None:
         handles = [self.open(), self.open()] if self.has(MULTI_HANDLE) else [self.open()]
         if self._clock is not None:
-            check_against_model(handles, self._clock, self.model_examples, self.model_steps)
+            check_against_model(
+                handles, self._clock, self.model_examples, self.model_steps, self.model_shrink
+            )
         else:
             check_against_model(
-                handles, None, self.real_time_model_examples, self.real_time_model_steps
+                handles,
+                None,
+                self.real_time_model_examples,
+                self.real_time_model_steps,
+                self.model_shrink,
             )
