@@ -4,6 +4,10 @@ say so; without defects, it must pass."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from transports_core.conformance import PROPERTIES
@@ -72,3 +76,54 @@ def test_broken_backend_fails_on_the_property_it_breaks(
     assert any("test_model_agreement" in report.nodeid for report in failed), (
         f"with {defect}, the model-based test passed"
     )
+
+
+def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "transports_core.conformance", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_cli_passes_a_sqlite_file_and_prints_one_line_per_property(tmp_path: Path) -> None:
+    chosen = "fifo_per_group or priority_floor or lease_recovery or contention_processes"
+    done = run_cli(tmp_path, "sqlite:///queue.db", "--", "-k", chosen)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()[1:]
+    assert [line.split()[:2] for line in lines] == [
+        ["PASS", "fifo-per-group"],
+        ["PASS", "lease-recovery"],
+        ["PASS", "priority-floor"],
+        ["PASS", "contention-processes"],
+    ], done.stdout
+    # The store is left, and nothing else: no pytest cache, no hypothesis database.
+    assert [p.name for p in tmp_path.iterdir()] == ["queue.db"]
+
+
+def test_cli_fails_with_the_reason_when_a_url_names_no_shared_store(tmp_path: Path) -> None:
+    # Every open of sqlite:///:memory: is a new, empty database, so a message published
+    # on one handle is not there for the next: the CLI must say so and exit 1.
+    done = run_cli(tmp_path, "sqlite:///:memory:", "--", "-k", "shared_store or fifo")
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = {line.split()[1]: line for line in done.stdout.splitlines()[1:]}
+    assert lines["fifo-per-group"].startswith("PASS"), done.stdout
+    assert lines["shared-store"].startswith("FAIL"), done.stdout
+    assert "shared-store: a message published on one handle" in lines["shared-store"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("nosuch:///x",), "no backend for scheme 'nosuch'; known schemes: sqlite"),
+        (("queue.db",), "is not a transport URL"),
+        ((), "the following arguments are required: url"),
+    ],
+    ids=["unknown-scheme", "not-a-url", "no-url"],
+)
+def test_cli_usage_errors_exit_2(tmp_path: Path, args: tuple[str, ...], says: str) -> None:
+    done = run_cli(tmp_path, *args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in done.stderr

@@ -68,7 +68,10 @@ class AsyncNativeScenarios(SuiteBase):
             if not self.has(DURABLE):
                 return seq, None
             async with self.open_async() as again:
-                return seq, await again.claim("w1", self.hold)
+                lease = await again.claim("w1", self.hold)
+                if lease is not None:
+                    await again.ack(lease)
+                return seq, lease
 
         seq, lease = self.run(scenario())
         if self.has(DURABLE):
@@ -81,7 +84,14 @@ class AsyncNativeScenarios(SuiteBase):
         async def scenario() -> list[Lease[Event] | None]:
             t = self.open_async()
             await t.publish_many([(f"g{i % 3}", ev(i), 0) for i in range(12)])
-            return await asyncio.gather(*(t.claim(f"w{i}", self.hold) for i in range(10)))
+            leases = await asyncio.gather(*(t.claim(f"w{i}", self.hold) for i in range(10)))
+            # Leave nothing behind (the store may be shared with the next test).
+            for lease in leases:
+                if lease is not None:
+                    await t.ack(lease)
+            while (rest := await t.claim("w0", self.hold)) is not None:
+                await t.ack(rest)
+            return leases
 
         leases = [lease for lease in self.run(scenario()) if lease is not None]
         groups = sorted(lease.group_id for lease in leases)

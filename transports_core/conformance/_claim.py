@@ -70,7 +70,7 @@ class ClaimScenarios(SuiteBase):
         a = take(t, "w1", self.hold)
         b = take(t, "w1", self.hold)
         assert t.claim("w2", self.hold) is None, f"{CLAIM_NONE}: claim while every group is leased"
-        t.nack(a, self.hold)
+        t.nack(a, self.brief)
         t.ack(b)
         t.publish("c", ev(3), 0)
         assert t.claim("w2", self.hold, min_priority=1) is None, (

@@ -18,7 +18,7 @@ Settle = Callable[[Transport[Event], Lease[Event]], object]
 SETTLES: list[tuple[str, Settle]] = [
     ("ack", lambda t, lease: t.ack(lease)),
     ("nack", lambda t, lease: t.nack(lease)),
-    ("nack-delay", lambda t, lease: t.nack(lease, 60)),
+    ("nack-delay", lambda t, lease: t.nack(lease, 1.0)),
     ("extend", lambda t, lease: t.extend(lease, 60)),
 ]
 settles = pytest.mark.parametrize("settle", [pytest.param(fn, id=name) for name, fn in SETTLES])
