@@ -130,7 +130,8 @@ def session(synchronous: str, memory: bool) -> Op[None]:
     """Per-connection settings; they must run outside a transaction."""
 
     def steps(now: float) -> Steps[None]:
-        for pragma in sql.session_pragmas(synchronous, memory):
+        ((mode,),) = (yield Stmt(sql.READ_JOURNAL_MODE)).rows
+        for pragma in sql.session_pragmas(synchronous, memory, mode):
             yield Stmt(pragma)
 
     return steps

@@ -318,12 +318,20 @@ def busy_timeout(milliseconds: int) -> str:
     return f"PRAGMA busy_timeout = {int(milliseconds)}"
 
 
-def session_pragmas(synchronous: str, memory: bool) -> tuple[str, ...]:
+READ_JOURNAL_MODE: Final = "PRAGMA journal_mode"
+
+
+def session_pragmas(synchronous: str, memory: bool, journal_mode: str) -> tuple[str, ...]:
     """Per-connection settings, run after `setup` (WAL must never be switched on in a file
-    before we know it is ours: it rewrites the header). ``synchronous`` is whitelisted."""
-    wal = (
-        ()
-        if memory
-        else ("PRAGMA journal_mode = WAL", f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
-    )
+    before we know it is ours: it rewrites the header). ``synchronous`` is whitelisted.
+
+    ``journal_mode`` is the file's current mode. Switching to WAL needs a moment alone
+    with the file (SQLite answers "database is locked" at once, without its busy handler,
+    while another connection writes), and the mode persists in the file: so it is only
+    switched on a file not yet in WAL, and the runner retries it like any contention."""
+    if memory:
+        wal: tuple[str, ...] = ()
+    else:
+        switch = () if journal_mode.lower() == "wal" else ("PRAGMA journal_mode = WAL",)
+        wal = (*switch, f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
     return (*wal, f"PRAGMA synchronous = {synchronous.upper()}")

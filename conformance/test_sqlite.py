@@ -1,0 +1,57 @@
+"""The conformance suite against the SQLite backends of this repo: a file, ``:memory:``,
+and the async twin on a file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from transports_core import open_async_transport, open_transport
+from transports_core.conformance import (
+    CLOCK,
+    DURABLE,
+    MULTI_HANDLE,
+    MULTIPROCESS,
+    AsyncTransportFactory,
+    AsyncTransportSuite,
+    ManualClock,
+    TransportFactory,
+    TransportSuite,
+)
+
+
+class TestSqliteFile(TransportSuite):
+    capabilities = frozenset({CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS})
+
+    @pytest.fixture
+    def transport_url(self, tmp_path: Path) -> str:
+        return f"sqlite:///{tmp_path / 'queue.db'}"
+
+    @pytest.fixture
+    def make_transport(self, transport_url: str, clock: ManualClock) -> TransportFactory:
+        return lambda: open_transport(transport_url, clock=clock)
+
+
+class TestSqliteMemory(TransportSuite):
+    # One in-memory database per connection: every "handle" is the one transport, which
+    # is neither durable nor reachable from another process.
+    capabilities = frozenset({CLOCK})
+
+    @pytest.fixture
+    def make_transport(self, clock: ManualClock) -> Iterator[TransportFactory]:
+        with open_transport("sqlite:///:memory:", clock=clock) as shared:
+            yield lambda: shared
+
+
+class TestAsyncSqliteFile(AsyncTransportSuite):
+    capabilities = frozenset({CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS})
+
+    @pytest.fixture
+    def transport_url(self, tmp_path: Path) -> str:
+        return f"sqlite:///{tmp_path / 'queue.db'}"
+
+    @pytest.fixture
+    def make_async_transport(self, transport_url: str, clock: ManualClock) -> AsyncTransportFactory:
+        return lambda: open_async_transport(transport_url, clock=clock)

@@ -1,0 +1,158 @@
+"""Async-only scenarios: ``async with``, and many coroutines sharing one transport object
+on one event loop. They run on the suite's private loop (see `_blocking.Portal`), so no
+async pytest plugin is involved."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from transports_core import AsyncTransport, Event, Lease
+
+from ._base import DURABLE, AsyncTransportFactory, SuiteBase, checks, seen
+from ._blocking import Portal
+from ._contention import GROUPS, PER_GROUP, check_journal
+from ._properties import ASYNC_CONTEXT, CONTENTION_TASKS, ONE_IN_FLIGHT
+from ._publish import ev
+
+T = TypeVar("T")
+TASKS = 8
+
+
+class AsyncNativeScenarios(SuiteBase):
+    @pytest.fixture
+    def make_async_transport(self) -> AsyncTransportFactory:
+        """Override: return a callable that opens a new async handle on one store, fresh
+        for the test. It is called on the suite's event loop."""
+        pytest.fail(f"{type(self).__name__} must override the make_async_transport fixture")
+
+    @pytest.fixture
+    def _conformance_portal(self) -> Iterator[Portal]:
+        portal = Portal()
+        yield portal
+        portal.close()
+
+    @pytest.fixture(autouse=True)
+    def _conformance_async_handles(
+        self, make_async_transport: AsyncTransportFactory, _conformance_portal: Portal
+    ) -> Iterator[None]:
+        self._portal = _conformance_portal
+        self._async_factory = make_async_transport
+        self._async_handles: list[AsyncTransport[Event]] = []
+        yield
+        handles, self._async_handles = self._async_handles, []
+        for handle in reversed(handles):
+            self._portal.run(handle.close())
+
+    def open_async(self) -> AsyncTransport[Event]:
+        """A new async handle on the test's store (made on the suite's loop), closed when
+        the test ends."""
+        handle = self._portal.call(self._async_factory)
+        self._async_handles.append(handle)
+        return handle
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return self._portal.run(coroutine)
+
+    @checks(ASYNC_CONTEXT)
+    def test_async_context_returns_the_transport_and_closes_it(self) -> None:
+        async def scenario() -> tuple[int, Lease[Event] | None]:
+            t = self.open_async()
+            async with t as entered:
+                assert entered is t, f"{ASYNC_CONTEXT}: __aenter__ returned {entered!r}"
+                seq = await t.publish("a", ev(1))
+            await t.close()  # closing again is harmless
+            if not self.has(DURABLE):
+                return seq, None
+            async with self.open_async() as again:
+                lease = await again.claim("w1", self.hold)
+                if lease is not None:
+                    await again.ack(lease)
+                return seq, lease
+
+        seq, lease = self.run(scenario())
+        if self.has(DURABLE):
+            assert seen(lease, "seq") == (seq,), (
+                f"{ASYNC_CONTEXT}: what was published before async with closed: {lease}"
+            )
+
+    @checks(ONE_IN_FLIGHT)
+    def test_one_in_flight_per_group_under_concurrent_claims(self) -> None:
+        async def scenario() -> list[Lease[Event] | None]:
+            t = self.open_async()
+            await t.publish_many([(f"g{i % 3}", ev(i), 0) for i in range(12)])
+            leases = await asyncio.gather(*(t.claim(f"w{i}", self.hold) for i in range(10)))
+            # Leave nothing behind (the store may be shared with the next test).
+            for lease in leases:
+                if lease is not None:
+                    await t.ack(lease)
+            while (rest := await t.claim("w0", self.hold)) is not None:
+                await t.ack(rest)
+            return leases
+
+        leases = [lease for lease in self.run(scenario()) if lease is not None]
+        groups = sorted(lease.group_id for lease in leases)
+        assert groups == ["g0", "g1", "g2"], (
+            f"{ONE_IN_FLIGHT}: ten concurrent claims over three groups leased {groups}"
+        )
+        assert sorted(lease.event.n for lease in leases) == [0, 1, 2], (
+            f"{ONE_IN_FLIGHT}: concurrent claims did not take each group's head: {leases}"
+        )
+
+    @checks(CONTENTION_TASKS)
+    def test_contention_tasks_lose_nothing_and_keep_groups_exclusive(self) -> None:
+        published: dict[int, tuple[str, int]] = {}
+        journal: list[tuple[int, str, int, int]] = []
+        order: dict[str, list[int]] = {}
+        in_flight: dict[str, str] = {}
+        overlaps: list[str] = []
+
+        publishing = [2]
+
+        async def publisher(t: AsyncTransport[Event], groups: list[str]) -> None:
+            for n in range(PER_GROUP):
+                for group in groups:
+                    published[await t.publish(group, ev(n))] = (group, n)
+            publishing[0] -= 1
+
+        async def worker(t: AsyncTransport[Event], worker_id: str) -> None:
+            while True:  # until None after publishing is over (see the threads version)
+                done = publishing[0] == 0
+                lease = await t.claim(worker_id, self.hold)
+                if lease is None:
+                    if done:
+                        return
+                    await asyncio.sleep(0.001)
+                    continue
+                group = lease.group_id
+                if group in in_flight:
+                    overlaps.append(f"{group}: {in_flight[group]} and {worker_id}")
+                in_flight[group] = worker_id
+                await asyncio.sleep(0)  # let the others try this group while it is held
+                del in_flight[group]
+                journal.append((lease.seq, group, lease.event.n, lease.attempt))
+                order.setdefault(group, []).append(lease.event.n)
+                await t.ack(lease)
+
+        async def scenario() -> None:
+            t = self.open_async()  # one object shared by every task
+            names = [f"g{i}" for i in range(GROUPS)]
+            await asyncio.wait_for(
+                asyncio.gather(
+                    publisher(t, names[::2]),
+                    publisher(t, names[1::2]),
+                    *(worker(t, f"w{i}") for i in range(TASKS)),
+                ),
+                60,
+            )
+
+        self.run(scenario())
+        assert not overlaps, f"{CONTENTION_TASKS}: groups leased twice at once: {overlaps}"
+        check_journal(CONTENTION_TASKS, published, journal)
+        for group, got in order.items():
+            assert got == list(range(PER_GROUP)), (
+                f"{CONTENTION_TASKS}: group {group!r} was handled in order {got}"
+            )

@@ -1,0 +1,303 @@
+"""What every scenario mixin stands on: the factory types, the declared capabilities, the
+manual clock, and `SuiteBase`, which opens and closes the handles of each test and moves
+time for it.
+
+A backend declares what it can do in ``capabilities``; a scenario that needs a capability
+the backend lacks calls `SuiteBase.require`, which skips with the reason. Nothing else in
+the suite skips. Imports pytest and core only, never a backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import Any, ClassVar, Final
+
+import pytest
+
+from transports_core import AsyncTransport, Event, Lease, LeaseLost, Transport
+
+try:
+    from typing import Self
+except ImportError:  # Python 3.10
+    from typing_extensions import Self
+
+__all__ = [
+    "CAPABILITIES",
+    "checks",
+    "CLOCK",
+    "DURABLE",
+    "MULTIPROCESS",
+    "MULTI_HANDLE",
+    "AsyncTransportFactory",
+    "ManualClock",
+    "SuiteBase",
+    "TransportFactory",
+]
+
+TransportFactory = Callable[[], Transport[Event]]
+AsyncTransportFactory = Callable[[], AsyncTransport[Event]]
+
+# The factory's transports read time from the suite's `clock` fixture (the backend passes
+# it on, e.g. as ``clock=``), so lapses and parks are checked without sleeping.
+CLOCK: Final = "clock"
+# Each call of the factory opens an independent handle (its own connection) on the store.
+MULTI_HANDLE: Final = "multi-handle"
+# The store outlives its handles: closing every handle and opening a new one loses nothing.
+DURABLE: Final = "durable"
+# The `transport_url` fixture names the store, and other OS processes can open it by URL.
+MULTIPROCESS: Final = "multiprocess"
+CAPABILITIES: Final = frozenset({CLOCK, DURABLE, MULTIPROCESS, MULTI_HANDLE})
+
+WHY: Final = {
+    CLOCK: "its transports cannot read time from the suite's clock",
+    MULTI_HANDLE: "its factory does not open independent handles on one store",
+    DURABLE: "its store does not outlive its handles",
+    MULTIPROCESS: "other processes cannot open its store by URL",
+}
+
+# Real-time margins, used only when the backend does not take the suite's clock.
+REAL_BRIEF: Final = 0.8  # a lease or park meant to lapse during the test
+REAL_HOLD: Final = 60.0  # a lease meant to outlast the test
+REAL_MARGIN: Final = 0.25  # slack after a deadline before it is taken as passed
+
+
+def seen(lease: Lease[Event] | None, *fields: str) -> tuple[object, ...] | None:
+    """The named fields of a claimed lease, or None when claim returned None."""
+    return None if lease is None else tuple(getattr(lease, name) for name in fields)
+
+
+def checks(prop: str) -> pytest.MarkDecorator:
+    """Mark a scenario with the property it checks (see `_properties`)."""
+    return pytest.mark.conformance_property(prop)
+
+
+class ManualClock:
+    """Seconds since the epoch that move only when told to.
+
+    Each reading moves the clock one microsecond on, so that no two readings are equal and
+    "the oldest claim" is never a tie, just as with a real clock. Safe across threads.
+    """
+
+    TICK: Final = 1e-6
+
+    def __init__(self, start: float | None = None) -> None:
+        self._now = time.time() if start is None else float(start)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            self._now += self.TICK
+            return self._now
+
+    def now(self) -> float:
+        """The current reading, without moving the clock."""
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"a clock only moves forward, got {seconds!r}")
+        with self._lock:
+            self._now += seconds
+
+    def advance_to(self, when: float) -> None:
+        """Move to ``when`` (or stay, if that is in the past)."""
+        with self._lock:
+            self._now = max(self._now, when)
+
+    def __repr__(self) -> str:
+        return f"ManualClock({self.now()!r})"
+
+
+class _Tracked:
+    """A handle that remembers the leases and parks it hands out, so that a test on a
+    store shared with other tests can give everything back when it ends."""
+
+    def __init__(
+        self,
+        inner: Transport[Event],
+        leases: list[Lease[Event]],
+        parks: list[float],
+        now: Callable[[], float],
+    ) -> None:
+        self._inner, self._leases, self._parks, self._now = inner, leases, parks, now
+
+    def publish(self, group_id: str, event: Event, priority: int = 0) -> int:
+        return self._inner.publish(group_id, event, priority)
+
+    def publish_many(self, items: Iterable[tuple[str, Event, int]]) -> list[int]:
+        return self._inner.publish_many(items)
+
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0
+    ) -> Lease[Event] | None:
+        lease = self._inner.claim(worker_id, visibility, min_priority)
+        if lease is not None:
+            self._leases.append(lease)
+        return lease
+
+    def ack(self, lease: Lease[object]) -> None:
+        self._inner.ack(lease)
+
+    def nack(self, lease: Lease[object], delay: float = 0) -> None:
+        self._inner.nack(lease, delay)
+        if delay > 0:
+            self._parks.append(self._now() + delay)
+
+    def extend(self, lease: Lease[Event], visibility: float) -> Lease[Event]:
+        return self._inner.extend(lease, visibility)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __enter__(self) -> Self:
+        self._inner.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        t: type[BaseException] | None,
+        e: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> None:
+        self._inner.__exit__(t, e, tb)
+
+
+class SuiteBase:
+    """Fixtures and helpers shared by every scenario mixin.
+
+    Subclasses (via `TransportSuite`) override the ``make_transport`` fixture, declare
+    ``capabilities``, and, with ``multiprocess``, a ``transport_url`` fixture.
+    """
+
+    capabilities: ClassVar[Iterable[str]] = frozenset()
+    # True when every test of the class works on one store that outlives the test (the
+    # CLI's store at a URL): each test then starts by draining it and ends by giving back
+    # what it holds. Leave False when ``make_transport`` makes a fresh store per test.
+    shared_store: ClassVar[bool] = False
+    # The async suite sets this: process workers then use the async twin.
+    _async_twin: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        unknown = set(cls.capabilities) - CAPABILITIES
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__}.capabilities has unknown {sorted(unknown)}; "
+                f"known capabilities: {', '.join(sorted(CAPABILITIES))}"
+            )
+
+    # -- fixtures a backend overrides --------------------------------------------------
+
+    @pytest.fixture
+    def make_transport(self) -> TransportFactory:
+        """Override: return a callable that opens a new handle on one store, fresh for
+        the test."""
+        pytest.fail(f"{type(self).__name__} must override the make_transport fixture")
+
+    @pytest.fixture
+    def transport_url(self) -> str:
+        """Override with the ``multiprocess`` capability: a URL any process can open."""
+        pytest.fail(
+            f"{type(self).__name__} declares {MULTIPROCESS!r} but does not override the "
+            "transport_url fixture"
+        )
+
+    @pytest.fixture
+    def clock(self) -> ManualClock:
+        """The clock a backend with the ``clock`` capability hands its transports."""
+        return ManualClock()
+
+    # -- per-test state ------------------------------------------------------------------
+
+    @pytest.fixture(autouse=True)
+    def _conformance_handles(
+        self, request: pytest.FixtureRequest, make_transport: TransportFactory
+    ) -> Iterator[None]:
+        self._request = request
+        self._factory = make_transport
+        self._handles: list[Transport[Event]] = []
+        self._given: list[Lease[Event]] = []
+        self._parks: list[float] = []
+        self._clock: ManualClock | None = (
+            request.getfixturevalue("clock") if self.has(CLOCK) else None
+        )
+        if self.shared_store:
+            self._empty_store()
+        yield
+        if self.shared_store:
+            self._give_back()
+        self.close_all()
+
+    def has(self, capability: str) -> bool:
+        return capability in set(self.capabilities)
+
+    def require(self, capability: str) -> None:
+        """Skip the test, with the reason, unless the backend declares ``capability``."""
+        if not self.has(capability):
+            pytest.skip(
+                f"backend does not declare the {capability!r} capability: {WHY[capability]}"
+            )
+
+    def open(self) -> Transport[Event]:
+        """A new handle on the test's store, closed when the test ends."""
+        handle = self._factory()
+        if self.shared_store:
+            handle = _Tracked(handle, self._given, self._parks, self.now)
+        self._handles.append(handle)
+        return handle
+
+    def close_all(self) -> None:
+        handles, self._handles = self._handles, []
+        for handle in reversed(handles):
+            handle.close()
+
+    # -- time ----------------------------------------------------------------------------
+
+    @property
+    def brief(self) -> float:
+        """A visibility or delay meant to run out during the test."""
+        return 5.0 if self._clock is not None else REAL_BRIEF
+
+    @property
+    def hold(self) -> float:
+        """A visibility meant to outlast the test."""
+        return 3600.0 if self._clock is not None else REAL_HOLD
+
+    def now(self) -> float:
+        return self._clock.now() if self._clock is not None else time.time()
+
+    def pass_deadline(self, deadline: float) -> None:
+        """Let time run until ``deadline`` (epoch seconds) has clearly passed."""
+        if self._clock is not None:
+            self._clock.advance_to(deadline + 0.5)
+            return
+        while (left := deadline + REAL_MARGIN - time.time()) > 0:
+            time.sleep(left)
+
+    def wait(self, seconds: float) -> None:
+        self.pass_deadline(self.now() + seconds)
+
+    # -- a store shared between tests ----------------------------------------------------
+
+    def _drain(self, transport: Transport[Event]) -> None:
+        while (lease := transport.claim("conformance-cleanup", self.hold)) is not None:
+            transport.ack(lease)
+
+    def _empty_store(self) -> None:
+        with self._factory() as transport:
+            self._drain(transport)
+
+    def _give_back(self) -> None:
+        with self._factory() as transport:
+            for lease in self._given:
+                with contextlib.suppress(LeaseLost):
+                    transport.nack(lease)
+            for deadline in self._parks:
+                self.pass_deadline(deadline)
+            self._drain(transport)

@@ -1,0 +1,123 @@
+"""Driving an `AsyncTransport` from the sync scenarios.
+
+`Portal` runs one event loop on a private thread; `BlockingTransport` exposes an async
+transport living on that loop through the sync `Transport` interface, so every sync
+scenario also runs against the async twin, and adopters need no async pytest plugin.
+Several threads may call through one portal at once. Imports no backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from types import TracebackType
+from typing import Generic, TypeVar
+
+from transports_core import AsyncTransport, Lease
+
+try:
+    from typing import Self
+except ImportError:  # Python 3.10
+    from typing_extensions import Self
+
+__all__ = ["BlockingTransport", "Portal"]
+
+E = TypeVar("E")
+T = TypeVar("T")
+
+# Far beyond any scenario's needs; only there so that a hung backend fails the test.
+TIMEOUT = 120.0
+
+
+class Portal:
+    """An event loop on its own thread, and a way to run coroutines on it from outside."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="conformance-event-loop", daemon=True
+        )
+        self._thread.start()
+
+    def run(self, awaitable: Awaitable[T]) -> T:
+        """Run ``awaitable`` on the loop and return its result (or raise its error)."""
+        if threading.current_thread() is self._thread:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()
+            raise RuntimeError("Portal.run called from the portal's own loop would deadlock")
+
+        async def wrapper() -> T:
+            return await awaitable
+
+        return asyncio.run_coroutine_threadsafe(wrapper(), self._loop).result(TIMEOUT)
+
+    def call(self, function: Callable[[], T]) -> T:
+        """Call ``function`` on the loop's thread (for constructors that want a loop)."""
+        if threading.current_thread() is self._thread:
+            return function()
+
+        async def wrapper() -> T:
+            return function()
+
+        return self.run(wrapper())
+
+    def close(self) -> None:
+        async def shutdown() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._loop.shutdown_asyncgens()
+
+        self.run(shutdown())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(TIMEOUT)
+        self._loop.close()
+
+
+class BlockingTransport(Generic[E]):
+    """The sync `Transport` interface over an `AsyncTransport` that lives on ``portal``."""
+
+    def __init__(self, portal: Portal, transport: AsyncTransport[E]) -> None:
+        self._portal = portal
+        self.async_transport = transport
+
+    def publish(self, group_id: str, event: E, priority: int = 0) -> int:
+        return self._portal.run(self.async_transport.publish(group_id, event, priority))
+
+    def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
+        return self._portal.run(self.async_transport.publish_many(items))
+
+    def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Lease[E] | None:
+        return self._portal.run(self.async_transport.claim(worker_id, visibility, min_priority))
+
+    def ack(self, lease: Lease[object]) -> None:
+        self._portal.run(self.async_transport.ack(lease))
+
+    def nack(self, lease: Lease[object], delay: float = 0) -> None:
+        self._portal.run(self.async_transport.nack(lease, delay))
+
+    def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
+        return self._portal.run(self.async_transport.extend(lease, visibility))
+
+    def close(self) -> None:
+        self._portal.run(self.async_transport.close())
+
+    def __enter__(self) -> Self:
+        entered = self._portal.run(self.async_transport.__aenter__())
+        # Keep `with t as x` honest: x must be this wrapper exactly when __aenter__
+        # returned the async transport itself.
+        return self if entered is self.async_transport else entered  # type: ignore[return-value]
+
+    def __exit__(
+        self,
+        t: type[BaseException] | None,
+        e: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> None:
+        self._portal.run(self.async_transport.__aexit__(t, e, tb))
+
+    def __repr__(self) -> str:
+        return f"<BlockingTransport over {self.async_transport!r}>"

@@ -1,0 +1,209 @@
+"""Scenarios of what happens to a lease: ack, lapse and recovery, park, immediate retry,
+fencing of stale leases, extend, and attempt counting."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from transports_core import Event, Lease, LeaseLost, Transport
+
+from ._base import SuiteBase, checks, seen
+from ._claim import take
+from ._properties import ATTEMPT, EXTEND, FENCING, LEASE_RECOVERY, NACK_NOW, NO_LOSS, PARK
+from ._publish import ev
+
+Settle = Callable[[Transport[Event], Lease[Event]], object]
+SETTLES: list[tuple[str, Settle]] = [
+    ("ack", lambda t, lease: t.ack(lease)),
+    ("nack", lambda t, lease: t.nack(lease)),
+    ("nack-delay", lambda t, lease: t.nack(lease, 1.0)),
+    ("extend", lambda t, lease: t.extend(lease, 60)),
+]
+settles = pytest.mark.parametrize("settle", [pytest.param(fn, id=name) for name, fn in SETTLES])
+
+
+class SettleScenarios(SuiteBase):
+    @checks(NO_LOSS)
+    def test_no_loss_acked_message_never_returns(self) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        lease = take(t, "w1", self.brief)
+        t.ack(lease)
+        self.pass_deadline(lease.expires_at)
+        again = t.claim("w2", self.brief)
+        assert again is None, (
+            f"{NO_LOSS}: an acked message came back after its lease ran out: {again}"
+        )
+
+    @checks(LEASE_RECOVERY)
+    def test_lease_recovery_after_lapse(self) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        t.publish("a", ev(2))
+        lease = take(t, "w1", self.brief)
+        held = t.claim("w2", self.brief)
+        assert held is None, f"{LEASE_RECOVERY}: a live lease was handed out again: {held}"
+        self.pass_deadline(lease.expires_at)
+        again = t.claim("w2", self.hold)
+        assert again is not None, (
+            f"{LEASE_RECOVERY}: the lapsed lease's message was not redelivered"
+        )
+        assert (again.seq, again.worker_id, again.attempt) == (lease.seq, "w2", 2), (
+            f"{LEASE_RECOVERY}: after w1's lease lapsed, claim gave {again}; expected seq "
+            f"{lease.seq} again, to w2, attempt 2"
+        )
+
+    @checks(PARK)
+    def test_park_holds_the_group_then_releases_it(self) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        t.publish("a", ev(2))
+        t.publish("b", ev(3))
+        lease = take(t, "w1", self.hold)
+        assert lease.group_id == "a"
+        parked_at = self.now()
+        t.nack(lease, self.brief)
+        other = take(t, "w1", self.hold)
+        assert other.group_id == "b", f"{PARK}: with 'a' parked, claim gave {other}, not b's"
+        t.ack(other)
+        held = t.claim("w2", self.hold)
+        assert held is None, f"{PARK}: group 'a' is parked, yet claim gave {held}"
+        self.pass_deadline(parked_at + self.brief)
+        back = t.claim("w2", self.hold)
+        assert seen(back, "seq", "attempt") == (lease.seq, 2), (
+            f"{PARK}: when the park ran out, claim gave {back}; expected seq {lease.seq}, attempt 2"
+        )
+
+    @checks(NACK_NOW)
+    def test_nack_immediate_retry_comes_before_the_group_next(self) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        t.publish("a", ev(2))
+        lease = take(t, "w1", self.hold)
+        t.nack(lease)
+        again = t.claim("w2", self.hold)
+        assert seen(again, "seq", "attempt", "worker_id") == (lease.seq, 2, "w2"), (
+            f"{NACK_NOW}: right after nack(), claim gave {again}; expected seq {lease.seq} again"
+        )
+
+    @checks(FENCING)
+    @settles
+    def test_fencing_stale_lease_raises_lease_lost_after_reclaim(self, settle: Settle) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        t.publish("a", ev(2))
+        stale = take(t, "w1", self.brief)
+        self.pass_deadline(stale.expires_at)
+        current = take(t, "w2", self.hold)
+        assert current.seq == stale.seq, (
+            f"{LEASE_RECOVERY}: expected seq {stale.seq}, got {current}"
+        )
+        with pytest.raises(LeaseLost) as raised:
+            settle(t, stale)
+        assert raised.value.lease == stale, f"{FENCING}: LeaseLost carries {raised.value.lease}"
+        # w2's lease is untouched: still held, still current, message still there.
+        intruder = t.claim("w3", self.hold)
+        assert intruder is None, f"{FENCING}: the stale call released w2's lease: w3 got {intruder}"
+        t.extend(current, self.hold)
+        t.ack(current)
+        nxt = take(t, "w3", self.hold)
+        assert nxt.event.n == 2, f"{FENCING}: after w2's ack, claim gave {nxt}"
+
+    @checks(FENCING)
+    @settles
+    def test_fencing_same_worker_older_attempt_raises_lease_lost(self, settle: Settle) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        first = take(t, "w1", self.brief)
+        self.pass_deadline(first.expires_at)
+        second = take(t, "w1", self.hold)
+        assert second.attempt == first.attempt + 1, f"{ATTEMPT}: {first} then {second}"
+        with pytest.raises(LeaseLost):
+            settle(t, first)
+        assert t.claim("w2", self.hold) is None, f"{FENCING}: attempt 1 released attempt 2"
+        t.ack(second)
+
+    @checks(FENCING)
+    @settles
+    def test_fencing_settled_lease_raises_lease_lost(self, settle: Settle) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        t.publish("a", ev(2))
+        acked = take(t, "w1", self.hold)
+        t.ack(acked)
+        with pytest.raises(LeaseLost):
+            settle(t, acked)
+        nacked = take(t, "w1", self.hold)
+        t.nack(nacked, self.brief)
+        with pytest.raises(LeaseLost):
+            settle(t, nacked)
+        assert t.claim("w2", self.hold) is None, f"{FENCING}: a stale call ended the park"
+
+    @checks(FENCING)
+    @settles
+    def test_fencing_lapsed_lease_nobody_reclaimed_is_still_current(self, settle: Settle) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        lease = take(t, "w1", self.brief)
+        self.pass_deadline(lease.expires_at)
+        try:
+            settle(t, lease)
+        except LeaseLost as exc:
+            raise AssertionError(
+                f"{FENCING}: a lapsed lease that nobody re-claimed must still be current: {exc}"
+            ) from exc
+
+    @checks(EXTEND)
+    def test_extend_keeps_the_message_past_its_first_deadline(self) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        lease = take(t, "w1", self.brief)
+        before = self.now()
+        longer = t.extend(lease, self.brief * 3)
+        assert (longer.seq, longer.worker_id, longer.attempt, longer.event) == (
+            lease.seq,
+            lease.worker_id,
+            lease.attempt,
+            lease.event,
+        ), f"{EXTEND}: extend returned {longer} for {lease}"
+        assert longer.expires_at >= before + self.brief * 3 - 0.5, (
+            f"{EXTEND}: extend by {self.brief * 3}s returned expires_at {longer.expires_at}, "
+            f"not about {before + self.brief * 3:.3f}"
+        )
+        self.pass_deadline(lease.expires_at)
+        held = t.claim("w2", self.hold)
+        assert held is None, (
+            f"{EXTEND}: past the first deadline the extended lease was lost: {held}"
+        )
+        self.pass_deadline(longer.expires_at)
+        again = t.claim("w2", self.hold)
+        assert seen(again, "seq", "attempt") == (lease.seq, 2), (
+            f"{EXTEND}: past the extended deadline, claim gave {again}"
+        )
+
+    @checks(ATTEMPT)
+    def test_attempt_counting_each_delivery(self) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        attempts = []
+        lease = take(t, "w1", self.hold)
+        attempts.append(lease.attempt)
+        lease = t.extend(lease, self.brief)  # extend is not a delivery
+        t.nack(lease)
+        lease = take(t, "w1", self.brief)
+        attempts.append(lease.attempt)
+        self.pass_deadline(lease.expires_at)
+        lease = take(t, "w2", self.hold)
+        attempts.append(lease.attempt)
+        t.nack(lease, self.brief)
+        self.wait(self.brief)
+        lease = take(t, "w1", self.hold)
+        attempts.append(lease.attempt)
+        assert attempts == [1, 2, 3, 4], (
+            f"{ATTEMPT}: first delivery, then after nack(), a lapse and a park: {attempts}"
+        )
+        t.publish("b", ev(2))
+        fresh = take(t, "w1", self.hold)
+        assert fresh.attempt == 1, f"{ATTEMPT}: another message starts at 1, got {fresh.attempt}"
