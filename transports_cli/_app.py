@@ -19,6 +19,7 @@ import click
 
 from ._backends import backends
 from ._bench import bench
+from ._conformance import conformance
 from ._dead import dead
 from ._demo import demo
 from ._inspect import inspect
@@ -72,6 +73,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 cli.add_command(backends)
 cli.add_command(bench)
+cli.add_command(conformance)
 cli.add_command(dead)
 cli.add_command(demo)
 cli.add_command(inspect)
