@@ -33,10 +33,11 @@ class Transport(Protocol[E]):
     * **Leases lapse.** A lease not acked, nacked or extended before ``expires_at`` lapses
       and its message can be claimed again (``attempt`` grows by one).
     * **Round-robin.** ``claim`` serves the ready group whose last claim is oldest; groups
-      never claimed come first, in the order of their oldest message.
+      never claimed come first, in the order of their oldest message. A group that drains
+      (its last message acked) is forgotten: when it comes back it counts as never claimed.
     * **Priority floor.** ``claim(min_priority=p)`` only serves groups whose priority is at
-      least ``p``. A group's priority is set by the publish that creates it; once the group
-      drains (its last message acked), the next publish sets it afresh.
+      least ``p``; priority filters, it does not reorder. A group's priority is set by the
+      publish that creates it; once the group drains, the next publish sets it afresh.
     * **Fencing.** ``ack``, ``nack`` and ``extend`` act only on the current lease: same
       ``seq``, ``worker_id`` and ``attempt``, not yet acked or nacked. Otherwise they raise
       `LeaseLost` and change nothing. A lease that lapsed but was not re-claimed is still
