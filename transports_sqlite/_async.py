@@ -45,11 +45,16 @@ T = TypeVar("T")
 
 
 async def _execute(conn: aiosqlite.Connection, stmt: _ops.Stmt) -> _ops.Result:
+    # Each call below is a round trip to aiosqlite's thread: rows come back with the
+    # statement when it is known to produce them.
     if stmt.many is not None:
         cursor = await conn.executemany(stmt.sql, stmt.many)
+    elif sql.returns_rows(stmt.sql):
+        rows = list(await conn.execute_fetchall(stmt.sql, stmt.params))
+        return _ops.Result(rows, len(rows))
     else:
         cursor = await conn.execute(stmt.sql, stmt.params)
-    # No result columns: nothing to fetch, and no second trip to aiosqlite's thread.
+    # No result columns: nothing to fetch, and no second trip.
     rows = list(await cursor.fetchall()) if cursor.description else []
     return _ops.Result(rows, cursor.rowcount)
 
