@@ -45,11 +45,18 @@ T = TypeVar("T")
 
 
 async def _execute(conn: aiosqlite.Connection, stmt: _ops.Stmt) -> _ops.Result:
+    # Each call below is a round trip to aiosqlite's thread: rows come back with the
+    # statement when it is known to produce them.
     if stmt.many is not None:
         cursor = await conn.executemany(stmt.sql, stmt.many)
+    elif sql.returns_rows(stmt.sql):
+        rows = list(await conn.execute_fetchall(stmt.sql, stmt.params))
+        return _ops.Result(rows, len(rows))
     else:
         cursor = await conn.execute(stmt.sql, stmt.params)
-    return _ops.Result(list(await cursor.fetchall()), cursor.rowcount)
+    # No result columns: nothing to fetch, and no second trip.
+    rows = list(await cursor.fetchall()) if cursor.description else []
+    return _ops.Result(rows, cursor.rowcount)
 
 
 async def _drive(conn: aiosqlite.Connection, steps: _ops.Steps[T]) -> T:
@@ -89,36 +96,40 @@ class AsyncSqliteTransport(Generic[E]):
             )
         try:
             # Look before asking for the write lock, so that a read-only queue opens.
-            if await self._transaction(conn, _ops.needs_setup(options.path), sql.BEGIN_READ):
-                await self._transaction(conn, _ops.new_file(), None)
+            if await self._transaction(conn, _ops.needs_setup(options.path)):
+                await self._transaction(conn, _ops.new_file())
                 await self._transaction(conn, _ops.setup(options.path))
             session = _ops.session(options.synchronous, options.memory)
-            await self._transaction(conn, session, None)
+            await self._transaction(conn, session)
         except BaseException:
             await asyncio.shield(conn.close())
             raise
         return conn
 
-    async def _transaction(
-        self, conn: aiosqlite.Connection, op: _ops.Op[T], begin: str | None = sql.BEGIN_WRITE
-    ) -> T:
+    async def _transaction(self, conn: aiosqlite.Connection, op: _ops.Runnable[T]) -> T:
         """Run ``op`` in one transaction, retried on contention: see the sync twin."""
         started = time.monotonic()
-        failures = 0
+        try:
+            return await self._attempt(conn, op)
+        except sqlite3.DatabaseError as exc:
+            failed = exc
         with sqlite_errors(self._options.path):
+            failures = 0
             while True:
-                try:
-                    return await self._attempt(conn, op, begin)
-                except sqlite3.OperationalError as exc:
-                    failures += 1
-                    elapsed = time.monotonic() - started
-                    delay = retry_delay(exc, failures, elapsed, self._options.busy_timeout / 1000)
-                    if delay is None:
-                        raise
+                failures += 1
+                elapsed = time.monotonic() - started
+                delay = retry_delay(failed, failures, elapsed, self._options.busy_timeout / 1000)
+                if delay is None:
+                    raise failed
                 await asyncio.sleep(delay)
+                try:
+                    return await self._attempt(conn, op)
+                except sqlite3.OperationalError as exc:
+                    failed = exc
 
-    async def _attempt(self, conn: aiosqlite.Connection, op: _ops.Op[T], begin: str | None) -> T:
-        if begin is None:  # statements that must run outside a transaction
+    async def _attempt(self, conn: aiosqlite.Connection, op: _ops.Runnable[T]) -> T:
+        begin = _ops.begin_of(op)
+        if begin is None:  # AUTOCOMMIT: each statement is its own transaction
             return await _drive(conn, op(self._options.clock()))
         await conn.execute(begin)
         try:
@@ -137,7 +148,7 @@ class AsyncSqliteTransport(Generic[E]):
         finally:
             self._lock.release()
 
-    async def _run(self, op: _ops.Op[T], begin: str | None = sql.BEGIN_WRITE) -> T:
+    async def _run(self, op: _ops.Runnable[T]) -> T:
         await self._lock.acquire()
         try:
             if self._closed:
@@ -145,7 +156,7 @@ class AsyncSqliteTransport(Generic[E]):
             if self._conn is None:
                 self._conn = await self._connect()
             conn = self._conn
-            value = await self._transaction(conn, op, begin)
+            value = await self._transaction(conn, op)
         except Exception:
             self._lock.release()
             raise
@@ -209,16 +220,16 @@ class AsyncSqliteTransport(Generic[E]):
         return await self._run(_ops.extend(lease, visibility))
 
     async def stats(self) -> QueueStats:
-        return await self._run(_ops.stats(), sql.BEGIN_READ)
+        return await self._run(_ops.stats())
 
     async def groups(self, limit: int = 10) -> list[GroupInfo]:
-        return await self._run(_ops.groups(limit), sql.BEGIN_READ)
+        return await self._run(_ops.groups(limit))
 
     async def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
-        return await self._run(_ops.dead_letters(limit), sql.BEGIN_READ)
+        return await self._run(_ops.dead_letters(limit))
 
     async def held_groups(self) -> list[HeldGroup]:
-        return await self._run(_ops.held_groups(), sql.BEGIN_READ)
+        return await self._run(_ops.held_groups())
 
     async def requeue(self, seq: int) -> bool:
         return await self._run(_ops.requeue(seq))

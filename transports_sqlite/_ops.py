@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from transports_core import (
     DeadLetter,
@@ -57,8 +57,35 @@ class Result(NamedTuple):
 
 
 Steps = Generator[Stmt, Result, T]
-# An operation, checked and ready: call it with the transaction's `now` to get its steps.
-Op = Callable[[float], Steps[T]]
+
+# How an operation runs: in a write transaction (the default), in a read transaction, or
+# with each statement committing on its own (AUTOCOMMIT). An operation that writes with a
+# single statement runs in AUTOCOMMIT: the statement and its triggers are atomic, and it
+# takes the write lock when it starts, exactly as BEGIN IMMEDIATE would, but without the
+# two extra round trips (and, with aiosqlite, two thread hops). Its `now` is read just
+# before the statement, so a write that waits for the lock keeps the time it was asked at.
+# Pragmas that must run outside a transaction use it too.
+AUTOCOMMIT = None
+
+
+@dataclass(frozen=True, slots=True)
+class Op(Generic[T]):
+    """An operation, checked and ready: call it with the transaction's `now` to get its
+    steps; the runner opens the transaction with `begin` (None: AUTOCOMMIT)."""
+
+    steps: Callable[[float], Steps[T]]
+    begin: str | None = sql.BEGIN_WRITE
+
+    def __call__(self, now: float) -> Steps[T]:
+        return self.steps(now)
+
+
+# What the runners accept: an `Op`, or a bare steps function, run in a write transaction.
+Runnable = Op[T] | Callable[[float], Steps[T]]
+
+
+def begin_of(op: Runnable[Any]) -> str | None:
+    return op.begin if isinstance(op, Op) else sql.BEGIN_WRITE
 
 
 class Claimed(NamedTuple):
@@ -102,7 +129,7 @@ def needs_setup(path: str) -> Op[bool]:
     def steps(now: float) -> Steps[bool]:
         return _is_empty(path, (yield Stmt(sql.READ_IDENTITY)))
 
-    return steps
+    return Op(steps, sql.BEGIN_READ)
 
 
 def setup(path: str) -> Op[None]:
@@ -114,7 +141,7 @@ def setup(path: str) -> Op[None]:
             for statement in sql.SCHEMA:
                 yield Stmt(statement)
 
-    return steps
+    return Op(steps)
 
 
 def new_file() -> Op[None]:
@@ -123,7 +150,7 @@ def new_file() -> Op[None]:
     def steps(now: float) -> Steps[None]:
         yield Stmt(sql.NEW_FILE_PAGE_SIZE)
 
-    return steps
+    return Op(steps, AUTOCOMMIT)
 
 
 def session(synchronous: str, memory: bool) -> Op[None]:
@@ -134,7 +161,7 @@ def session(synchronous: str, memory: bool) -> Op[None]:
         for pragma in sql.session_pragmas(synchronous, memory, mode):
             yield Stmt(pragma)
 
-    return steps
+    return Op(steps, AUTOCOMMIT)
 
 
 def publish(codec: EventCodec[Any], group_id: str, event: object, priority: int) -> Op[int]:
@@ -148,7 +175,7 @@ def publish(codec: EventCodec[Any], group_id: str, event: object, priority: int)
         seq: int = (yield Stmt(sql.PUBLISH, params)).rows[0][0]
         return seq
 
-    return steps
+    return Op(steps, AUTOCOMMIT)
 
 
 def publish_many(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> Op[list[int]]:
@@ -161,7 +188,7 @@ def publish_many(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) 
         last: int = (yield Stmt(sql.LAST_SEQ)).rows[0][0]
         return list(range(last - len(rows) + 1, last + 1))
 
-    return steps
+    return Op(steps)
 
 
 def claim(
@@ -200,7 +227,7 @@ def claim(
             yield Stmt(sql.MARK_CLAIMED, {"now": now, "group_id": group_id})
             return Claimed(seq, group_id, raw, worker_id, attempt, expires_at)
 
-    return steps
+    return Op(steps)
 
 
 def _bury(now: float, seq: int, delivered: int, max_attempts: int, on_dead: str) -> Steps[bool]:
@@ -238,7 +265,7 @@ def ack(lease: Lease[object]) -> Op[None]:
     def steps(now: float) -> Steps[None]:
         _require((yield Stmt(sql.ACK, params)), lease)
 
-    return steps
+    return Op(steps, AUTOCOMMIT)
 
 
 def nack(lease: Lease[object], delay: float) -> Op[None]:
@@ -252,7 +279,7 @@ def nack(lease: Lease[object], delay: float) -> Op[None]:
             release = {"locked_by": None, "lock_expiry": None}
         _require((yield Stmt(sql.RELEASE, params | release)), lease)
 
-    return steps
+    return Op(steps, AUTOCOMMIT)
 
 
 def extend(lease: Lease[T], visibility: float) -> Op[Lease[T]]:
@@ -266,7 +293,7 @@ def extend(lease: Lease[T], visibility: float) -> Op[Lease[T]]:
             lease.seq, lease.group_id, lease.event, lease.worker_id, lease.attempt, expires_at
         )
 
-    return steps
+    return Op(steps, AUTOCOMMIT)
 
 
 def checkpoint_due(wal_bytes: int) -> bool:
@@ -303,7 +330,7 @@ def stats() -> Op[QueueStats]:
             by_priority=by_priority,
         )
 
-    return steps
+    return Op(steps, sql.BEGIN_READ)
 
 
 def _group_info(row: Sequence[Any], now: float) -> GroupInfo:
@@ -333,7 +360,7 @@ def groups(limit: int) -> Op[list[GroupInfo]]:
         rows = (yield Stmt(sql.DEEPEST_GROUPS, {"limit": limit})).rows
         return [_group_info(row, now) for row in rows]
 
-    return steps
+    return Op(steps, sql.BEGIN_READ)
 
 
 def dead_letters(limit: int | None) -> Op[list[DeadLetter]]:
@@ -346,7 +373,7 @@ def dead_letters(limit: int | None) -> Op[list[DeadLetter]]:
             for seq, group_id, priority, event, attempts, reason, dead_at, held in rows
         ]
 
-    return steps
+    return Op(steps, sql.BEGIN_READ)
 
 
 def held_groups() -> Op[list[HeldGroup]]:
@@ -357,7 +384,7 @@ def held_groups() -> Op[list[HeldGroup]]:
             for group_id, seq, dead_at, waiting in rows
         ]
 
-    return steps
+    return Op(steps, sql.BEGIN_READ)
 
 
 def requeue(seq: int) -> Op[bool]:
@@ -385,7 +412,7 @@ def requeue(seq: int) -> Op[bool]:
         yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
         return True
 
-    return steps
+    return Op(steps)
 
 
 def discard(seq: int) -> Op[bool]:
@@ -398,7 +425,7 @@ def discard(seq: int) -> Op[bool]:
         yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
         return True
 
-    return steps
+    return Op(steps)
 
 
 def purge_group(group_id: str) -> Op[int]:
@@ -411,4 +438,4 @@ def purge_group(group_id: str) -> Op[int]:
         dead = (yield Stmt(sql.PURGE_GROUP_DEAD_LETTERS, params)).rowcount
         return int(messages + dead - held)
 
-    return steps
+    return Op(steps)

@@ -10,6 +10,7 @@ Named parameters only; every value reaches SQLite as a bound parameter.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Final
 
 from transports_core._validate import MAX_PRIORITY
@@ -30,6 +31,15 @@ NEW_FILE_PAGE_SIZE: Final = "PRAGMA page_size = 1024"
 # Reads (the admin interface) take none, so they also work on a read-only file.
 BEGIN_WRITE: Final = "BEGIN IMMEDIATE"
 BEGIN_READ: Final = "BEGIN"
+
+
+@cache
+def returns_rows(statement: str) -> bool:
+    """Whether one of our statements produces rows (a query, or a write with RETURNING).
+    The operations read only the rows of such a statement, never its row count, so a
+    driver may fetch them in the same call that runs it."""
+    return statement.lstrip().upper().startswith("SELECT") or "RETURNING" in statement.upper()
+
 
 READ_IDENTITY: Final = """
 SELECT (SELECT count(*) FROM sqlite_master),

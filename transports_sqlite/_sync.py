@@ -42,7 +42,9 @@ def _execute(conn: sqlite3.Connection, stmt: _ops.Stmt) -> _ops.Result:
         cursor = conn.executemany(stmt.sql, stmt.many)
     else:
         cursor = conn.execute(stmt.sql, stmt.params)
-    return _ops.Result(cursor.fetchall(), cursor.rowcount)
+    # No result columns: nothing to fetch (the statement has run to completion).
+    rows = cursor.fetchall() if cursor.description else []
+    return _ops.Result(rows, cursor.rowcount)
 
 
 def _drive(conn: sqlite3.Connection, steps: _ops.Steps[T]) -> T:
@@ -76,36 +78,40 @@ class SqliteTransport(Generic[E]):
             )
         try:
             # Look before asking for the write lock, so that a read-only queue opens.
-            if self._transaction(conn, _ops.needs_setup(options.path), sql.BEGIN_READ):
-                self._transaction(conn, _ops.new_file(), None)
+            if self._transaction(conn, _ops.needs_setup(options.path)):
+                self._transaction(conn, _ops.new_file())
                 self._transaction(conn, _ops.setup(options.path))
-            self._transaction(conn, _ops.session(options.synchronous, options.memory), None)
+            self._transaction(conn, _ops.session(options.synchronous, options.memory))
         except BaseException:
             conn.close()
             raise
         self._conn = conn
 
-    def _transaction(
-        self, conn: sqlite3.Connection, op: _ops.Op[T], begin: str | None = sql.BEGIN_WRITE
-    ) -> T:
+    def _transaction(self, conn: sqlite3.Connection, op: _ops.Runnable[T]) -> T:
         """Run ``op`` in one transaction, again from the start while it fails on contention
         (see `retry_delay`): nothing of a failed attempt was committed."""
         started = time.monotonic()
-        failures = 0
+        try:
+            return self._attempt(conn, op)  # the common case, kept free of bookkeeping
+        except sqlite3.DatabaseError as exc:
+            failed = exc
         with sqlite_errors(self._options.path):
+            failures = 0
             while True:
-                try:
-                    return self._attempt(conn, op, begin)
-                except sqlite3.OperationalError as exc:
-                    failures += 1
-                    elapsed = time.monotonic() - started
-                    delay = retry_delay(exc, failures, elapsed, self._options.busy_timeout / 1000)
-                    if delay is None:
-                        raise
+                failures += 1
+                elapsed = time.monotonic() - started
+                delay = retry_delay(failed, failures, elapsed, self._options.busy_timeout / 1000)
+                if delay is None:
+                    raise failed
                 time.sleep(delay)
+                try:
+                    return self._attempt(conn, op)
+                except sqlite3.OperationalError as exc:
+                    failed = exc
 
-    def _attempt(self, conn: sqlite3.Connection, op: _ops.Op[T], begin: str | None) -> T:
-        if begin is None:  # statements that must run outside a transaction
+    def _attempt(self, conn: sqlite3.Connection, op: _ops.Runnable[T]) -> T:
+        begin = _ops.begin_of(op)
+        if begin is None:  # AUTOCOMMIT: each statement is its own transaction
             return _drive(conn, op(self._options.clock()))
         conn.execute(begin)
         try:
@@ -117,11 +123,11 @@ class SqliteTransport(Generic[E]):
             raise
         return value
 
-    def _run(self, op: _ops.Op[T], begin: str | None = sql.BEGIN_WRITE) -> T:
+    def _run(self, op: _ops.Runnable[T]) -> T:
         with self._lock:
             if self._conn is None:
                 raise TransportError(f"{self!r} is closed")
-            return self._transaction(self._conn, op, begin)
+            return self._transaction(self._conn, op)
 
     def _idle(self) -> None:
         """A claim found nothing: a good moment to shrink a large WAL. Never waits: if
@@ -167,16 +173,16 @@ class SqliteTransport(Generic[E]):
         return self._run(_ops.extend(lease, visibility))
 
     def stats(self) -> QueueStats:
-        return self._run(_ops.stats(), sql.BEGIN_READ)
+        return self._run(_ops.stats())
 
     def groups(self, limit: int = 10) -> list[GroupInfo]:
-        return self._run(_ops.groups(limit), sql.BEGIN_READ)
+        return self._run(_ops.groups(limit))
 
     def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
-        return self._run(_ops.dead_letters(limit), sql.BEGIN_READ)
+        return self._run(_ops.dead_letters(limit))
 
     def held_groups(self) -> list[HeldGroup]:
-        return self._run(_ops.held_groups(), sql.BEGIN_READ)
+        return self._run(_ops.held_groups())
 
     def requeue(self, seq: int) -> bool:
         return self._run(_ops.requeue(seq))

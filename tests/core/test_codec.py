@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from transports_core import Event, EventDecodeError, open_transport
 from transports_core._codec import EventCodec
@@ -101,3 +101,44 @@ def test_stored_json_that_does_not_decode_raises_with_the_raw_text() -> None:
         codec.lease(9, "g", '{"id": 1}', "w", 2, 5.0)
     assert info.value.raw == '{"id": 1}'
     assert (info.value.lease.seq, info.value.lease.attempt) == (9, 2)
+
+
+# A model instance is encoded without validating it again only where pydantic would hand
+# the same instance back; these models tell the two paths apart.
+
+
+class Positive(BaseModel):
+    model_config = ConfigDict(revalidate_instances="always")
+    n: int
+
+    @field_validator("n")
+    @classmethod
+    def _positive(cls, n: int) -> int:
+        if n <= 0:
+            raise ValueError("n must be positive")
+        return n
+
+
+class Checked(BaseModel):
+    n: int
+
+    @model_validator(mode="after")
+    def _not_negative(self) -> Checked:  # pydantic runs it on instances too
+        if self.n < 0:
+            raise ValueError("n must not be negative")
+        return self
+
+
+@pytest.mark.parametrize("model", [Positive, Checked])
+def test_instances_are_validated_again_when_the_event_type_asks_for_it(
+    model: type[BaseModel],
+) -> None:
+    bad = model.model_construct(n=-1)  # skips validation, as a mutated model would
+    with pytest.raises(TypeError, match="must"):
+        EventCodec(model).encode(bad)
+    assert EventCodec(model).encode(model(n=3)) == '{"n":3}'
+
+
+def test_a_dict_is_refused_for_a_plain_model_event_type() -> None:
+    with pytest.raises(TypeError, match="expected a Shipped instance, got dict"):
+        EventCodec(Shipped).encode({"order_id": 1})

@@ -1,0 +1,122 @@
+"""Operations that write with one statement run it on its own (autocommit), with no
+BEGIN/COMMIT round trips; the others run in a transaction. Seen from SQLite itself, through
+the connection's trace callback, and from another connection: a write waiting for the
+write lock goes through once the holder lets go, and a lease stays fenced."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from transports_core import Event, Lease, LeaseLost
+from transports_core._codec import EventCodec
+from transports_sqlite import SqliteTransport, _ops
+from transports_sqlite import _sql as sql
+
+from ._support import FakeClock, query
+
+
+def _traced(transport: SqliteTransport[Any]) -> list[str]:
+    """The statements the transport runs from now on. SQLite reports a statement again
+    at the start of each trigger program it runs, so a repeat in a row is the same one."""
+    statements: list[str] = []
+    conn = transport._conn
+    assert conn is not None
+
+    def trace(statement: str) -> None:
+        statement = " ".join(statement.split())
+        if not statements or statements[-1] != statement:
+            statements.append(statement)
+
+    conn.set_trace_callback(trace)
+    return statements
+
+
+def test_single_statement_writes_send_sqlite_that_statement_only(
+    transport: SqliteTransport[Any], clock: FakeClock, db_path: Path
+) -> None:
+    statements = _traced(transport)
+    transport.publish("g", Event(i=1))
+    transport.publish("g", Event(i=2))
+    assert [s[:20] for s in statements] == ["INSERT INTO messages"] * 2
+
+    statements.clear()
+    lease = transport.claim("w", 30)
+    assert lease is not None
+    assert (statements[0], statements[-1]) == (sql.BEGIN_WRITE, "COMMIT")
+
+    for settle in (
+        lambda: transport.extend(lease, 60),
+        lambda: transport.nack(lease, 5),
+    ):
+        statements.clear()
+        settle()
+        assert [s[:15] for s in statements] == ["UPDATE messages"]
+    clock.advance(6)
+    lease = transport.claim("w", 30)
+    assert lease is not None
+    statements.clear()
+    transport.ack(lease)
+    assert [s[:20] for s in statements] == ["DELETE FROM messages"]
+    assert query(db_path, "SELECT count(*) FROM messages") == [(1,)]
+
+
+CODEC: EventCodec[Event] = EventCodec(Event)
+
+
+@pytest.mark.parametrize(
+    ("op", "begin"),
+    [
+        (lambda lease: _ops.publish(CODEC, "g", Event(), 0), None),
+        (lambda lease: _ops.ack(lease), None),
+        (lambda lease: _ops.nack(lease, 0), None),
+        (lambda lease: _ops.nack(lease, 3), None),
+        (lambda lease: _ops.extend(lease, 3), None),
+        (lambda lease: _ops.publish_many(CODEC, [("g", Event(), 0)]), sql.BEGIN_WRITE),
+        (lambda lease: _ops.claim("w", 3, 0), sql.BEGIN_WRITE),
+        (lambda lease: _ops.requeue(1), sql.BEGIN_WRITE),
+        (lambda lease: _ops.stats(), sql.BEGIN_READ),
+    ],
+)
+def test_each_operation_declares_how_it_runs(op: Any, begin: str | None) -> None:
+    assert op(Lease(1, "g", Event(), "w", 1, 0.0)).begin == begin
+
+
+def test_autocommit_write_waits_for_the_write_lock_and_then_goes_through(
+    transport: SqliteTransport[Any], db_path: Path
+) -> None:
+    transport.publish("g", Event(i=0))
+    lease = transport.claim("w", 30)
+    assert lease is not None
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO messages (group_id, priority, event) VALUES ('h', 0, '{}')")
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def settle() -> None:
+            try:
+                transport.ack(lease)
+                transport.publish("g", Event(i=1))
+            except BaseException as exc:  # reported to the test thread
+                errors.append(exc)
+            done.set()
+
+        worker = threading.Thread(target=settle)
+        worker.start()
+        # The writes cannot finish while `other` holds the write lock (busy_timeout 5 s).
+        assert not done.wait(0.2)
+        other.execute("COMMIT")
+        worker.join(10)
+    assert errors == []
+    assert query(db_path, "SELECT group_id, event FROM messages ORDER BY seq") == [
+        ("h", "{}"),
+        ("g", '{"i":1}'),
+    ]
+    with pytest.raises(LeaseLost):
+        transport.ack(lease)
