@@ -17,7 +17,15 @@ from urllib.parse import unquote, urlsplit
 
 import click
 
-from transports_core import GroupInfo, QueueStats, TransportAdmin, open_transport
+from transports_core import (
+    Event,
+    GroupInfo,
+    QueueStats,
+    Transport,
+    TransportAdmin,
+    open_transport,
+    redact_url,
+)
 
 __all__ = ["all_groups", "confirm", "open_admin", "plural", "relative"]
 
@@ -84,3 +92,26 @@ def confirm(question: str, yes: bool) -> None:
         click.echo(err=True)
     if not agreed:
         raise click.ClickException("not confirmed; nothing was changed")
+
+
+def refuse_busy(transport: Transport[Event], url: str, who: str) -> None:
+    """Refuse a queue that holds messages: ``who`` (the demo, the benchmark) claims and
+    acks whatever comes next, so another application's messages would be lost. Dead
+    letters are never claimed: they may stay. Without the admin interface, one probe
+    claim looks (and hands the message straight back)."""
+    if isinstance(transport, TransportAdmin):
+        stats = transport.stats()
+        waiting = stats.ready + stats.in_flight + stats.parked
+        if waiting:
+            raise click.ClickException(
+                f"{redact_url(url)} holds {waiting} message{'' if waiting == 1 else 's'}; "
+                f"{who} claims and acks whatever is queued, so it needs an empty queue"
+            )
+        return
+    lease = transport.claim("transports-probe", visibility=5)
+    if lease is not None:
+        transport.nack(lease)
+        raise click.ClickException(
+            f"{redact_url(url)} already holds messages (group {lease.group_id!r}); "
+            f"{who} claims and acks whatever is queued, so it needs an empty queue"
+        )

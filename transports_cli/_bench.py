@@ -34,6 +34,7 @@ from transports_core import (
 )
 
 from . import _bench_cases as cases
+from ._admin_access import refuse_busy
 from ._output import emit_json, print_table, url_argument
 
 __all__ = ["bench"]
@@ -49,27 +50,6 @@ class Sizes:
 
 FULL = Sizes(n=500, rounds=5, batches=5, total=2000)
 QUICK = Sizes(n=50, rounds=2, batches=1, total=200)
-
-
-def _refuse_busy(transport: Transport[Event], url: str) -> None:
-    # The claim cases take whatever message comes next, so another application's
-    # messages would be acked, that is lost. Dead letters are never claimed: they may stay.
-    if isinstance(transport, TransportAdmin):
-        stats = transport.stats()
-        waiting = stats.ready + stats.in_flight + stats.parked
-        if waiting:
-            raise click.ClickException(
-                f"{redact_url(url)} holds {waiting} messages; the benchmark claims and acks "
-                "whatever is queued, so it needs an empty queue"
-            )
-        return
-    lease = transport.claim("transports-bench-probe", visibility=5)
-    if lease is not None:
-        transport.nack(lease)
-        raise click.ClickException(
-            f"{redact_url(url)} already holds messages (group {lease.group_id!r}); the "
-            "benchmark claims and acks whatever is queued, so it needs an empty queue"
-        )
 
 
 def _clear(transport: Transport[Event], prefix: str) -> None:
@@ -126,7 +106,7 @@ def run_bench(
     skipped: dict[str, str] = {}
     with ExitStack() as stack:
         t = stack.enter_context(open_transport(url))
-        _refuse_busy(t, url)
+        refuse_busy(t, url, "the benchmark")
         timed: list[tuple[str, int, AbstractContextManager[cases.Round]]] = [
             ("publish", n, cases.publish(t, n, prefix)),
             (

@@ -26,6 +26,7 @@ from rich.live import Live
 
 from transports_core import Event, open_transport, redact_url
 
+from ._admin_access import refuse_busy
 from ._demo_journal import Plan, Record, Verdict, parse_journal, verify
 from ._demo_live import DemoView
 from ._demo_worker import WorkerSpec, work
@@ -79,14 +80,7 @@ def run_demo(
     run_id = secrets.token_hex(3)
     plan, items = make_plan(settings, prefix=f"demo-{run_id}-")
     with open_transport(url) as transport:
-        # Workers would settle whatever they claim: refuse a queue someone else uses.
-        lease = transport.claim("transports-demo-probe", visibility=5)
-        if lease is not None:
-            transport.nack(lease)
-            raise click.ClickException(
-                f"{redact_url(url)} already holds messages (group {lease.group_id!r}); "
-                "the demo needs an empty queue"
-            )
+        refuse_busy(transport, url, "the demo")
         transport.publish_many(items)
     with open_transport(url) as second:
         # The workers are other processes: a store that another connection cannot see
