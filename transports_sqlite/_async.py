@@ -37,7 +37,7 @@ except ImportError:  # Python 3.10
 
 from . import _ops
 from . import _sql as sql
-from ._errors import is_transient, retry_delay, sqlite_errors
+from ._errors import Retries, is_transient, sqlite_errors
 from ._url import SqliteOptions, database_target, wal_bytes
 
 E = TypeVar("E")
@@ -113,19 +113,15 @@ class AsyncSqliteTransport(Generic[E]):
             return await self._attempt(conn, op)
         except sqlite3.DatabaseError as exc:
             failed = exc
+        retries = Retries(started, self._options.busy_timeout)
         with sqlite_errors(self._options.path):
-            failures = 0
-            while True:
-                failures += 1
-                elapsed = time.monotonic() - started
-                delay = retry_delay(failed, failures, elapsed, self._options.busy_timeout / 1000)
-                if delay is None:
-                    raise failed
+            while (delay := retries.after(failed)) is not None:
                 await asyncio.sleep(delay)
                 try:
                     return await self._attempt(conn, op)
                 except sqlite3.OperationalError as exc:
                     failed = exc
+            raise failed
 
     async def _attempt(self, conn: aiosqlite.Connection, op: _ops.Runnable[T]) -> T:
         begin = _ops.begin_of(op)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -74,6 +75,24 @@ def retry_delay(
         return None
     ceiling = min(RETRY_CAP, RETRY_FIRST * (1 << min(failures - 1, 16)))
     return min(rand() * ceiling, budget - elapsed)
+
+
+class Retries:
+    """The retry bookkeeping of one call, shared by both runners: the clock starts when
+    the call's first attempt did, and each failure asks `retry_delay` what to do."""
+
+    __slots__ = ("_busy_timeout", "_failures", "_started")
+
+    def __init__(self, started: float, busy_timeout_ms: int) -> None:
+        self._started = started
+        self._busy_timeout = busy_timeout_ms / 1000
+        self._failures = 0
+
+    def after(self, exc: BaseException) -> float | None:
+        """Seconds to wait before the next attempt, or None to give up with ``exc``."""
+        self._failures += 1
+        elapsed = time.monotonic() - self._started
+        return retry_delay(exc, self._failures, elapsed, self._busy_timeout)
 
 
 @contextmanager

@@ -30,7 +30,7 @@ except ImportError:  # Python 3.10
 
 from . import _ops
 from . import _sql as sql
-from ._errors import is_transient, retry_delay, sqlite_errors
+from ._errors import Retries, is_transient, sqlite_errors
 from ._url import SqliteOptions, database_target, wal_bytes
 
 E = TypeVar("E")
@@ -95,19 +95,15 @@ class SqliteTransport(Generic[E]):
             return self._attempt(conn, op)  # the common case, kept free of bookkeeping
         except sqlite3.DatabaseError as exc:
             failed = exc
+        retries = Retries(started, self._options.busy_timeout)
         with sqlite_errors(self._options.path):
-            failures = 0
-            while True:
-                failures += 1
-                elapsed = time.monotonic() - started
-                delay = retry_delay(failed, failures, elapsed, self._options.busy_timeout / 1000)
-                if delay is None:
-                    raise failed
+            while (delay := retries.after(failed)) is not None:
                 time.sleep(delay)
                 try:
                     return self._attempt(conn, op)
                 except sqlite3.OperationalError as exc:
                     failed = exc
+            raise failed
 
     def _attempt(self, conn: sqlite3.Connection, op: _ops.Runnable[T]) -> T:
         begin = _ops.begin_of(op)
