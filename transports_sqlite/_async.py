@@ -106,7 +106,7 @@ class AsyncSqliteTransport(Generic[E]):
             raise
         return conn
 
-    async def _transaction(self, conn: aiosqlite.Connection, op: _ops.Runnable[T]) -> T:
+    async def _transaction(self, conn: aiosqlite.Connection, op: _ops.Op[T]) -> T:
         """Run ``op`` in one transaction, retried on contention: see the sync twin."""
         started = time.monotonic()
         try:
@@ -123,8 +123,8 @@ class AsyncSqliteTransport(Generic[E]):
                     failed = exc
             raise failed
 
-    async def _attempt(self, conn: aiosqlite.Connection, op: _ops.Runnable[T]) -> T:
-        begin = _ops.begin_of(op)
+    async def _attempt(self, conn: aiosqlite.Connection, op: _ops.Op[T]) -> T:
+        begin = op.begin
         if begin is None:  # AUTOCOMMIT: each statement is its own transaction
             return await _drive(conn, op(self._options.clock()))
         await conn.execute(begin)
@@ -144,7 +144,7 @@ class AsyncSqliteTransport(Generic[E]):
         finally:
             self._lock.release()
 
-    async def _run(self, op: _ops.Runnable[T]) -> T:
+    async def _run(self, op: _ops.Op[T]) -> T:
         await self._lock.acquire()
         try:
             if self._closed:

@@ -80,13 +80,6 @@ class Op(Generic[T]):
         return self.steps(now)
 
 
-# What the runners accept: an `Op`, or a bare steps function, run in a write transaction.
-Runnable = Op[T] | Callable[[float], Steps[T]]
-
-
-def begin_of(op: Runnable[Any]) -> str | None:
-    return op.begin if isinstance(op, Op) else sql.BEGIN_WRITE
-
 
 class Claimed(NamedTuple):
     """A leased row, before its event is decoded (outside the transaction)."""

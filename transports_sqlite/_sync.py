@@ -87,7 +87,7 @@ class SqliteTransport(Generic[E]):
             raise
         self._conn = conn
 
-    def _transaction(self, conn: sqlite3.Connection, op: _ops.Runnable[T]) -> T:
+    def _transaction(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
         """Run ``op`` in one transaction, again from the start while it fails on contention
         (see `retry_delay`): nothing of a failed attempt was committed."""
         started = time.monotonic()
@@ -105,8 +105,8 @@ class SqliteTransport(Generic[E]):
                     failed = exc
             raise failed
 
-    def _attempt(self, conn: sqlite3.Connection, op: _ops.Runnable[T]) -> T:
-        begin = _ops.begin_of(op)
+    def _attempt(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
+        begin = op.begin
         if begin is None:  # AUTOCOMMIT: each statement is its own transaction
             return _drive(conn, op(self._options.clock()))
         conn.execute(begin)
@@ -119,7 +119,7 @@ class SqliteTransport(Generic[E]):
             raise
         return value
 
-    def _run(self, op: _ops.Runnable[T]) -> T:
+    def _run(self, op: _ops.Op[T]) -> T:
         with self._lock:
             if self._conn is None:
                 raise TransportError(f"{self!r} is closed")

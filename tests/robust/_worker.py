@@ -127,12 +127,12 @@ def hold(db: str) -> None:
     transport: SqliteTransport[Event] = SqliteTransport(parse_url(f"sqlite:///{db}", {}))
     rows = [(f"half-{i}", 0, '{"id":"half"}') for i in range(50)]
 
-    def op(now: float) -> _ops.Steps[None]:
+    def steps(now: float) -> _ops.Steps[None]:
         yield _ops.Stmt(_sql.PUBLISH_ROW, many=rows)
         print("holding", flush=True)
         time.sleep(600)
 
-    transport._run(op)
+    transport._run(_ops.Op(steps))
 
 
 def contend(db: str, name: str, count: int) -> None:
