@@ -312,9 +312,10 @@ PURGE_GROUP_DEAD_LETTERS: Final = "DELETE FROM dead_letters WHERE group_id = :gr
 
 # --- WAL housekeeping -----------------------------------------------------------------------
 
-# Under load, journal_size_limit trims the WAL to this size whenever SQLite restarts it
-# (the auto-checkpoint keeps it near 1,000 pages anyway).
-WAL_LIMIT_BYTES: Final = 1 << 20
+# Under load, journal_size_limit trims the WAL to this size whenever SQLite restarts it.
+# The auto-checkpoint keeps it near 1,000 frames of a 1 KiB page plus a header each, a
+# little over 1 MiB: the limit sits above that, so a normal cycle is never truncated.
+WAL_LIMIT_BYTES: Final = 2 << 20
 # When a claim finds nothing and the WAL is larger than this, the queue is idle: the WAL
 # is checkpointed and truncated to nothing, without waiting for anybody.
 IDLE_WAL_BYTES: Final = 64 << 10
