@@ -56,6 +56,10 @@ class Workdir:
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
+# The floor's table and its one insert: what raw sqlite3 does for the same messages.
+RAW_INSERT = "INSERT INTO messages (group_id, event) VALUES (?, ?)"
+
+
 def _raw_connect(path: Path, synchronous: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
@@ -79,8 +83,7 @@ def floor(work: Workdir, synchronous: str, n: int, rounds: int) -> Iterator[Roun
     with work.db("floor") as path:
         conn = _raw_connect(path, synchronous)
         conn.execute("BEGIN")
-        insert = "INSERT INTO messages (group_id, event) VALUES (?, ?)"
-        conn.executemany(insert, _rows(n * rounds, 10))
+        conn.executemany(RAW_INSERT, _rows(n * rounds, 10))
         conn.execute("COMMIT")
         seqs = iter(range(1, n * rounds + 1))
 
@@ -127,11 +130,10 @@ def transport_async(work: Workdir, synchronous: str, n: int, rounds: int) -> Ite
 def publish_raw(work: Workdir, synchronous: str, n: int) -> Iterator[Round]:
     with work.db("publish-raw") as path:
         conn = _raw_connect(path, synchronous)
-        insert = "INSERT INTO messages (group_id, event) VALUES (?, ?)"
 
         def run() -> None:
             for i in range(n):
-                conn.execute(insert, (f"group-{i % 10}", RAW))
+                conn.execute(RAW_INSERT, (f"group-{i % 10}", RAW))
 
         yield run
         conn.close()
@@ -152,12 +154,11 @@ def publish_many_raw(work: Workdir, synchronous: str, batches: int) -> Iterator[
     batch = _rows(1000, 10)
     with work.db("publish-many-raw") as path:
         conn = _raw_connect(path, synchronous)
-        insert = "INSERT INTO messages (group_id, event) VALUES (?, ?)"
 
         def run() -> None:
             for _ in range(batches):
                 conn.execute("BEGIN IMMEDIATE")
-                conn.executemany(insert, batch)
+                conn.executemany(RAW_INSERT, batch)
                 conn.execute("COMMIT")
 
         yield run
