@@ -50,7 +50,7 @@ def _plain_model(event_type: Any) -> type[BaseModel] | None:
 class EventCodec(Generic[E]):
     """Encodes events of one type to JSON text and decodes them back."""
 
-    __slots__ = ("_adapter", "_model", "event_type")
+    __slots__ = ("_adapter", "_model", "_to_json", "event_type")
 
     def __init__(self, event_type: Any) -> None:
         self.event_type = event_type
@@ -61,6 +61,9 @@ class EventCodec(Generic[E]):
                 f"event_type {event_type!r} is not a type pydantic can validate"
             ) from exc
         self._model = _plain_model(event_type)
+        # What ``dump_json`` calls with its defaults, without its keyword plumbing (a third
+        # of the cost of encoding a small event).
+        self._to_json = self._adapter.serializer.to_json
 
     @property
     def type_name(self) -> str:
@@ -71,7 +74,7 @@ class EventCodec(Generic[E]):
         of the event type (strict: a dict is not a model)."""
         if self._model is not None and isinstance(event, self._model):
             # What strict validation would return: this very instance (see `_plain_model`).
-            return self._adapter.dump_json(event).decode()  # type: ignore[arg-type]
+            return self._to_json(event).decode()
         try:
             valid = self._adapter.validate_python(event, strict=True)
         except ValidationError as exc:
@@ -86,7 +89,7 @@ class EventCodec(Generic[E]):
                 f"event {event!r:.200} is not a valid {self.type_name}: "
                 f"expected a {type(valid).__name__} instance, got {type(event).__name__}"
             )
-        return self._adapter.dump_json(valid).decode()
+        return self._to_json(valid).decode()
 
     def encode_items(self, items: Iterable[tuple[str, E, int]]) -> list[tuple[str, str, int]]:
         """Check and encode ``publish_many`` items, naming the index of a bad one."""

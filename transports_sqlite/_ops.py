@@ -80,7 +80,6 @@ class Op(Generic[T]):
         return self.steps(now)
 
 
-
 class Claimed(NamedTuple):
     """A leased row, before its event is decoded (outside the transaction)."""
 
@@ -172,16 +171,31 @@ def publish(codec: EventCodec[Any], group_id: str, event: object, priority: int)
 
 
 def publish_many(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> Op[list[int]]:
-    rows = [(group_id, priority, raw) for group_id, raw, priority in codec.encode_items(items)]
+    encoded = codec.encode_items(items)
 
     def steps(now: float) -> Steps[list[int]]:
-        if not rows:
+        if not encoded:
             return []
-        yield Stmt(sql.PUBLISH_ROW, many=rows)
-        last: int = (yield Stmt(sql.LAST_SEQ)).rows[0][0]
-        return list(range(last - len(rows) + 1, last + 1))
+        first: int = (yield Stmt(sql.LAST_SEQ)).rows[0][0] + 1
+        seqs = range(first, first + len(encoded))
+        rows = [
+            (group_id, seq, priority, raw)
+            for seq, (group_id, raw, priority) in zip(seqs, encoded, strict=True)
+        ]
+        yield Stmt(sql.RESERVE_SEQS, {"last": seqs[-1]})
+        # Each group's first message in the batch opens it (if it has no messages yet).
+        opening: dict[str, tuple[str, int, int]] = {}
+        for group_id, seq, priority, _ in rows:
+            opening.setdefault(group_id, (group_id, priority, seq))
+        yield Stmt(sql.OPEN_GROUP, many=list(opening.values()))
+        yield Stmt(sql.INSERT_ROW, many=rows)
+        return list(seqs)
 
     return Op(steps)
+
+
+# No head has this many deliveries: CLAIM_READY's guard when there is no max_attempts.
+_UNLIMITED = 2**62
 
 
 def claim(
@@ -192,59 +206,78 @@ def claim(
     on_dead: str = "release",
 ) -> Op[Claimed | None]:
     """Lease the next ready head. With ``max_attempts``, a head that has had that many
-    deliveries is buried instead (see `_bury`) and the claim goes on to the next one."""
+    deliveries is buried instead (see `_bury`) and the claim goes on to the next one.
+
+    Usually one statement does it all (CLAIM_READY: nothing has lapsed, no burial is
+    due); when that claims nothing, the claim wakes lapsed groups and goes on in full.
+    It runs in a write transaction even so: its `now` is read once the write lock is
+    held, so a claim that waited for the lock still leases from the moment it got it."""
     worker_id = check_worker_id(worker_id)
     visibility = check_visibility(visibility)
     min_priority = check_priority(min_priority, "min_priority")
 
-    def steps(now: float) -> Steps[Claimed | None]:
-        expires_at = now + visibility
-        params = {
+    def params(now: float) -> dict[str, Any]:
+        return {
             "worker_id": worker_id,
-            "expires_at": expires_at,
+            "expires_at": now + visibility,
             "min_priority": min_priority,
+            "now": now,
         }
+
+    def steps(now: float) -> Steps[Claimed | None]:
+        limit = _UNLIMITED if max_attempts is None else max_attempts
+        rows = (yield Stmt(sql.CLAIM_READY, params(now) | {"max_attempts": limit})).rows
+        if rows:
+            seq, group_id, raw, attempt = rows[0]
+            return Claimed(seq, group_id, raw, worker_id, attempt, now + visibility)
         yield Stmt(sql.WAKE_LAPSED, {"now": now})
         # Each pass buries one message for good, so this ends.
         while True:
-            rows = (yield Stmt(sql.CLAIM_HEAD, params)).rows
+            rows = (yield Stmt(sql.CLAIM_HEAD, params(now))).rows
             if not rows:
                 return None
             seq, group_id, raw, attempt = rows[0]
             if (
                 max_attempts is not None
                 and attempt > max_attempts
-                and (yield from _bury(now, seq, attempt - 1, max_attempts, on_dead))
+                and (yield from _bury(now, group_id, seq, attempt - 1, max_attempts, on_dead))
             ):
                 continue
-            yield Stmt(sql.MARK_CLAIMED, {"now": now, "group_id": group_id})
-            return Claimed(seq, group_id, raw, worker_id, attempt, expires_at)
+            return Claimed(seq, group_id, raw, worker_id, attempt, now + visibility)
 
     return Op(steps)
 
 
-def _bury(now: float, seq: int, delivered: int, max_attempts: int, on_dead: str) -> Steps[bool]:
-    """Move the just-leased message ``seq`` to the dead letters if it has had its
+def _bury(
+    now: float, group_id: str, seq: int, delivered: int, max_attempts: int, on_dead: str
+) -> Steps[bool]:
+    """Move the just-leased head ``seq`` to the dead letters if it has had its
     ``max_attempts`` deliveries (counted since its last requeue); return whether it did."""
     rows = (yield Stmt(sql.REQUEUED_ATTEMPTS, {"seq": seq})).rows
     since_requeue = delivered - (rows[0][0] if rows else 0)
     if since_requeue < max_attempts:
         return False
     reason = f"not acked after {since_requeue} deliveries (max_attempts={max_attempts})"
-    yield Stmt(sql.BURY, {"seq": seq, "attempts": delivered, "reason": reason, "now": now})
+    message = {"group_id": group_id, "seq": seq}
+    yield Stmt(sql.BURY, message | {"attempts": delivered, "reason": reason, "now": now})
     if on_dead == "hold":
         yield Stmt(
-            sql.HOLD_MESSAGE,
-            {"seq": seq, "parked": PARKED, "held": sql.HELD, "attempts": delivered},
+            sql.HOLD_GROUP,
+            {"group_id": group_id, "parked": PARKED, "held": sql.HELD, "attempts": delivered},
         )
     else:
-        yield Stmt(sql.DROP_MESSAGE, {"seq": seq})
+        yield Stmt(sql.DROP_MESSAGE, message)
     yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
     return True
 
 
 def _fence(lease: Lease[object]) -> dict[str, Any]:
-    return {"seq": lease.seq, "worker_id": lease.worker_id, "attempt": lease.attempt}
+    return {
+        "group_id": lease.group_id,
+        "seq": lease.seq,
+        "worker_id": lease.worker_id,
+        "attempt": lease.attempt,
+    }
 
 
 def _require(result: Result, lease: Lease[object]) -> None:
@@ -388,20 +421,30 @@ def requeue(seq: int) -> Op[bool]:
         if not rows:
             return False
         group_id, attempts, held = rows[0]
+        message = {"group_id": group_id, "seq": seq}
         if held:
-            yield Stmt(sql.UNHOLD_MESSAGE, {"seq": seq, "held": sql.HELD})
+            yield Stmt(sql.UNHOLD_GROUP, message | {"held": sql.HELD})
         else:
             holder = (
-                yield Stmt(sql.GROUP_LEASE_HOLDER, {"group_id": group_id, "parked": PARKED})
+                yield Stmt(
+                    sql.GROUP_HOLDER, {"group_id": group_id, "parked": PARKED, "held": sql.HELD}
+                )
             ).rows
             if holder:
+                locked_by, head = holder[0]
+                who = (
+                    f"dead letter {head} is held at its head"
+                    if locked_by == PARKED
+                    else f"worker {locked_by!r} holds a lease"
+                )
                 raise TransportError(
-                    f"cannot requeue message {seq}: worker {holder[0][0]!r} holds a lease "
-                    f"in its group {group_id!r}; requeue it once that lease is settled"
+                    f"cannot requeue message {seq}: {who} in its group {group_id!r}; "
+                    "requeue it once that is settled"
                 )
             yield Stmt(sql.RESTORE_MESSAGE, {"seq": seq})
+            yield Stmt(sql.RESTORE_HEAD, {"seq": seq})
         yield Stmt(sql.PRUNE_REQUEUED)
-        yield Stmt(sql.MARK_REQUEUED, {"seq": seq, "attempts": attempts})
+        yield Stmt(sql.MARK_REQUEUED, message | {"attempts": attempts})
         yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
         return True
 
@@ -412,9 +455,13 @@ def discard(seq: int) -> Op[bool]:
     seq = check_seq(seq)
 
     def steps(now: float) -> Steps[bool]:
-        if (yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})).rowcount == 0:
+        rows = (yield Stmt(sql.DEAD_LETTER, {"seq": seq})).rows
+        if not rows:
             return False
-        yield Stmt(sql.DROP_HELD_MESSAGE, {"seq": seq, "held": sql.HELD})
+        group_id, _, held = rows[0]
+        yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
+        if held:  # its row in `messages` goes too, which frees the group
+            yield Stmt(sql.DROP_MESSAGE, {"group_id": group_id, "seq": seq})
         yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
         return True
 
@@ -426,7 +473,7 @@ def purge_group(group_id: str) -> Op[int]:
 
     def steps(now: float) -> Steps[int]:
         # A held dead letter is in both tables; count it once.
-        ((held,),) = (yield Stmt(sql.COUNT_HELD_IN_GROUP, params | {"held": sql.HELD})).rows
+        ((held,),) = (yield Stmt(sql.COUNT_HELD_IN_GROUP, params)).rows
         messages = (yield Stmt(sql.PURGE_GROUP_MESSAGES, params)).rowcount
         dead = (yield Stmt(sql.PURGE_GROUP_DEAD_LETTERS, params)).rowcount
         return int(messages + dead - held)

@@ -1,9 +1,11 @@
 """The SQLite schema and every statement the backend runs; nothing else.
 
-`messages` is the truth: one row per unacked message, carrying its lease. `groups` is
-derived from it by triggers (a row exists exactly while the group has messages; `head_seq`
-is its oldest message; `busy_until` mirrors the head's lease or park), so that choosing the
-next group is a walk of one small index instead of a scan of the backlog, whoever writes.
+`messages` holds one row per unacked message, clustered by group (a group's messages are
+neighbours, in seq order). `groups` holds one row per group that has messages: its head
+(oldest message), the head's lease or park, and its turn in the round-robin. Claim, nack
+and extend touch only `groups`; ack deletes the head and a trigger moves the head on. So
+choosing the next group is a walk of one small index, never a scan of the backlog, and a
+claim writes two pages whatever the backlog.
 
 Named parameters only; every value reaches SQLite as a bound parameter.
 """
@@ -18,13 +20,13 @@ from transports_core._validate import MAX_PRIORITY
 # "DTQ1": marks a file as ours, so that we never adopt or alter another application's
 # database. SCHEMA_VERSION is stored in `user_version`; a file with another one is refused.
 APPLICATION_ID: Final = 0x44545131
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
-# Small pages: a claim or an ack rewrites a handful of pages (the message, its group,
-# their index entries), and a WAL commit costs about as much per page as the bytes it
-# writes; 1 KiB pages make each commit roughly twice as cheap as 4 KiB ones. Run before
-# `setup`, outside any transaction, and only when the file is new.
-NEW_FILE_PAGE_SIZE: Final = "PRAGMA page_size = 1024"
+# In WAL mode a commit costs about as much per page as the bytes it writes, and a claim
+# or an ack writes two or three small pages: 2 KiB pages keep those commits cheap, while
+# a batch insert still fills few pages per row. Run before `setup`, outside any
+# transaction, and only when the file is new.
+NEW_FILE_PAGE_SIZE: Final = "PRAGMA page_size = 2048"
 
 # Writes take the write lock up front (IMMEDIATE), so that claims in every process
 # serialize and a transaction never has to upgrade a read lock (which can fail with BUSY).
@@ -48,28 +50,32 @@ SELECT (SELECT count(*) FROM sqlite_master),
 """
 
 SCHEMA: Final = (
-    # seq is AUTOINCREMENT so that a seq is never reused: it is the lease's identity, and a
-    # stale lease must never match a later message.
+    # Clustered by (group_id, seq): a group's next head is the row after the one acked,
+    # and there is no second index to maintain on every publish and ack.
     """
     CREATE TABLE messages (
-        seq         INTEGER PRIMARY KEY AUTOINCREMENT,
         group_id    TEXT    NOT NULL,
-        priority    INTEGER NOT NULL,
+        seq         INTEGER NOT NULL,
+        priority    INTEGER NOT NULL,   -- as published; the group keeps its first one
         event       TEXT    NOT NULL,
-        locked_by   TEXT,               -- worker holding the lease, '__parked__', or NULL
-        lock_expiry REAL,               -- when that lease or park ends; NULL when free
-        attempt     INTEGER NOT NULL DEFAULT 0  -- deliveries so far: the fencing token
-    )
+        attempt     INTEGER NOT NULL DEFAULT 0,  -- deliveries before it last became a head
+        PRIMARY KEY (group_id, seq)
+    ) WITHOUT ROWID
     """,
-    # FIFO within a group, and the seek for a group's new head after an ack.
-    "CREATE INDEX messages_by_group ON messages (group_id, seq)",
+    # The last seq handed out. Seqs are never reused: a seq is a lease's identity, and a
+    # stale lease must never match a later message.
+    "CREATE TABLE seqs (last INTEGER NOT NULL)",
+    "INSERT INTO seqs (last) VALUES (0)",
     """
     CREATE TABLE groups (
         group_id        TEXT    PRIMARY KEY,
         priority        INTEGER NOT NULL,
         last_claimed_at REAL    NOT NULL DEFAULT 0.0,   -- 0.0: never claimed, so served first
         head_seq        INTEGER NOT NULL,
-        busy_until      REAL                            -- head's lease or park end; NULL: free
+        attempt         INTEGER NOT NULL DEFAULT 0,     -- the head's deliveries: the fencing token
+        locked_by       TEXT,           -- worker holding the head's lease, '__parked__', or NULL
+        lock_expiry     REAL,           -- when that lease or park ends; NULL when free
+        busy_until      REAL            -- lock_expiry while it runs; NULL: free (or lapsed)
     ) WITHOUT ROWID
     """,
     # Free groups (busy_until NULL sorts first) in round-robin order within each priority,
@@ -77,35 +83,36 @@ SCHEMA: Final = (
     # priority at or above the floor; the wake-up seeks the lapsed ones. Neither walks
     # past busy groups or groups below the floor, so a claim costs the same at any backlog.
     "CREATE INDEX groups_by_turn ON groups (busy_until, priority, last_claimed_at, head_seq)",
-    # A group row exists from its first publish; only that publish sets the priority. A
-    # message inserted ahead of the head (a requeue) becomes the head. The WHEN skips the
-    # common case (appending behind an existing head) with one seek instead of an upsert.
+    # One publish is one statement: an insert into this view, whose trigger hands out the
+    # seq, stores the message and opens its group (the first publish sets the priority).
+    # `publish_many` writes the same tables directly, once per group and once per batch
+    # where it can, rather than running a trigger for every row.
     """
-    CREATE TRIGGER messages_insert_group AFTER INSERT ON messages
-    WHEN NOT EXISTS (SELECT 1 FROM groups WHERE group_id = NEW.group_id AND head_seq < NEW.seq)
-    BEGIN
+    CREATE VIEW publish (seq, group_id, priority, event) AS
+    SELECT seq, group_id, priority, event FROM messages WHERE 0
+    """,
+    """
+    CREATE TRIGGER publish_message INSTEAD OF INSERT ON publish BEGIN
+        UPDATE seqs SET last = NEW.seq WHERE last < NEW.seq;
+        INSERT INTO messages (group_id, seq, priority, event)
+        VALUES (NEW.group_id, NEW.seq, NEW.priority, NEW.event);
         INSERT INTO groups (group_id, priority, head_seq)
         VALUES (NEW.group_id, NEW.priority, NEW.seq)
-        ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq
-        WHERE excluded.head_seq < groups.head_seq;
+        ON CONFLICT (group_id) DO NOTHING;
     END
     """,
-    # The group is busy exactly as long as its head's lease or park.
-    """
-    CREATE TRIGGER messages_lease_group AFTER UPDATE OF lock_expiry ON messages BEGIN
-        UPDATE groups SET busy_until = NEW.lock_expiry WHERE group_id = NEW.group_id;
-    END
-    """,
-    # Removing a message: a drained group disappears (its next publish sets a new
-    # priority); otherwise the head moves on, and removing the leased message frees the group.
+    # Removing a group's head (ack, or a dead letter leaving): a drained group disappears
+    # (its next publish sets a new priority); otherwise the next message becomes the head,
+    # free, with the deliveries it already had.
     """
     CREATE TRIGGER messages_delete_group AFTER DELETE ON messages BEGIN
         DELETE FROM groups WHERE group_id = OLD.group_id
             AND NOT EXISTS (SELECT 1 FROM messages WHERE group_id = OLD.group_id);
         UPDATE groups
-           SET head_seq = (SELECT min(seq) FROM messages WHERE group_id = OLD.group_id),
-               busy_until = CASE WHEN OLD.lock_expiry IS NULL THEN busy_until END
-         WHERE group_id = OLD.group_id;
+           SET (head_seq, attempt) = (SELECT seq, attempt FROM messages
+                                       WHERE group_id = OLD.group_id ORDER BY seq LIMIT 1),
+               locked_by = NULL, lock_expiry = NULL, busy_until = NULL
+         WHERE group_id = OLD.group_id AND head_seq = OLD.seq;
     END
     """,
     # Dead letters (opt-in, max_attempts): a message keeps its seq here, so that a requeue
@@ -126,69 +133,98 @@ SCHEMA: Final = (
     "CREATE INDEX dead_letters_by_group ON dead_letters (group_id, seq)",
     # A requeued message keeps its attempt count (the fencing token must never repeat for a
     # seq), so max_attempts counts its deliveries from the attempts it had when requeued.
-    "CREATE TABLE requeued (seq INTEGER PRIMARY KEY, attempts INTEGER NOT NULL)",
+    """
+    CREATE TABLE requeued (
+        seq      INTEGER PRIMARY KEY,
+        group_id TEXT    NOT NULL,
+        attempts INTEGER NOT NULL
+    )
+    """,
     f"PRAGMA application_id = {APPLICATION_ID}",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
+# RETURNING gives back the row as inserted into the view: the seq computed here, under
+# the write lock that the statement holds from its start.
 PUBLISH: Final = """
-INSERT INTO messages (group_id, priority, event) VALUES (:group_id, :priority, :event)
+INSERT INTO publish (seq, group_id, priority, event)
+VALUES ((SELECT last + 1 FROM seqs), :group_id, :priority, :event)
 RETURNING seq
 """
 
-# publish_many inserts with executemany (no RETURNING there). Inside one BEGIN IMMEDIATE
-# transaction nobody else can insert, so AUTOINCREMENT hands out consecutive seqs ending
-# at the last row inserted (the triggers' own inserts do not count: `groups` has no rowid).
-PUBLISH_ROW: Final = """
-INSERT INTO messages (group_id, priority, event) VALUES (?, ?, ?)
+# publish_many, in one write transaction: reserve the batch's seqs, open the groups it
+# brings (its first message in each group; an existing group keeps its head and
+# priority, as every new seq is behind its head), then insert the rows.
+LAST_SEQ: Final = "SELECT last FROM seqs"
+RESERVE_SEQS: Final = "UPDATE seqs SET last = :last"
+OPEN_GROUP: Final = """
+INSERT INTO groups (group_id, priority, head_seq) VALUES (?, ?, ?)
+ON CONFLICT (group_id) DO NOTHING
 """
-LAST_SEQ: Final = "SELECT last_insert_rowid()"
+INSERT_ROW: Final = "INSERT INTO messages (group_id, seq, priority, event) VALUES (?, ?, ?, ?)"
 
-# A lapsed lease or an elapsed park makes its group free again. Claim runs this first, so
-# the seek below sees exactly the groups that are free at `now` (given a clock that does
-# not run backwards). Only `groups` changes: the head keeps its lease columns, so a late
-# ack, nack or extend by the lapsed worker still matches until someone re-claims it (and
-# an extend makes the group busy again through the trigger).
+# A lapsed lease or an elapsed park makes its group free again. Only `busy_until` changes:
+# the lease columns stay, so a late ack, nack or extend by the lapsed worker still matches
+# until someone re-claims the group (an extend makes it busy again).
 WAKE_LAPSED: Final = "UPDATE groups SET busy_until = NULL WHERE busy_until < :now"
 
 
 def _first_free(priority: int) -> str:
-    return f"""SELECT last_claimed_at, head_seq FROM groups
+    return f"""SELECT last_claimed_at, head_seq, group_id FROM groups
                WHERE busy_until IS NULL AND priority = {priority} AND :min_priority <= {priority}"""
 
 
-# The next free group at or above the floor, in round-robin order (oldest last claim,
-# then oldest head); lease its head. Only a group's head is ever leased, so a free
-# group's head is the message to deliver. One index seek per priority level, merged in
-# order (a MERGE of sorted arms, no sort of its own), so neither busy groups nor groups
-# below the floor are ever walked over.
-CLAIM_HEAD: Final = f"""
-UPDATE messages
-   SET locked_by = :worker_id, lock_expiry = :expires_at, attempt = attempt + 1
- WHERE seq = (SELECT head_seq FROM (
-                {" UNION ALL ".join(_first_free(p) for p in range(MAX_PRIORITY + 1))}
-                ORDER BY 1, 2 LIMIT 1))
-RETURNING seq, group_id, event, attempt
+def _claim(guard: str) -> str:
+    # The next free group at or above the floor, in round-robin order (oldest last claim,
+    # then oldest head): one index seek per priority level, merged in order (a MERGE of
+    # sorted arms, no sort of its own), so that neither busy groups nor groups below the
+    # floor are ever walked over. Its head is leased and the group goes to the back of
+    # the round-robin order; the head's event comes back with it.
+    return f"""
+UPDATE groups
+   SET locked_by = :worker_id, lock_expiry = :expires_at, busy_until = :expires_at,
+       attempt = attempt + 1, last_claimed_at = :now
+ WHERE group_id = (SELECT group_id FROM (
+                     {" UNION ALL ".join(_first_free(p) for p in range(MAX_PRIORITY + 1))}
+                     ORDER BY 1, 2 LIMIT 1)){guard}
+RETURNING head_seq, group_id,
+          (SELECT event FROM messages
+            WHERE messages.group_id = groups.group_id AND seq = groups.head_seq),
+          attempt
 """
 
-# Just-served groups go to the back of the round-robin order.
-MARK_CLAIMED: Final = "UPDATE groups SET last_claimed_at = :now WHERE group_id = :group_id"
 
-# ack, nack and extend act only on the current lease: same seq, worker and attempt, not
-# acked or nacked since. A re-claim after a lapse bumps attempt, so a stale worker matches
-# no row and changes nothing.
-ACK: Final = """
-DELETE FROM messages WHERE seq = :seq AND locked_by = :worker_id AND attempt = :attempt
+# After the wake-up.
+CLAIM_HEAD: Final = _claim("")
+
+# The claim's first statement, enough on its own in the common case: no lease or park has
+# lapsed (so the wake-up would change nothing), and the head has had fewer than
+# ``max_attempts`` deliveries (so it cannot be due for burial). When either fails it
+# claims nothing, and the claim goes on: wake-up, then CLAIM_HEAD.
+CLAIM_READY: Final = _claim("""
+   AND NOT EXISTS (SELECT 1 FROM groups WHERE busy_until < :now)
+   AND attempt < :max_attempts""")
+
+# ack, nack and extend act only on the current lease: the group's head is that seq, and
+# the same worker holds it with the same attempt, not acked or nacked since. A re-claim
+# after a lapse bumps attempt, so a stale worker matches no row and changes nothing.
+_LEASE_HOLDER = """group_id = :group_id AND head_seq = :seq
+   AND locked_by = :worker_id AND attempt = :attempt"""
+
+ACK: Final = f"""
+DELETE FROM messages
+ WHERE group_id = :group_id AND seq = :seq
+   AND EXISTS (SELECT 1 FROM groups WHERE {_LEASE_HOLDER})
 """
 
-RELEASE: Final = """
-UPDATE messages SET locked_by = :locked_by, lock_expiry = :lock_expiry
- WHERE seq = :seq AND locked_by = :worker_id AND attempt = :attempt
+RELEASE: Final = f"""
+UPDATE groups SET locked_by = :locked_by, lock_expiry = :lock_expiry, busy_until = :lock_expiry
+ WHERE {_LEASE_HOLDER}
 """
 
-EXTEND: Final = """
-UPDATE messages SET lock_expiry = :lock_expiry
- WHERE seq = :seq AND locked_by = :worker_id AND attempt = :attempt
+EXTEND: Final = f"""
+UPDATE groups SET lock_expiry = :lock_expiry, busy_until = :lock_expiry
+ WHERE {_LEASE_HOLDER}
 """
 
 
@@ -201,80 +237,88 @@ HELD: Final = float("inf")
 # there); no row: never requeued.
 REQUEUED_ATTEMPTS: Final = "SELECT attempts FROM requeued WHERE seq = :seq"
 
-# Run by the claim that would have delivered the message once too often, on the row it has
-# just leased, in the same transaction: the dead letter records the deliveries that really
-# happened (the claim's own increment is not one).
+# Run by the claim that would have delivered the message once too often, on the head it
+# has just leased, in the same transaction: the dead letter records the deliveries that
+# really happened (the claim's own increment is not one).
 BURY: Final = """
 INSERT INTO dead_letters (seq, group_id, priority, event, attempts, reason, dead_at)
-SELECT seq, group_id, priority, event, :attempts, :reason, :now FROM messages WHERE seq = :seq
+SELECT seq, group_id, priority, event, :attempts, :reason, :now FROM messages
+ WHERE group_id = :group_id AND seq = :seq
 """
 
 # on_dead=release: the message leaves the queue; the delete trigger frees its group and
 # moves the head on to the next message.
-DROP_MESSAGE: Final = "DELETE FROM messages WHERE seq = :seq"
+DROP_MESSAGE: Final = "DELETE FROM messages WHERE group_id = :group_id AND seq = :seq"
 
 # on_dead=hold: the message stays its group's head, parked for ever, so that nothing later
 # in the group is delivered and later publishes queue behind it. Its attempt goes back to
 # the deliveries it had: no lease was handed out for the claim's increment.
-HOLD_MESSAGE: Final = """
-UPDATE messages SET locked_by = :parked, lock_expiry = :held, attempt = :attempts
- WHERE seq = :seq
+HOLD_GROUP: Final = """
+UPDATE groups SET locked_by = :parked, lock_expiry = :held, busy_until = :held, attempt = :attempts
+ WHERE group_id = :group_id
 """
 
 FORGET_REQUEUED: Final = "DELETE FROM requeued WHERE seq = :seq"
 
 # Requeue history of acked messages is useless: trimmed at each requeue, not at each ack.
 PRUNE_REQUEUED: Final = """
-DELETE FROM requeued WHERE NOT EXISTS (SELECT 1 FROM messages WHERE messages.seq = requeued.seq)
+DELETE FROM requeued WHERE NOT EXISTS (
+    SELECT 1 FROM messages m WHERE m.group_id = requeued.group_id AND m.seq = requeued.seq)
 """
 
 DEAD_LETTER: Final = """
-SELECT group_id, attempts, EXISTS (SELECT 1 FROM messages WHERE seq = :seq)
-  FROM dead_letters WHERE seq = :seq
+SELECT group_id, attempts,
+       EXISTS (SELECT 1 FROM messages m WHERE m.group_id = d.group_id AND m.seq = d.seq)
+  FROM dead_letters d WHERE seq = :seq
 """
 
-# A message may only become its group's head while no worker holds a lease in the group
-# (lapsed leases included: they can still be acked or extended, which would free or renew
-# the group under the new head's lease).
-GROUP_LEASE_HOLDER: Final = """
-SELECT locked_by FROM messages
- WHERE group_id = :group_id AND locked_by IS NOT NULL AND locked_by != :parked
- LIMIT 1
+# A message may only become its group's head while nobody holds the group: no worker's
+# lease (lapsed ones included: they can still be acked or extended, which would act on
+# the new head) and no held dead letter (the hold belongs to that message). A park is
+# fine: the new head waits for it to end.
+GROUP_HOLDER: Final = """
+SELECT locked_by, head_seq FROM groups
+ WHERE group_id = :group_id AND (locked_by != :parked OR lock_expiry = :held)
 """
 
-# A held dead letter is still in `messages`: freeing it makes it deliverable again (the
-# lease trigger frees the group).
-UNHOLD_MESSAGE: Final = """
-UPDATE messages SET locked_by = NULL, lock_expiry = NULL WHERE seq = :seq AND lock_expiry = :held
+# A held dead letter is still its group's head: freeing it makes it deliverable again.
+UNHOLD_GROUP: Final = """
+UPDATE groups SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL
+ WHERE group_id = :group_id AND head_seq = :seq AND lock_expiry = :held
 """
 
-# A released dead letter goes back under its own seq: the insert trigger makes it the
-# head if it is older than the group's head (or creates the group with its priority).
+# A released dead letter goes back under its own seq, as its group's head if it is older
+# than the group's head (or as a new group, with its priority).
 RESTORE_MESSAGE: Final = """
-INSERT INTO messages (seq, group_id, priority, event, attempt)
-SELECT seq, group_id, priority, event, attempts FROM dead_letters WHERE seq = :seq
+INSERT INTO messages (group_id, seq, priority, event, attempt)
+SELECT group_id, seq, priority, event, attempts FROM dead_letters WHERE seq = :seq
+"""
+RESTORE_HEAD: Final = """
+INSERT INTO groups (group_id, priority, head_seq, attempt)
+SELECT group_id, priority, seq, attempts FROM dead_letters WHERE seq = :seq
+ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq, attempt = excluded.attempt
+ WHERE excluded.head_seq < groups.head_seq
 """
 
 MARK_REQUEUED: Final = """
-INSERT INTO requeued (seq, attempts) VALUES (:seq, :attempts)
+INSERT INTO requeued (seq, group_id, attempts) VALUES (:seq, :group_id, :attempts)
 ON CONFLICT (seq) DO UPDATE SET attempts = excluded.attempts
 """
 
 FORGET_DEAD_LETTER: Final = "DELETE FROM dead_letters WHERE seq = :seq"
 
-# A held dead letter's row in `messages` (see HELD): discarding it frees its group.
-DROP_HELD_MESSAGE: Final = "DELETE FROM messages WHERE seq = :seq AND lock_expiry = :held"
-
 # --- admin --------------------------------------------------------------------------------
 
-# Per group priority (the one claims filter on). A held dead letter is counted as dead
-# only: its row in `messages` matches none of the three.
+# Per group priority (the one claims filter on). Only a head can be leased or parked;
+# the messages behind it count as ready. A held dead letter is counted as dead only: it
+# matches none of the three.
 MESSAGE_COUNTS: Final = """
 SELECT g.priority,
-       count(*) FILTER (WHERE m.locked_by IS NULL OR m.lock_expiry < :now),
-       count(*) FILTER (WHERE m.locked_by != :parked AND m.lock_expiry >= :now),
-       count(*) FILTER (WHERE m.locked_by = :parked AND m.lock_expiry >= :now
-                          AND m.lock_expiry < :held)
+       count(*) FILTER (WHERE m.seq != g.head_seq OR g.locked_by IS NULL OR g.lock_expiry < :now),
+       count(*) FILTER (WHERE m.seq = g.head_seq AND g.locked_by != :parked
+                          AND g.lock_expiry >= :now),
+       count(*) FILTER (WHERE m.seq = g.head_seq AND g.locked_by = :parked
+                          AND g.lock_expiry >= :now AND g.lock_expiry < :held)
   FROM messages m JOIN groups g ON g.group_id = m.group_id
  GROUP BY g.priority
 """
@@ -282,16 +326,16 @@ SELECT g.priority,
 DEAD_COUNTS: Final = "SELECT priority, count(*) FROM dead_letters GROUP BY priority"
 
 DEEPEST_GROUPS: Final = """
-SELECT g.group_id, g.priority, g.head_seq, g.last_claimed_at, h.locked_by, h.lock_expiry,
+SELECT g.group_id, g.priority, g.head_seq, g.last_claimed_at, g.locked_by, g.lock_expiry,
        (SELECT count(*) FROM messages m WHERE m.group_id = g.group_id) AS depth
-  FROM groups g JOIN messages h ON h.seq = g.head_seq
+  FROM groups g
  ORDER BY depth DESC, g.head_seq
  LIMIT :limit
 """
 
 LIST_DEAD_LETTERS: Final = """
 SELECT d.seq, d.group_id, d.priority, d.event, d.attempts, d.reason, d.dead_at,
-       EXISTS (SELECT 1 FROM messages m WHERE m.seq = d.seq)
+       EXISTS (SELECT 1 FROM messages m WHERE m.group_id = d.group_id AND m.seq = d.seq)
   FROM dead_letters d
  ORDER BY d.seq
  LIMIT :limit
@@ -300,12 +344,13 @@ SELECT d.seq, d.group_id, d.priority, d.event, d.attempts, d.reason, d.dead_at,
 LIST_HELD_GROUPS: Final = """
 SELECT d.group_id, d.seq, d.dead_at,
        (SELECT count(*) FROM messages w WHERE w.group_id = d.group_id) - 1
-  FROM dead_letters d JOIN messages m ON m.seq = d.seq
+  FROM dead_letters d JOIN messages m ON m.group_id = d.group_id AND m.seq = d.seq
  ORDER BY d.seq
 """
 
 COUNT_HELD_IN_GROUP: Final = """
-SELECT count(*) FROM messages WHERE group_id = :group_id AND lock_expiry = :held
+SELECT count(*) FROM dead_letters d JOIN messages m ON m.group_id = d.group_id AND m.seq = d.seq
+ WHERE d.group_id = :group_id
 """
 PURGE_GROUP_MESSAGES: Final = "DELETE FROM messages WHERE group_id = :group_id"
 PURGE_GROUP_DEAD_LETTERS: Final = "DELETE FROM dead_letters WHERE group_id = :group_id"
@@ -313,9 +358,9 @@ PURGE_GROUP_DEAD_LETTERS: Final = "DELETE FROM dead_letters WHERE group_id = :gr
 # --- WAL housekeeping -----------------------------------------------------------------------
 
 # Under load, journal_size_limit trims the WAL to this size whenever SQLite restarts it.
-# The auto-checkpoint keeps it near 1,000 frames of a 1 KiB page plus a header each, a
-# little over 1 MiB: the limit sits above that, so a normal cycle is never truncated.
-WAL_LIMIT_BYTES: Final = 2 << 20
+# The auto-checkpoint keeps it near 1,000 frames of a 2 KiB page plus a header each, a
+# little over 2 MiB: the limit sits above that, so a normal cycle is never truncated.
+WAL_LIMIT_BYTES: Final = 4 << 20
 # When a claim finds nothing and the WAL is larger than this, the queue is idle: the WAL
 # is checkpointed and truncated to nothing, without waiting for anybody.
 IDLE_WAL_BYTES: Final = 64 << 10

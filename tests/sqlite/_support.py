@@ -32,11 +32,13 @@ def query(path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any,
 
 
 def snapshot(path: Path) -> tuple[list[tuple[Any, ...]], ...]:
-    """Everything a write could change: the rows of both tables and the seq counter."""
+    """Everything a write could change: the rows of every table, the seq counter among them."""
     return (
         query(path, "SELECT * FROM messages ORDER BY seq"),
         query(path, "SELECT * FROM groups ORDER BY group_id"),
-        query(path, "SELECT seq FROM sqlite_sequence WHERE name = 'messages'"),
+        query(path, "SELECT * FROM seqs"),
+        query(path, "SELECT * FROM dead_letters ORDER BY seq"),
+        query(path, "SELECT * FROM requeued ORDER BY seq"),
     )
 
 

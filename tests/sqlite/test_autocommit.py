@@ -43,12 +43,13 @@ def test_single_statement_writes_send_sqlite_that_statement_only(
     statements = _traced(transport)
     transport.publish("g", Event(i=1))
     transport.publish("g", Event(i=2))
-    assert [s[:20] for s in statements] == ["INSERT INTO messages"] * 2
+    assert [s[:19] for s in statements] == ["INSERT INTO publish"] * 2
 
+    # Nothing has lapsed: the claim is one statement, in a transaction of its own.
     statements.clear()
     lease = transport.claim("w", 30)
     assert lease is not None
-    assert (statements[0], statements[-1]) == (sql.BEGIN_WRITE, "COMMIT")
+    assert [s[:15] for s in statements] == [sql.BEGIN_WRITE, "UPDATE groups S", "COMMIT"]
 
     for settle in (
         lambda: transport.extend(lease, 60),
@@ -56,10 +57,16 @@ def test_single_statement_writes_send_sqlite_that_statement_only(
     ):
         statements.clear()
         settle()
-        assert [s[:15] for s in statements] == ["UPDATE messages"]
+        assert [s[:13] for s in statements] == ["UPDATE groups"]
+    # The park has ended: the first statement claims nothing, and the claim goes on by
+    # waking the group.
     clock.advance(6)
+    statements.clear()
     lease = transport.claim("w", 30)
     assert lease is not None
+    assert statements[0] == sql.BEGIN_WRITE
+    assert statements[2].startswith("UPDATE groups SET busy_until = NULL")
+    assert statements[-1] == "COMMIT"
     statements.clear()
     transport.ack(lease)
     assert [s[:20] for s in statements] == ["DELETE FROM messages"]
@@ -95,7 +102,7 @@ def test_autocommit_write_waits_for_the_write_lock_and_then_goes_through(
     assert lease is not None
     with closing(sqlite3.connect(db_path, isolation_level=None)) as other:
         other.execute("BEGIN IMMEDIATE")
-        other.execute("INSERT INTO messages (group_id, priority, event) VALUES ('h', 0, '{}')")
+        other.execute(sql.PUBLISH, {"group_id": "h", "priority": 0, "event": "{}"})
         done = threading.Event()
         errors: list[BaseException] = []
 

@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 NOW = 1_000.0
 LEASE: Lease[Event] = Lease(7, "g", Event(i=1), "w1", 3, NOW + 5)
-FENCE = {"seq": 7, "worker_id": "w1", "attempt": 3}
+FENCE = {"group_id": "g", "seq": 7, "worker_id": "w1", "attempt": 3}
 CODEC: EventCodec[Event] = EventCodec(Event)
 
 
@@ -50,32 +50,38 @@ NOTHING = Result([], 0)
 
 
 WOKEN = Result([], 0)  # the wake-up of lapsed leases, whatever it changed
+ROW = (7, "g", '{"i":1}', 3)  # head_seq, group_id, event, attempt
+CLAIM = {"worker_id": "w1", "expires_at": NOW + 30, "min_priority": 2, "now": NOW}
 
 
-def test_claim_wakes_lapsed_groups_first_and_returns_none_when_no_row_is_leased() -> None:
-    stmts, value = drive(_ops.claim("w1", 30, 2), [WOKEN, NOTHING])
-    assert value is None
-    assert stmts == [
-        Stmt(sql.WAKE_LAPSED, {"now": NOW}),
-        Stmt(sql.CLAIM_HEAD, {"worker_id": "w1", "expires_at": NOW + 30, "min_priority": 2}),
-    ]
-
-
-def test_claim_marks_the_group_claimed_and_returns_the_row() -> None:
-    row = (7, "g", '{"i":1}', 3)
-    stmts, value = drive(_ops.claim("w1", 30, 0), [WOKEN, Result([row], 1), DONE])
-    assert stmts[2] == Stmt(sql.MARK_CLAIMED, {"now": NOW, "group_id": "g"})
+def test_claim_first_tries_one_statement_guarded_against_lapses() -> None:
+    op = _ops.claim("w1", 30, 2)
+    assert op.begin == sql.BEGIN_WRITE  # `now` is read under the write lock
+    stmts, value = drive(op, [Result([ROW], 1)])
+    assert stmts == [Stmt(sql.CLAIM_READY, CLAIM | {"max_attempts": 2**62})]
     assert value == Claimed(7, "g", '{"i":1}', "w1", 3, NOW + 30)
     assert value.lease(CODEC) == Lease(7, "g", Event(i=1), "w1", 3, NOW + 30)
 
 
+def test_claim_guards_the_first_statement_with_max_attempts() -> None:
+    stmts, _ = drive(_ops.claim("w1", 30, 2, max_attempts=4), [NOTHING, WOKEN, NOTHING])
+    assert stmts[0].params["max_attempts"] == 4  # type: ignore[call-overload]
+
+
+def test_claim_goes_on_by_waking_lapsed_groups_when_the_first_statement_declines() -> None:
+    stmts, value = drive(_ops.claim("w1", 30, 2), [NOTHING, WOKEN, Result([ROW], 1)])
+    assert stmts[1:] == [Stmt(sql.WAKE_LAPSED, {"now": NOW}), Stmt(sql.CLAIM_HEAD, CLAIM)]
+    assert value == Claimed(7, "g", '{"i":1}', "w1", 3, NOW + 30)
+    assert drive(_ops.claim("w1", 30, 2), [NOTHING, WOKEN, NOTHING])[1] is None
+
+
 def test_claim_takes_now_from_its_caller() -> None:
     op = _ops.claim("w1", 30, 0)
-    early, _ = drive(op, [WOKEN, NOTHING], now=10.0)
-    late, _ = drive(op, [WOKEN, NOTHING], now=20.0)
-    assert [early[0].params, late[0].params] == [{"now": 10.0}, {"now": 20.0}]
-    assert early[1].params["expires_at"] == 40.0  # type: ignore[call-overload]
-    assert late[1].params["expires_at"] == 50.0  # type: ignore[call-overload]
+    early, _ = drive(op, [NOTHING, WOKEN, NOTHING], now=10.0)
+    late, _ = drive(op, [NOTHING, WOKEN, NOTHING], now=20.0)
+    assert [early[1].params, late[1].params] == [{"now": 10.0}, {"now": 20.0}]
+    assert early[2].params["expires_at"] == 40.0  # type: ignore[call-overload]
+    assert late[2].params["expires_at"] == 50.0  # type: ignore[call-overload]
 
 
 def test_claimed_row_that_does_not_decode_raises_carrying_the_lease() -> None:
@@ -139,14 +145,19 @@ def test_publish_inserts_the_encoded_event_and_returns_the_seq() -> None:
     assert value == 41
 
 
-def test_publish_many_inserts_all_rows_then_derives_seqs_from_the_last() -> None:
-    items = [("g", Event(i=1), 0), ("h", Event(i=2), 4)]
-    stmts, value = drive(_ops.publish_many(CODEC, items), [DONE, Result([(12,)], 1)])
+def test_publish_many_reserves_seqs_opens_each_group_once_then_inserts() -> None:
+    items = [("g", Event(i=1), 0), ("h", Event(i=2), 4), ("g", Event(i=3), 1)]
+    stmts, value = drive(_ops.publish_many(CODEC, items), [Result([(10,)], 1), DONE, DONE, DONE])
     assert stmts == [
-        Stmt(sql.PUBLISH_ROW, many=[("g", 0, '{"i":1}'), ("h", 4, '{"i":2}')]),
         Stmt(sql.LAST_SEQ),
+        Stmt(sql.RESERVE_SEQS, {"last": 13}),
+        Stmt(sql.OPEN_GROUP, many=[("g", 0, 11), ("h", 4, 12)]),
+        Stmt(
+            sql.INSERT_ROW,
+            many=[("g", 11, 0, '{"i":1}'), ("h", 12, 4, '{"i":2}'), ("g", 13, 1, '{"i":3}')],
+        ),
     ]
-    assert value == [11, 12]
+    assert value == [11, 12, 13]
 
 
 def test_publish_many_of_nothing_runs_no_statement() -> None:
@@ -180,7 +191,7 @@ def test_setup_accepts_its_own_schema_without_writing() -> None:
             r"q\.db is a SQLite database of another application \(application_id 1234\)",
         ),
         ((0, 0, 7), r"q\.db is a SQLite database of another application \(application_id 0\)"),
-        ((3, sql.APPLICATION_ID, 9), r"q\.db has queue schema version 9; .* knows version 1"),
+        ((3, sql.APPLICATION_ID, 9), r"q\.db has queue schema version 9; .* knows version 2"),
     ],
 )
 def test_setup_refuses_a_database_it_does_not_know(

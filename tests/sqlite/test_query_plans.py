@@ -1,10 +1,10 @@
 """Every statement a claim, ack, nack, extend or publish runs is an index seek.
 
 SQLite's `EXPLAIN QUERY PLAN` for each statement in `_sql`, and for each statement inside
-the triggers that maintain `groups` (with ``NEW.x``/``OLD.x`` bound as parameters, which
-is how SQLite codes them), must name no full scan of a table and no temporary B-tree for
-a sort. A plan that would make a claim cost grow with the backlog fails here, with no
-timing involved.
+the triggers that maintain `messages`, `groups` and `seqs` (with ``NEW.x``/``OLD.x`` bound
+as parameters, which is how SQLite codes them), must name no full scan of a table and no
+temporary B-tree for a sort. A plan that would make a claim cost grow with the backlog
+fails here, with no timing involved.
 """
 
 from __future__ import annotations
@@ -23,18 +23,27 @@ from transports_sqlite import _sql as sql
 # The statements the hot paths run; each is checked on its own.
 STATEMENTS = {
     "PUBLISH": sql.PUBLISH,
-    "PUBLISH_ROW": sql.PUBLISH_ROW,
     "LAST_SEQ": sql.LAST_SEQ,
+    "RESERVE_SEQS": sql.RESERVE_SEQS,
+    "OPEN_GROUP": sql.OPEN_GROUP,
+    "INSERT_ROW": sql.INSERT_ROW,
     "WAKE_LAPSED": sql.WAKE_LAPSED,
+    "CLAIM_READY": sql.CLAIM_READY,
     "CLAIM_HEAD": sql.CLAIM_HEAD,
-    "MARK_CLAIMED": sql.MARK_CLAIMED,
     "ACK": sql.ACK,
     "RELEASE": sql.RELEASE,
     "EXTEND": sql.EXTEND,
 }
 
-# The seed design's claim, taken literally: a scan of messages, a list subquery scanning
-# messages again, and a sort. The checker must reject it, or it checks nothing.
+SEED_SCHEMA = (
+    """CREATE TABLE messages (seq INTEGER PRIMARY KEY AUTOINCREMENT, group_id TEXT NOT NULL,
+        event TEXT NOT NULL, locked_by TEXT, lock_expiry REAL)""",
+    """CREATE TABLE groups (group_id TEXT PRIMARY KEY, last_claimed_at REAL NOT NULL DEFAULT 0,
+        priority INT NOT NULL DEFAULT 0)""",
+)
+
+# The seed design's claim, taken literally, on its own tables: a scan of messages, a list
+# subquery scanning messages again, and a sort. The checker must reject it, or it checks nothing.
 SEED_CLAIM = """
 SELECT m.seq, m.group_id, m.event
   FROM messages m JOIN groups g ON g.group_id = m.group_id
@@ -45,9 +54,14 @@ SELECT m.seq, m.group_id, m.event
  ORDER BY g.last_claimed_at ASC, m.seq ASC LIMIT 1
 """
 
-# Scans that read no table: a SELECT without FROM, and the <= 5 candidates of a claim's
-# per-priority seeks (the MERGE of its arms' output, numbered by SQLite).
-BOUNDED_SCANS = {"SCAN CONSTANT ROW", *(f"SCAN (subquery-{n})" for n in range(1, 20))}
+# Scans that read no table: a SELECT without FROM, the <= 5 candidates of a claim's
+# per-priority seeks (the MERGE of its arms' output, numbered by SQLite), and `seqs`,
+# whose one row the schema creates.
+BOUNDED_SCANS = {
+    "SCAN CONSTANT ROW",
+    "SCAN seqs",
+    *(f"SCAN (subquery-{n})" for n in range(1, 20)),
+}
 
 TRIGGER = re.compile(r"CREATE TRIGGER (\w+)(.*?)\bBEGIN\b(.*)\bEND\b", re.S)
 WHEN = re.compile(r"\bWHEN\b(.*)", re.S)
@@ -108,7 +122,7 @@ def conn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sqlite3.Connectio
 def test_triggers_were_found() -> None:
     # One statement per trigger at least: a silently empty list would check nothing.
     names = {key.split("[")[0] for key in TRIGGER_STATEMENTS}
-    assert names == {"messages_insert_group", "messages_lease_group", "messages_delete_group"}
+    assert names == {"publish_message", "messages_delete_group"}
 
 
 @pytest.mark.parametrize("name", sorted(STATEMENTS))
@@ -123,17 +137,28 @@ def test_trigger_statement_is_index_seeks_only(conn: sqlite3.Connection, name: s
     assert not _problems(plan), f"{name} plan:\n" + "\n".join(plan)
 
 
-def test_claim_seeks_the_turn_index_once_per_priority_level(conn: sqlite3.Connection) -> None:
-    seeks = [line for line in _plan(conn, sql.CLAIM_HEAD) if "groups" in line]
+@pytest.mark.parametrize("name", ["CLAIM_READY", "CLAIM_HEAD"])
+def test_claim_seeks_the_turn_index_once_per_priority_level(
+    conn: sqlite3.Connection, name: str
+) -> None:
+    seeks = [line for line in _plan(conn, STATEMENTS[name]) if "(busy_until=?" in line]
     assert len(seeks) == 5, seeks
     assert all("INDEX groups_by_turn (busy_until=? AND priority=?)" in s for s in seeks), seeks
 
 
-@pytest.mark.parametrize("name", ["ACK", "RELEASE", "EXTEND", "MARK_CLAIMED"])
-def test_settling_finds_its_row_by_primary_key(conn: sqlite3.Connection, name: str) -> None:
-    (line,) = _plan(conn, STATEMENTS[name])
-    assert line.startswith("SEARCH"), line
-    assert "PRIMARY KEY" in line, line
+def test_claim_fetches_the_head_by_primary_key(conn: sqlite3.Connection) -> None:
+    plan = _plan(conn, sql.CLAIM_READY)
+    assert "SEARCH groups USING PRIMARY KEY (group_id=?)" in plan, plan
+    assert "SEARCH messages USING PRIMARY KEY (group_id=? AND seq=?)" in plan, plan
+    # The fast path's check that nothing has lapsed is a seek too.
+    assert "SEARCH groups USING COVERING INDEX groups_by_turn (busy_until<?)" in plan, plan
+
+
+@pytest.mark.parametrize("name", ["ACK", "RELEASE", "EXTEND"])
+def test_settling_finds_its_rows_by_primary_key(conn: sqlite3.Connection, name: str) -> None:
+    searches = [line for line in _plan(conn, STATEMENTS[name]) if "SCALAR" not in line]
+    assert searches, name
+    assert all(s.startswith("SEARCH") and "PRIMARY KEY" in s for s in searches), searches
 
 
 def test_wake_seeks_only_the_lapsed_groups(conn: sqlite3.Connection) -> None:
@@ -141,7 +166,10 @@ def test_wake_seeks_only_the_lapsed_groups(conn: sqlite3.Connection) -> None:
     assert "INDEX groups_by_turn (busy_until<?)" in line
 
 
-def test_checker_rejects_the_seed_claim(conn: sqlite3.Connection) -> None:
-    problems = _problems(_plan(conn, SEED_CLAIM))
+def test_checker_rejects_the_seed_claim() -> None:
+    seed = sqlite3.connect(":memory:")
+    for ddl in SEED_SCHEMA:
+        seed.execute(ddl)
+    problems = _problems(_plan(seed, SEED_CLAIM))
     assert any(p.startswith("SCAN m") for p in problems), problems
     assert any("TEMP B-TREE" in p for p in problems), problems
