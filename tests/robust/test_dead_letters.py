@@ -188,6 +188,24 @@ def test_requeue_returns_a_released_dead_letter_to_its_place(open_queue: Opener)
         assert [queue_item(queue) for _ in range(2)] == [1, 3]  # ahead of n=3 again
 
 
+def test_requeue_behind_a_held_dead_letter_is_refused_until_that_one_is_settled(
+    open_queue: Opener,
+) -> None:
+    with open_queue(max_attempts=1) as queue:  # on_dead=release
+        released = queue.publish("g", Event(n=1))
+        held = queue.publish("g", Event(n=2))
+        _fail(queue, 1)
+        _fail(queue, 1)  # buries n=1, delivers n=2 once
+    with open_queue(max_attempts=1, on_dead="hold") as queue:
+        assert queue.claim("w", 10) is None  # buries n=2, which holds the group
+        with pytest.raises(TransportError, match=rf"dead letter {held} is held .* 'g'"):
+            queue.requeue(released)
+        assert [d.seq for d in queue.dead_letters()] == [released, held]  # nothing changed
+        assert queue.requeue(held) is True
+        assert queue.requeue(released) is True
+        assert [queue_item(queue) for _ in range(2)] == [1, 2]
+
+
 def test_requeue_into_a_drained_group_recreates_it_with_its_priority(open_queue: Opener) -> None:
     with open_queue(max_attempts=1) as queue:
         poison = queue.publish("g", Event(n=1), priority=3)
