@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _cases as cases
+from ._cases import summary
 from ._report import plot, table, targets
 
 
@@ -39,9 +41,11 @@ class Sizes:
     groups: tuple[int, ...]
     backlog_n: int  # measured cycles per backlog size
     seed_backlog: tuple[int, ...]
-    procs_normal: int  # messages drained by 1 and by 4 processes
+    procs_normal: int  # messages drained by 1 and by 4 processes, per round
     procs_full: int
-    peers: int
+    procs_rounds: int  # rounds of each, 1 and 4 taken in turn
+    peers: int  # messages per round, peer and ours taken in turn
+    peer_rounds: int
 
 
 FULL = Sizes(
@@ -53,9 +57,11 @@ FULL = Sizes(
     groups=(10, 10_000),
     backlog_n=2000,
     seed_backlog=(1_000, 10_000, 100_000, 1_000_000),
-    procs_normal=6000,
-    procs_full=800,
+    procs_normal=20_000,  # a second or more each: a short run measures start and finish
+    procs_full=2400,
+    procs_rounds=3,
     peers=1000,
+    peer_rounds=5,
 )
 QUICK = Sizes(
     n_full=20,
@@ -68,7 +74,9 @@ QUICK = Sizes(
     seed_backlog=(200, 2_000),
     procs_normal=300,
     procs_full=40,
+    procs_rounds=1,
     peers=50,
+    peer_rounds=1,
 )
 SEED_CYCLES = {1_000: 200, 10_000: 50, 100_000: 10, 1_000_000: 3}
 
@@ -119,12 +127,12 @@ def plan(s: Sizes, work: cases.Workdir) -> Iterator[tuple[str, Callable[[], dict
             n = min(SEED_CYCLES.get(size, 50), size // 2)
             yield f"seed query, {size}/{groups}", partial(_seed, work, size, groups, n)
     for sync, total in (("normal", s.procs_normal), ("full", s.procs_full)):
-        for workers in (1, 4):
-            yield f"{workers} processes, {sync}", partial(_procs, work, workers, total, sync)
-    yield "persist-queue", lambda: {"peers.persist_queue": cases.peer_persist_queue(work, s.peers)}
-    yield "litequeue", lambda: {"peers.litequeue": cases.peer_litequeue(work, s.peers)}
-    for sync in ("full", "normal"):
-        yield f"ours like peers, {sync}", partial(_ours_like_peer, work, s.peers, sync)
+        yield f"1 and 4 processes, {sync}", partial(_procs, work, total, sync, s.procs_rounds)
+    for name, peer in (
+        ("persist_queue", cases.peer_persist_queue),
+        ("litequeue", cases.peer_litequeue),
+    ):
+        yield name, partial(_peer, work, s.peers, s.peer_rounds, name, peer)
 
 
 def _backlog(work: cases.Workdir, s: Sizes, groups: int) -> dict[str, Any]:
@@ -136,12 +144,57 @@ def _seed(work: cases.Workdir, size: int, groups: int, n: int) -> dict[str, Any]
     return {f"seed.{groups}.{size}": cases.backlog_seed(work, size, groups, n, "normal")}
 
 
-def _procs(work: cases.Workdir, workers: int, total: int, sync: str) -> dict[str, Any]:
-    return {f"processes.{sync}.{workers}": cases.processes(work, workers, total, sync)}
+def _procs(work: cases.Workdir, total: int, sync: str, rounds: int) -> dict[str, Any]:
+    """1 and 4 processes draining ``total`` messages, ``rounds`` times each, taken in turn
+    (so that a burst of load on the machine hits both alike): the median rate of each."""
+    runs: dict[int, list[dict[str, Any]]] = {1: [], 4: []}
+    for r in range(rounds):
+        for workers in (1, 4) if r % 2 == 0 else (4, 1):
+            runs[workers].append(cases.processes(work, workers, total, sync))
+    return {
+        f"processes.{sync}.{workers}": summary(
+            "msg/s",
+            [run["median"] for run in done],
+            workers=workers,
+            done=sum(run["done"] for run in done),
+            errors=[e for run in done for e in run["errors"]],
+            drained=all(run["drained"] for run in done),
+        )
+        for workers, done in runs.items()
+    }
 
 
-def _ours_like_peer(work: cases.Workdir, n: int, sync: str) -> dict[str, Any]:
-    return {f"peers.ours.{sync}": cases.ours_like_peer(work, n, sync)}
+def _peer(
+    work: cases.Workdir,
+    n: int,
+    rounds: int,
+    name: str,
+    measure: Callable[[cases.Workdir, int], dict[str, Any] | None],
+) -> dict[str, Any]:
+    """A peer queue and this transport (at the peer's own ``synchronous``) doing the same
+    ``n`` puts then ``n`` gets+acks, ``rounds`` times each, taken in turn: medians."""
+    first = measure(work, n)
+    if first is None:  # not installed
+        return {f"peers.{name}": None}
+    sync = first["synchronous"]
+    theirs, ours = [first], []
+    for r in range(rounds):
+        ours.append(cases.ours_like_peer(work, n, sync))
+        if r < rounds - 1:
+            again = measure(work, n)
+            assert again is not None
+            theirs.append(again)
+
+    def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "put": statistics.median(run["put"] for run in runs),
+            "get_ack": statistics.median(run["get_ack"] for run in runs),
+            "put_rounds": [run["put"] for run in runs],
+            "get_ack_rounds": [run["get_ack"] for run in runs],
+            "synchronous": sync,
+        }
+
+    return {f"peers.{name}": medians(theirs), f"peers.ours.{sync}": medians(ours)}
 
 
 @contextmanager
