@@ -185,8 +185,9 @@ def publish_many(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) 
         yield Stmt(sql.RESERVE_SEQS, {"last": seqs[-1]})
         # Each group's first message in the batch opens it (if it has no messages yet).
         opening: dict[str, tuple[str, int, int]] = {}
-        for group_id, seq, priority, _ in rows:
-            opening.setdefault(group_id, (group_id, priority, seq))
+        for row in rows:
+            if row[0] not in opening:
+                opening[row[0]] = (row[0], row[2], row[1])
         yield Stmt(sql.OPEN_GROUP, many=list(opening.values()))
         yield Stmt(sql.INSERT_ROW, many=rows)
         return list(seqs)

@@ -142,3 +142,32 @@ def test_instances_are_validated_again_when_the_event_type_asks_for_it(
 def test_a_dict_is_refused_for_a_plain_model_event_type() -> None:
     with pytest.raises(TypeError, match="expected a Shipped instance, got dict"):
         EventCodec(Shipped).encode({"order_id": 1})
+
+
+class Loud(Shipped):
+    pass
+
+
+def test_a_batch_encodes_each_item_as_encode_would_whichever_path_it_takes() -> None:
+    codec: EventCodec[Shipped] = EventCodec(Shipped)
+    items: list[tuple[str, Any, int]] = [
+        ("g", Shipped(order_id=1), 0),  # the common item, checked inline
+        ("h", Loud(order_id=2), 4),  # a subclass: the general path
+        ("g", Shipped(order_id=3), 2),
+    ]
+    assert codec.encode_items(items) == [(g, codec.encode(e), p) for g, e, p in items]
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        (("", Shipped(order_id=1), 0), r"items\[1\]: group_id must not be empty"),
+        (("g", Shipped(order_id=1), True), r"items\[1\]: priority must be an int"),
+        (("g", Shipped(order_id=1), 5), r"items\[1\]: priority must be from 0 to 4"),
+        (("g", Created(order_id=1), 0), r"items\[1\]: event .* is not a valid Shipped"),
+    ],
+)
+def test_a_bad_item_in_a_batch_is_named_by_its_index(item: Any, message: str) -> None:
+    codec: EventCodec[Shipped] = EventCodec(Shipped)
+    with pytest.raises((TypeError, ValueError), match=message):
+        codec.encode_items([("g", Shipped(order_id=0), 0), item])
