@@ -40,9 +40,13 @@ def test_quick_benchmark_runs_and_writes_its_report(tmp_path: Path) -> None:
         "seed.10.2000",
         "processes.normal.1",
         "processes.normal.4",
-        "peers.ours.full",
     ):
         assert cases[key] is not None, key
+    for peer in ("persist_queue", "litequeue"):
+        theirs = cases[f"peers.{peer}"]  # None when the peer is not installed
+        if theirs is not None:  # then this transport ran beside it, at its setting
+            ours = cases[f"peers.ours.{theirs['synchronous']}"]
+            assert len(ours["put_rounds"]) == len(theirs["put_rounds"])
     for workers in (1, 4):
         run = cases[f"processes.normal.{workers}"]
         assert run["errors"] == []
