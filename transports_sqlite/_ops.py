@@ -442,6 +442,7 @@ def requeue(seq: int) -> Op[bool]:
                     f"cannot requeue message {seq}: {who} in its group {group_id!r}; "
                     "requeue it once that is settled"
                 )
+            yield Stmt(sql.STASH_HEAD_ATTEMPT, message)
             yield Stmt(sql.RESTORE_MESSAGE, {"seq": seq})
             yield Stmt(sql.RESTORE_HEAD, {"seq": seq})
         yield Stmt(sql.PRUNE_REQUEUED)

@@ -288,7 +288,14 @@ UPDATE groups SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL
 """
 
 # A released dead letter goes back under its own seq, as its group's head if it is older
-# than the group's head (or as a new group, with its priority).
+# than the group's head (or as a new group, with its priority). The head it displaces
+# keeps its deliveries in its own row, for when it becomes the head again: its fencing
+# token must not start over.
+STASH_HEAD_ATTEMPT: Final = """
+UPDATE messages SET attempt = (SELECT attempt FROM groups WHERE group_id = :group_id)
+ WHERE group_id = :group_id
+   AND seq = (SELECT head_seq FROM groups WHERE group_id = :group_id AND head_seq > :seq)
+"""
 RESTORE_MESSAGE: Final = """
 INSERT INTO messages (group_id, seq, priority, event, attempt)
 SELECT group_id, seq, priority, event, attempts FROM dead_letters WHERE seq = :seq

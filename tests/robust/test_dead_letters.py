@@ -188,6 +188,24 @@ def test_requeue_returns_a_released_dead_letter_to_its_place(open_queue: Opener)
         assert [queue_item(queue) for _ in range(2)] == [1, 3]  # ahead of n=3 again
 
 
+def test_a_head_displaced_by_a_requeue_keeps_its_deliveries(open_queue: Opener) -> None:
+    with open_queue(max_attempts=1) as queue:
+        poison = queue.publish("g", Event(n=1))
+        later = queue.publish("g", Event(n=2))
+        _fail(queue, 1)
+        _fail(queue, 1)  # buries n=1, delivers n=2 once
+        assert queue.requeue(poison) is True  # n=1 is the head again, in front of n=2
+        lease = queue.claim("w", 10)
+        assert lease is not None
+        assert (lease.seq, lease.attempt) == (poison, 2)  # one more go after the requeue
+        queue.ack(lease)
+        # n=2 had its one delivery before it was displaced: it is due for burial, not for
+        # a first delivery with its fencing token started over.
+        assert queue.claim("w", 10) is None
+        (dead,) = queue.dead_letters()
+        assert (dead.seq, dead.attempts) == (later, 1)
+
+
 def test_requeue_behind_a_held_dead_letter_is_refused_until_that_one_is_settled(
     open_queue: Opener,
 ) -> None:
