@@ -13,6 +13,7 @@ import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -319,5 +320,5 @@ def test_existing_file_keeps_its_mode(tmp_path: Path) -> None:
     db.chmod(0o644)
     open_transport(f"sqlite:///{db}", file_mode=0o600).close()
     assert stat.S_IMODE(db.stat().st_mode) == 0o644
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]

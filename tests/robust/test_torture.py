@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,7 @@ def _spawn(*args: object, **kwargs: object) -> subprocess.Popen[str]:
 
 def _seqs(db: Path) -> set[int]:
     """What the file holds, read with plain sqlite3, not through the transport."""
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn:
         return {seq for (seq,) in conn.execute("SELECT seq FROM messages")}
 
 
@@ -121,7 +122,7 @@ def test_sigkill_torture_keeps_every_promise(tmp_path: Path) -> None:
     assert kills >= ROUNDS // 2, summary
     assert len(everything.published) > 100, summary
     assert killed_in, summary
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
 
@@ -155,7 +156,7 @@ def test_killing_the_write_lock_holder_loses_only_its_transaction(tmp_path: Path
                 proc.kill()
             proc.communicate()
 
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         groups = [g for (g,) in conn.execute("SELECT DISTINCT group_id FROM messages")]
     assert not [g for g in groups if g.startswith("half-")]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -167,9 +168,9 @@ def test_wake_seeks_only_the_lapsed_groups(conn: sqlite3.Connection) -> None:
 
 
 def test_checker_rejects_the_seed_claim() -> None:
-    seed = sqlite3.connect(":memory:")
-    for ddl in SEED_SCHEMA:
-        seed.execute(ddl)
-    problems = _problems(_plan(seed, SEED_CLAIM))
+    with closing(sqlite3.connect(":memory:")) as seed:
+        for ddl in SEED_SCHEMA:
+            seed.execute(ddl)
+        problems = _problems(_plan(seed, SEED_CLAIM))
     assert any(p.startswith("SCAN m") for p in problems), problems
     assert any("TEMP B-TREE" in p for p in problems), problems
