@@ -216,25 +216,24 @@ def claim(
     worker_id = check_worker_id(worker_id)
     visibility = check_visibility(visibility)
     min_priority = check_priority(min_priority, "min_priority")
+    guard = {"max_attempts": _UNLIMITED if max_attempts is None else max_attempts}
 
-    def params(now: float) -> dict[str, Any]:
-        return {
+    def steps(now: float) -> Steps[Claimed | None]:
+        expires_at = now + visibility
+        params = {
             "worker_id": worker_id,
-            "expires_at": now + visibility,
+            "expires_at": expires_at,
             "min_priority": min_priority,
             "now": now,
         }
-
-    def steps(now: float) -> Steps[Claimed | None]:
-        limit = _UNLIMITED if max_attempts is None else max_attempts
-        rows = (yield Stmt(sql.CLAIM_READY, params(now) | {"max_attempts": limit})).rows
+        rows = (yield Stmt(sql.CLAIM_READY, params | guard)).rows
         if rows:
             seq, group_id, raw, attempt = rows[0]
-            return Claimed(seq, group_id, raw, worker_id, attempt, now + visibility)
+            return Claimed(seq, group_id, raw, worker_id, attempt, expires_at)
         yield Stmt(sql.WAKE_LAPSED, {"now": now})
         # Each pass buries one message for good, so this ends.
         while True:
-            rows = (yield Stmt(sql.CLAIM_HEAD, params(now))).rows
+            rows = (yield Stmt(sql.CLAIM_HEAD, params)).rows
             if not rows:
                 return None
             seq, group_id, raw, attempt = rows[0]
@@ -244,7 +243,7 @@ def claim(
                 and (yield from _bury(now, group_id, seq, attempt - 1, max_attempts, on_dead))
             ):
                 continue
-            return Claimed(seq, group_id, raw, worker_id, attempt, now + visibility)
+            return Claimed(seq, group_id, raw, worker_id, attempt, expires_at)
 
     return Op(steps)
 
