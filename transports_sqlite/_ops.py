@@ -178,17 +178,28 @@ def publish_many(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) 
             return []
         first: int = (yield Stmt(sql.LAST_SEQ)).rows[0][0] + 1
         seqs = range(first, first + len(encoded))
-        rows = [
-            (group_id, seq, priority, raw)
-            for seq, (group_id, raw, priority) in zip(seqs, encoded, strict=True)
-        ]
-        yield Stmt(sql.RESERVE_SEQS, {"last": seqs[-1]})
+        # Built from the back, so that each row knows the next seq of its group in the
+        # batch; in the end `following` holds each group's first seq in the batch.
+        rows: list[tuple[int, str, int, str, int | None]] = []
+        following: dict[str, int] = {}
+        tails: dict[str, int] = {}
+        depth: dict[str, int] = {}
+        for seq, (group_id, raw, priority) in zip(reversed(seqs), reversed(encoded), strict=True):
+            rows.append((seq, group_id, priority, raw, following.get(group_id)))
+            if group_id not in following:
+                tails[group_id] = seq
+            following[group_id] = seq
+            depth[group_id] = depth.get(group_id, 0) + 1
+        rows.reverse()
+        yield Stmt(sql.LINK_TAIL, many=[(seq, group_id) for group_id, seq in following.items()])
         # Each group's first message in the batch opens it (if it has no messages yet).
-        opening: dict[str, tuple[str, int, int]] = {}
-        for row in rows:
-            if row[0] not in opening:
-                opening[row[0]] = (row[0], row[2], row[1])
-        yield Stmt(sql.OPEN_GROUP, many=list(opening.values()))
+        yield Stmt(
+            sql.OPEN_GROUP,
+            many=[
+                (group_id, rows[seq - first][2], seq, tails[group_id], depth[group_id])
+                for group_id, seq in following.items()
+            ],
+        )
         yield Stmt(sql.INSERT_ROW, many=rows)
         return list(seqs)
 
@@ -258,15 +269,14 @@ def _bury(
     if since_requeue < max_attempts:
         return False
     reason = f"not acked after {since_requeue} deliveries (max_attempts={max_attempts})"
-    message = {"group_id": group_id, "seq": seq}
-    yield Stmt(sql.BURY, message | {"attempts": delivered, "reason": reason, "now": now})
+    yield Stmt(sql.BURY, {"seq": seq, "attempts": delivered, "reason": reason, "now": now})
     if on_dead == "hold":
         yield Stmt(
             sql.HOLD_GROUP,
             {"group_id": group_id, "parked": PARKED, "held": sql.HELD, "attempts": delivered},
         )
     else:
-        yield Stmt(sql.DROP_MESSAGE, message)
+        yield Stmt(sql.DROP_MESSAGE, {"seq": seq})
     yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
     return True
 
@@ -442,7 +452,10 @@ def requeue(seq: int) -> Op[bool]:
                     "requeue it once that is settled"
                 )
             yield Stmt(sql.STASH_HEAD_ATTEMPT, message)
-            yield Stmt(sql.RESTORE_MESSAGE, {"seq": seq})
+            ((after,),) = (yield Stmt(sql.PREDECESSOR, message)).rows
+            yield Stmt(sql.RESTORE_MESSAGE, message | {"after": after})
+            if after is not None:
+                yield Stmt(sql.LINK_AFTER, {"seq": seq, "after": after})
             yield Stmt(sql.RESTORE_HEAD, {"seq": seq})
         yield Stmt(sql.PRUNE_REQUEUED)
         yield Stmt(sql.MARK_REQUEUED, message | {"attempts": attempts})
@@ -459,10 +472,10 @@ def discard(seq: int) -> Op[bool]:
         rows = (yield Stmt(sql.DEAD_LETTER, {"seq": seq})).rows
         if not rows:
             return False
-        group_id, _, held = rows[0]
+        _, _, held = rows[0]
         yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
         if held:  # its row in `messages` goes too, which frees the group
-            yield Stmt(sql.DROP_MESSAGE, {"group_id": group_id, "seq": seq})
+            yield Stmt(sql.DROP_MESSAGE, {"seq": seq})
         yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
         return True
 
@@ -475,8 +488,11 @@ def purge_group(group_id: str) -> Op[int]:
     def steps(now: float) -> Steps[int]:
         # A held dead letter is in both tables; count it once.
         ((held,),) = (yield Stmt(sql.COUNT_HELD_IN_GROUP, params)).rows
-        messages = (yield Stmt(sql.PURGE_GROUP_MESSAGES, params)).rowcount
+        chain = (yield Stmt(sql.GROUP_CHAIN, params)).rows
+        yield Stmt(sql.DROP_GROUP, params)
+        if chain:
+            yield Stmt(sql.DROP_MESSAGE, many=[{"seq": seq} for (seq,) in chain])
         dead = (yield Stmt(sql.PURGE_GROUP_DEAD_LETTERS, params)).rowcount
-        return int(messages + dead - held)
+        return int(len(chain) + dead - held)
 
     return Op(steps)

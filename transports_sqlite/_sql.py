@@ -1,11 +1,13 @@
 """The SQLite schema and every statement the backend runs; nothing else.
 
-`messages` holds one row per unacked message, clustered by group (a group's messages are
-neighbours, in seq order). `groups` holds one row per group that has messages: its head
-(oldest message), the head's lease or park, and its turn in the round-robin. Claim, nack
-and extend touch only `groups`; ack deletes the head and a trigger moves the head on. So
-choosing the next group is a walk of one small index, never a scan of the backlog, and a
-claim writes two pages whatever the backlog.
+`messages` holds one row per unacked message, in seq order, so that a publish appends at
+the end of the table whatever its group. Each row points to the next message of its
+group: a group's messages form a chain from its head (oldest) to its tail (newest).
+`groups` holds one row per group that has messages: its head, tail and depth, the head's
+lease or park, and its turn in the round-robin. Claim, nack and extend touch only
+`groups`; ack deletes the head and a trigger moves the head along the chain. So choosing
+the next group is a walk of one small index, never a scan of the backlog, and a claim
+writes two pages whatever the backlog.
 
 Named parameters only; every value reaches SQLite as a bound parameter.
 """
@@ -20,11 +22,11 @@ from transports_core._validate import MAX_PRIORITY
 # "DTQ1": marks a file as ours, so that we never adopt or alter another application's
 # database. SCHEMA_VERSION is stored in `user_version`; a file with another one is refused.
 APPLICATION_ID: Final = 0x44545131
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 # In WAL mode a commit costs about as much per page as the bytes it writes, and a claim
 # or an ack writes two or three small pages: 2 KiB pages keep those commits cheap, while
-# a batch insert still fills few pages per row. Run before `setup`, outside any
+# a batch insert, which only appends, still fills few pages per row. Run before `setup`, outside any
 # transaction, and only when the file is new.
 NEW_FILE_PAGE_SIZE: Final = "PRAGMA page_size = 2048"
 
@@ -50,20 +52,23 @@ SELECT (SELECT count(*) FROM sqlite_master),
 """
 
 SCHEMA: Final = (
-    # Clustered by (group_id, seq): a group's next head is the row after the one acked,
-    # and there is no second index to maintain on every publish and ack.
+    # In seq order: publishing appends (the cheap insert into a B-tree, whatever the
+    # group), and a message is found by its seq alone. A group's order is its chain of
+    # `next_seq`, so no second index has to be kept in group order on every write.
     """
     CREATE TABLE messages (
+        seq         INTEGER PRIMARY KEY,
         group_id    TEXT    NOT NULL,
-        seq         INTEGER NOT NULL,
         priority    INTEGER NOT NULL,   -- as published; the group keeps its first one
         event       TEXT    NOT NULL,
         attempt     INTEGER NOT NULL DEFAULT 0,  -- deliveries before it last became a head
-        PRIMARY KEY (group_id, seq)
-    ) WITHOUT ROWID
+        next_seq    INTEGER             -- the group's next message; NULL for its tail
+    )
     """,
-    # The last seq handed out. Seqs are never reused: a seq is a lease's identity, and a
-    # stale lease must never match a later message.
+    # Seqs are never reused: a seq is a lease's identity, and a stale lease must never
+    # match a later message. The next seq is one above both the highest in `messages` and
+    # `last`, the highest seq that ever left `messages` while it was the highest there.
+    # So a publish only reads this row; the delete trigger writes it, rarely.
     "CREATE TABLE seqs (last INTEGER NOT NULL)",
     "INSERT INTO seqs (last) VALUES (0)",
     """
@@ -72,6 +77,8 @@ SCHEMA: Final = (
         priority        INTEGER NOT NULL,
         last_claimed_at REAL    NOT NULL DEFAULT 0.0,   -- 0.0: never claimed, so served first
         head_seq        INTEGER NOT NULL,
+        tail_seq        INTEGER NOT NULL,
+        depth           INTEGER NOT NULL DEFAULT 1,     -- its messages, head included
         attempt         INTEGER NOT NULL DEFAULT 0,     -- the head's deliveries: the fencing token
         locked_by       TEXT,           -- worker holding the head's lease, '__parked__', or NULL
         lock_expiry     REAL,           -- when that lease or park ends; NULL when free
@@ -83,34 +90,39 @@ SCHEMA: Final = (
     # priority at or above the floor; the wake-up seeks the lapsed ones. Neither walks
     # past busy groups or groups below the floor, so a claim costs the same at any backlog.
     "CREATE INDEX groups_by_turn ON groups (busy_until, priority, last_claimed_at, head_seq)",
-    # One publish is one statement: an insert into this view, whose trigger hands out the
-    # seq, stores the message and opens its group (the first publish sets the priority).
-    # `publish_many` writes the same tables directly, once per group and once per batch
-    # where it can, rather than running a trigger for every row.
+    # One publish is one statement: an insert into this view, whose trigger links the
+    # message behind its group's tail, stores it and opens or extends its group (the first
+    # publish sets the priority). `publish_many` writes the same tables directly, once per
+    # group and once per batch where it can, rather than running a trigger for every row.
     """
     CREATE VIEW publish (seq, group_id, priority, event) AS
     SELECT seq, group_id, priority, event FROM messages WHERE 0
     """,
     """
     CREATE TRIGGER publish_message INSTEAD OF INSERT ON publish BEGIN
-        UPDATE seqs SET last = NEW.seq WHERE last < NEW.seq;
-        INSERT INTO messages (group_id, seq, priority, event)
-        VALUES (NEW.group_id, NEW.seq, NEW.priority, NEW.event);
-        INSERT INTO groups (group_id, priority, head_seq)
-        VALUES (NEW.group_id, NEW.priority, NEW.seq)
-        ON CONFLICT (group_id) DO NOTHING;
+        UPDATE messages SET next_seq = NEW.seq
+         WHERE seq = (SELECT tail_seq FROM groups WHERE group_id = NEW.group_id);
+        INSERT INTO messages (seq, group_id, priority, event)
+        VALUES (NEW.seq, NEW.group_id, NEW.priority, NEW.event);
+        INSERT INTO groups (group_id, priority, head_seq, tail_seq)
+        VALUES (NEW.group_id, NEW.priority, NEW.seq, NEW.seq)
+        ON CONFLICT (group_id) DO UPDATE SET tail_seq = excluded.tail_seq, depth = depth + 1;
     END
     """,
-    # Removing a group's head (ack, or a dead letter leaving): a drained group disappears
-    # (its next publish sets a new priority); otherwise the next message becomes the head,
-    # free, with the deliveries it already had.
+    # Removing a message. The highest seq handed out is remembered if this was it. If it
+    # was its group's head (an ack, a dead letter leaving), the next message in the chain
+    # becomes the head, free, with the deliveries it already had; a drained group
+    # disappears (its next publish sets a new priority). A purge removes the group first,
+    # so its messages can go in any order.
     """
-    CREATE TRIGGER messages_delete_group AFTER DELETE ON messages BEGIN
-        DELETE FROM groups WHERE group_id = OLD.group_id
-            AND NOT EXISTS (SELECT 1 FROM messages WHERE group_id = OLD.group_id);
+    CREATE TRIGGER message_removed AFTER DELETE ON messages BEGIN
+        UPDATE seqs SET last = OLD.seq
+         WHERE last < OLD.seq AND NOT EXISTS (SELECT 1 FROM messages WHERE seq > OLD.seq);
+        DELETE FROM groups
+         WHERE group_id = OLD.group_id AND head_seq = OLD.seq AND OLD.next_seq IS NULL;
         UPDATE groups
-           SET (head_seq, attempt) = (SELECT seq, attempt FROM messages
-                                       WHERE group_id = OLD.group_id ORDER BY seq LIMIT 1),
+           SET head_seq = OLD.next_seq, depth = depth - 1,
+               attempt = (SELECT attempt FROM messages WHERE seq = OLD.next_seq),
                locked_by = NULL, lock_expiry = NULL, busy_until = NULL
          WHERE group_id = OLD.group_id AND head_seq = OLD.seq;
     END
@@ -144,24 +156,35 @@ SCHEMA: Final = (
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
+# The highest seq handed out so far (see `seqs`): two seeks, no write.
+_LAST_SEQ = "SELECT max(last, coalesce((SELECT max(seq) FROM messages), 0)) FROM seqs"
+
 # RETURNING gives back the row as inserted into the view: the seq computed here, under
 # the write lock that the statement holds from its start.
-PUBLISH: Final = """
+PUBLISH: Final = f"""
 INSERT INTO publish (seq, group_id, priority, event)
-VALUES ((SELECT last + 1 FROM seqs), :group_id, :priority, :event)
+VALUES (({_LAST_SEQ}) + 1, :group_id, :priority, :event)
 RETURNING seq
 """
 
-# publish_many, in one write transaction: reserve the batch's seqs, open the groups it
-# brings (its first message in each group; an existing group keeps its head and
-# priority, as every new seq is behind its head), then insert the rows.
-LAST_SEQ: Final = "SELECT last FROM seqs"
-RESERVE_SEQS: Final = "UPDATE seqs SET last = :last"
-OPEN_GROUP: Final = """
-INSERT INTO groups (group_id, priority, head_seq) VALUES (?, ?, ?)
-ON CONFLICT (group_id) DO NOTHING
+# publish_many, in one write transaction: read where the batch's seqs start; link each
+# group's first message in the batch behind the group's tail; open the groups the batch
+# brings, or move the tails of those it extends (an existing group keeps its head and
+# priority, as every new seq is behind its head); then append the rows, each already
+# pointing to the next message of its group in the batch.
+LAST_SEQ: Final = _LAST_SEQ
+LINK_TAIL: Final = """
+UPDATE messages SET next_seq = ?
+ WHERE seq = (SELECT tail_seq FROM groups WHERE group_id = ?)
 """
-INSERT_ROW: Final = "INSERT INTO messages (group_id, seq, priority, event) VALUES (?, ?, ?, ?)"
+OPEN_GROUP: Final = """
+INSERT INTO groups (group_id, priority, head_seq, tail_seq, depth) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (group_id) DO UPDATE
+SET tail_seq = excluded.tail_seq, depth = depth + excluded.depth
+"""
+INSERT_ROW: Final = """
+INSERT INTO messages (seq, group_id, priority, event, next_seq) VALUES (?, ?, ?, ?, ?)
+"""
 
 # A lapsed lease or an elapsed park makes its group free again. Only `busy_until` changes:
 # the lease columns stay, so a late ack, nack or extend by the lapsed worker still matches
@@ -188,8 +211,7 @@ UPDATE groups
                      {" UNION ALL ".join(_first_free(p) for p in range(MAX_PRIORITY + 1))}
                      ORDER BY 1, 2 LIMIT 1)){guard}
 RETURNING head_seq, group_id,
-          (SELECT event FROM messages
-            WHERE messages.group_id = groups.group_id AND seq = groups.head_seq),
+          (SELECT event FROM messages WHERE seq = groups.head_seq),
           attempt
 """
 
@@ -213,7 +235,7 @@ _LEASE_HOLDER = """group_id = :group_id AND head_seq = :seq
 
 ACK: Final = f"""
 DELETE FROM messages
- WHERE group_id = :group_id AND seq = :seq
+ WHERE seq = :seq
    AND EXISTS (SELECT 1 FROM groups WHERE {_LEASE_HOLDER})
 """
 
@@ -243,12 +265,12 @@ REQUEUED_ATTEMPTS: Final = "SELECT attempts FROM requeued WHERE seq = :seq"
 BURY: Final = """
 INSERT INTO dead_letters (seq, group_id, priority, event, attempts, reason, dead_at)
 SELECT seq, group_id, priority, event, :attempts, :reason, :now FROM messages
- WHERE group_id = :group_id AND seq = :seq
+ WHERE seq = :seq
 """
 
 # on_dead=release: the message leaves the queue; the delete trigger frees its group and
 # moves the head on to the next message.
-DROP_MESSAGE: Final = "DELETE FROM messages WHERE group_id = :group_id AND seq = :seq"
+DROP_MESSAGE: Final = "DELETE FROM messages WHERE seq = :seq"
 
 # on_dead=hold: the message stays its group's head, parked for ever, so that nothing later
 # in the group is delivered and later publishes queue behind it. Its attempt goes back to
@@ -262,13 +284,11 @@ FORGET_REQUEUED: Final = "DELETE FROM requeued WHERE seq = :seq"
 
 # Requeue history of acked messages is useless: trimmed at each requeue, not at each ack.
 PRUNE_REQUEUED: Final = """
-DELETE FROM requeued WHERE NOT EXISTS (
-    SELECT 1 FROM messages m WHERE m.group_id = requeued.group_id AND m.seq = requeued.seq)
+DELETE FROM requeued WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.seq = requeued.seq)
 """
 
 DEAD_LETTER: Final = """
-SELECT group_id, attempts,
-       EXISTS (SELECT 1 FROM messages m WHERE m.group_id = d.group_id AND m.seq = d.seq)
+SELECT group_id, attempts, EXISTS (SELECT 1 FROM messages m WHERE m.seq = d.seq)
   FROM dead_letters d WHERE seq = :seq
 """
 
@@ -287,24 +307,42 @@ UPDATE groups SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL
  WHERE group_id = :group_id AND head_seq = :seq AND lock_expiry = :held
 """
 
-# A released dead letter goes back under its own seq, as its group's head if it is older
-# than the group's head (or as a new group, with its priority). The head it displaces
-# keeps its deliveries in its own row, for when it becomes the head again: its fencing
-# token must not start over.
+# A released dead letter goes back under its own seq, in its place in its group's chain:
+# after the last message older than it (`PREDECESSOR`; NULL: none, so it becomes the
+# head), or as a new group with its priority. A head it displaces keeps its deliveries in
+# its own row, for when it becomes the head again: its fencing token must not start over.
 STASH_HEAD_ATTEMPT: Final = """
 UPDATE messages SET attempt = (SELECT attempt FROM groups WHERE group_id = :group_id)
- WHERE group_id = :group_id
-   AND seq = (SELECT head_seq FROM groups WHERE group_id = :group_id AND head_seq > :seq)
+ WHERE seq = (SELECT head_seq FROM groups WHERE group_id = :group_id AND head_seq > :seq)
+"""
+# A walk along the group's chain, from its head while the seqs are older than :seq: as
+# long as the messages ahead of it, not the backlog.
+PREDECESSOR: Final = """
+WITH RECURSIVE chain (seq, next_seq) AS (
+    SELECT seq, next_seq FROM messages
+     WHERE seq = (SELECT head_seq FROM groups WHERE group_id = :group_id) AND seq < :seq
+    UNION ALL
+    SELECT m.seq, m.next_seq FROM chain JOIN messages m ON m.seq = chain.next_seq
+     WHERE m.seq < :seq
+)
+SELECT max(seq) FROM chain
 """
 RESTORE_MESSAGE: Final = """
-INSERT INTO messages (group_id, seq, priority, event, attempt)
-SELECT group_id, seq, priority, event, attempts FROM dead_letters WHERE seq = :seq
+INSERT INTO messages (seq, group_id, priority, event, attempt, next_seq)
+SELECT seq, group_id, priority, event, attempts,
+       CASE WHEN :after IS NULL THEN (SELECT head_seq FROM groups WHERE group_id = :group_id)
+            ELSE (SELECT next_seq FROM messages WHERE seq = :after) END
+  FROM dead_letters WHERE seq = :seq
 """
+LINK_AFTER: Final = "UPDATE messages SET next_seq = :seq WHERE seq = :after"
 RESTORE_HEAD: Final = """
-INSERT INTO groups (group_id, priority, head_seq, attempt)
-SELECT group_id, priority, seq, attempts FROM dead_letters WHERE seq = :seq
-ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq, attempt = excluded.attempt
- WHERE excluded.head_seq < groups.head_seq
+INSERT INTO groups (group_id, priority, head_seq, tail_seq, attempt)
+SELECT group_id, priority, seq, seq, attempts FROM dead_letters WHERE seq = :seq
+ON CONFLICT (group_id) DO UPDATE
+SET head_seq = min(head_seq, excluded.head_seq),
+    attempt = CASE WHEN excluded.head_seq < head_seq THEN excluded.attempt ELSE attempt END,
+    tail_seq = max(tail_seq, excluded.tail_seq),
+    depth = depth + 1
 """
 
 MARK_REQUEUED: Final = """
@@ -316,50 +354,60 @@ FORGET_DEAD_LETTER: Final = "DELETE FROM dead_letters WHERE seq = :seq"
 
 # --- admin --------------------------------------------------------------------------------
 
-# Per group priority (the one claims filter on). Only a head can be leased or parked;
-# the messages behind it count as ready. A held dead letter is counted as dead only: it
-# matches none of the three.
+# Per group priority (the one claims filter on), from `groups` alone. Only a head can be
+# leased or parked; the messages behind it count as ready. A held dead letter is counted
+# as dead only: it matches none of the three.
 MESSAGE_COUNTS: Final = """
-SELECT g.priority,
-       count(*) FILTER (WHERE m.seq != g.head_seq OR g.locked_by IS NULL OR g.lock_expiry < :now),
-       count(*) FILTER (WHERE m.seq = g.head_seq AND g.locked_by != :parked
-                          AND g.lock_expiry >= :now),
-       count(*) FILTER (WHERE m.seq = g.head_seq AND g.locked_by = :parked
-                          AND g.lock_expiry >= :now AND g.lock_expiry < :held)
-  FROM messages m JOIN groups g ON g.group_id = m.group_id
- GROUP BY g.priority
+SELECT priority,
+       sum(depth - (locked_by IS NOT NULL AND lock_expiry >= :now)),
+       count(*) FILTER (WHERE locked_by != :parked AND lock_expiry >= :now),
+       count(*) FILTER (WHERE locked_by = :parked AND lock_expiry >= :now
+                          AND lock_expiry < :held)
+  FROM groups
+ GROUP BY priority
 """
 
 DEAD_COUNTS: Final = "SELECT priority, count(*) FROM dead_letters GROUP BY priority"
 
 DEEPEST_GROUPS: Final = """
-SELECT g.group_id, g.priority, g.head_seq, g.last_claimed_at, g.locked_by, g.lock_expiry,
-       (SELECT count(*) FROM messages m WHERE m.group_id = g.group_id) AS depth
-  FROM groups g
- ORDER BY depth DESC, g.head_seq
+SELECT group_id, priority, head_seq, last_claimed_at, locked_by, lock_expiry, depth
+  FROM groups
+ ORDER BY depth DESC, head_seq
  LIMIT :limit
 """
 
 LIST_DEAD_LETTERS: Final = """
 SELECT d.seq, d.group_id, d.priority, d.event, d.attempts, d.reason, d.dead_at,
-       EXISTS (SELECT 1 FROM messages m WHERE m.group_id = d.group_id AND m.seq = d.seq)
+       EXISTS (SELECT 1 FROM messages m WHERE m.seq = d.seq)
   FROM dead_letters d
  ORDER BY d.seq
  LIMIT :limit
 """
 
 LIST_HELD_GROUPS: Final = """
-SELECT d.group_id, d.seq, d.dead_at,
-       (SELECT count(*) FROM messages w WHERE w.group_id = d.group_id) - 1
-  FROM dead_letters d JOIN messages m ON m.group_id = d.group_id AND m.seq = d.seq
+SELECT d.group_id, d.seq, d.dead_at, g.depth - 1
+  FROM dead_letters d
+  JOIN messages m ON m.seq = d.seq
+  JOIN groups g ON g.group_id = d.group_id
  ORDER BY d.seq
 """
 
 COUNT_HELD_IN_GROUP: Final = """
-SELECT count(*) FROM dead_letters d JOIN messages m ON m.group_id = d.group_id AND m.seq = d.seq
+SELECT count(*) FROM dead_letters d JOIN messages m ON m.seq = d.seq
  WHERE d.group_id = :group_id
 """
-PURGE_GROUP_MESSAGES: Final = "DELETE FROM messages WHERE group_id = :group_id"
+# A purge walks the group's chain for its seqs, then removes the group before its
+# messages, so that the delete trigger has no head to move.
+GROUP_CHAIN: Final = """
+WITH RECURSIVE chain (seq) AS (
+    SELECT head_seq FROM groups WHERE group_id = :group_id
+    UNION ALL
+    SELECT m.next_seq FROM chain JOIN messages m ON m.seq = chain.seq
+     WHERE m.next_seq IS NOT NULL
+)
+SELECT seq FROM chain
+"""
+DROP_GROUP: Final = "DELETE FROM groups WHERE group_id = :group_id"
 PURGE_GROUP_DEAD_LETTERS: Final = "DELETE FROM dead_letters WHERE group_id = :group_id"
 
 # --- WAL housekeeping -----------------------------------------------------------------------

@@ -206,6 +206,31 @@ def test_a_head_displaced_by_a_requeue_keeps_its_deliveries(open_queue: Opener) 
         assert (dead.seq, dead.attempts) == (later, 1)
 
 
+@pytest.mark.parametrize("publish_first", [True, False], ids=["behind-n3", "then-n3"])
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)], ids=["oldest-first", "newest-first"])
+def test_requeued_dead_letters_go_back_in_seq_order(
+    open_queue: Opener, order: tuple[int, int], publish_first: bool
+) -> None:
+    # Each requeue lands in its place among what waits: as the head, between two messages,
+    # or as the tail (which the next publish must then go behind).
+    with open_queue(max_attempts=1) as queue:
+        dead = [queue.publish("g", Event(n=n)) for n in (1, 2)]
+        _fail(queue, 1)
+        _fail(queue, 1)  # buries n=1, delivers n=2 once
+        assert queue.claim("w", 10) is None  # buries n=2: the group is drained
+        if publish_first:
+            queue.publish("g", Event(n=3))
+        for index in order:
+            assert queue.requeue(dead[index]) is True
+        if not publish_first:
+            queue.publish("g", Event(n=3))
+        assert [(g.group_id, g.depth, g.head_seq) for g in queue.groups()] == [("g", 3, dead[0])]
+        assert queue.stats().ready == 3
+        assert [queue_item(queue) for _ in range(3)] == [1, 2, 3]
+        assert queue.claim("w", 10) is None
+        assert queue.groups() == []
+
+
 def test_requeue_behind_a_held_dead_letter_is_refused_until_that_one_is_settled(
     open_queue: Opener,
 ) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.sqlite._support import chain_problems
 from transports_core import Event, TransportAdmin, open_transport
 
 from . import _journal
@@ -101,6 +102,8 @@ def test_sigkill_torture_keeps_every_promise(tmp_path: Path) -> None:
     in_chaos = _journal.read(chaos_logs)
     acked_in_chaos = {seq for seq, n in in_chaos.acks_confirmed.items() if n}
     left_after_chaos = _seqs(db)
+    # What the kills left behind is whole: every group's chain, head to tail.
+    assert chain_problems(db) == []
 
     drainer = _spawn("drain", db, logs / "drain.log", SEED, "drainer")
     assert _wait(drainer, time.monotonic() + 60) == 0, (logs / "drain.log").read_text()[-2000:]

@@ -54,3 +54,35 @@ def file_digest(path: Path) -> str:
 def sidecars(path: Path) -> list[str]:
     """The journal files SQLite may leave beside ``path``."""
     return [path.name + suffix for suffix in SIDECARS if Path(f"{path}{suffix}").exists()]
+
+
+def chain_problems(path: Path) -> list[str]:
+    """What is wrong with the file's group chains: each group's chain must run from its
+    head to its tail through exactly its messages, in seq order, and its depth must count
+    them; every message must belong to a group that has a row. Empty when all is well."""
+    with closing(sqlite3.connect(path)) as conn:
+        groups = conn.execute("SELECT group_id, head_seq, tail_seq, depth FROM groups").fetchall()
+        rows = conn.execute("SELECT seq, group_id, next_seq FROM messages").fetchall()
+    next_of = {seq: next_seq for seq, _, next_seq in rows}
+    members: dict[str, list[int]] = {}
+    for seq, group_id, _ in sorted(rows):
+        members.setdefault(group_id, []).append(seq)
+    problems = [
+        f"messages {seqs} have no group {g!r}"
+        for g, seqs in members.items()
+        if g not in {group[0] for group in groups}
+    ]
+    for group_id, head, tail, depth in groups:
+        walk: list[int] = []
+        seq = head
+        while seq is not None and seq in next_of and len(walk) <= len(rows):
+            walk.append(seq)
+            seq = next_of[seq]
+        expected = members.get(group_id, [])
+        if seq is not None:
+            problems.append(f"group {group_id!r}: chain {walk} runs into {seq}, not a message")
+        if walk != expected:
+            problems.append(f"group {group_id!r}: chain {walk}, messages {expected}")
+        if (tail, depth) != (expected[-1] if expected else None, len(expected)):
+            problems.append(f"group {group_id!r}: tail {tail}, depth {depth} for {expected}")
+    return problems

@@ -145,16 +145,22 @@ def test_publish_inserts_the_encoded_event_and_returns_the_seq() -> None:
     assert value == 41
 
 
-def test_publish_many_reserves_seqs_opens_each_group_once_then_inserts() -> None:
+def test_publish_many_links_each_group_once_then_appends_chained_rows() -> None:
     items = [("g", Event(i=1), 0), ("h", Event(i=2), 4), ("g", Event(i=3), 1)]
     stmts, value = drive(_ops.publish_many(CODEC, items), [Result([(10,)], 1), DONE, DONE, DONE])
     assert stmts == [
         Stmt(sql.LAST_SEQ),
-        Stmt(sql.RESERVE_SEQS, {"last": 13}),
-        Stmt(sql.OPEN_GROUP, many=[("g", 0, 11), ("h", 4, 12)]),
+        # each group's first message in the batch goes behind the group's tail
+        Stmt(sql.LINK_TAIL, many=[(11, "g"), (12, "h")]),
+        # (group, priority of its first message, head, tail, depth) of the batch
+        Stmt(sql.OPEN_GROUP, many=[("g", 0, 11, 13, 2), ("h", 4, 12, 12, 1)]),
         Stmt(
             sql.INSERT_ROW,
-            many=[("g", 11, 0, '{"i":1}'), ("h", 12, 4, '{"i":2}'), ("g", 13, 1, '{"i":3}')],
+            many=[
+                (11, "g", 0, '{"i":1}', 13),
+                (12, "h", 4, '{"i":2}', None),
+                (13, "g", 1, '{"i":3}', None),
+            ],
         ),
     ]
     assert value == [11, 12, 13]
@@ -191,7 +197,7 @@ def test_setup_accepts_its_own_schema_without_writing() -> None:
             r"q\.db is a SQLite database of another application \(application_id 1234\)",
         ),
         ((0, 0, 7), r"q\.db is a SQLite database of another application \(application_id 0\)"),
-        ((3, sql.APPLICATION_ID, 9), r"q\.db has queue schema version 9; .* knows version 2"),
+        ((3, sql.APPLICATION_ID, 9), r"q\.db has queue schema version 9; .* knows version 3"),
     ],
 )
 def test_setup_refuses_a_database_it_does_not_know(

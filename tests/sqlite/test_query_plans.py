@@ -25,7 +25,7 @@ from transports_sqlite import _sql as sql
 STATEMENTS = {
     "PUBLISH": sql.PUBLISH,
     "LAST_SEQ": sql.LAST_SEQ,
-    "RESERVE_SEQS": sql.RESERVE_SEQS,
+    "LINK_TAIL": sql.LINK_TAIL,
     "OPEN_GROUP": sql.OPEN_GROUP,
     "INSERT_ROW": sql.INSERT_ROW,
     "WAKE_LAPSED": sql.WAKE_LAPSED,
@@ -123,7 +123,7 @@ def conn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sqlite3.Connectio
 def test_triggers_were_found() -> None:
     # One statement per trigger at least: a silently empty list would check nothing.
     names = {key.split("[")[0] for key in TRIGGER_STATEMENTS}
-    assert names == {"publish_message", "messages_delete_group"}
+    assert names == {"publish_message", "message_removed"}
 
 
 @pytest.mark.parametrize("name", sorted(STATEMENTS))
@@ -150,7 +150,7 @@ def test_claim_seeks_the_turn_index_once_per_priority_level(
 def test_claim_fetches_the_head_by_primary_key(conn: sqlite3.Connection) -> None:
     plan = _plan(conn, sql.CLAIM_READY)
     assert "SEARCH groups USING PRIMARY KEY (group_id=?)" in plan, plan
-    assert "SEARCH messages USING PRIMARY KEY (group_id=? AND seq=?)" in plan, plan
+    assert "SEARCH messages USING INTEGER PRIMARY KEY (rowid=?)" in plan, plan
     # The fast path's check that nothing has lapsed is a seek too.
     assert "SEARCH groups USING COVERING INDEX groups_by_turn (busy_until<?)" in plan, plan
 
