@@ -445,4 +445,10 @@ def session_pragmas(synchronous: str, memory: bool, journal_mode: str) -> tuple[
     else:
         switch = () if journal_mode.lower() == "wal" else ("PRAGMA journal_mode = WAL",)
         wal = (*switch, f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
-    return (*wal, f"PRAGMA synchronous = {synchronous.upper()}")
+    return (*wal, set_synchronous(synchronous))
+
+
+def set_synchronous(level: str) -> str:
+    """Set the connection's durability level (``level`` is whitelisted by the URL parser).
+    SQLite refuses this inside a transaction."""
+    return f"PRAGMA synchronous = {level.upper()}"

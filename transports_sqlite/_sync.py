@@ -65,6 +65,7 @@ class SqliteTransport(Generic[E]):
         self._codec: EventCodec[E] = EventCodec(event_type)
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._relax = _ops.lease_durability(options.synchronous, options.memory)
         target = database_target(options)
         with sqlite_errors(options.path):
             # isolation_level=None: sqlite3 must not open transactions behind our back; we
@@ -106,6 +107,16 @@ class SqliteTransport(Generic[E]):
             raise failed
 
     def _attempt(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
+        relax = None if op.durable else self._relax
+        if relax is None:
+            return self._commit(conn, op)
+        conn.execute(relax.before)
+        try:
+            return self._commit(conn, op)
+        finally:
+            conn.execute(relax.after)
+
+    def _commit(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
         begin = op.begin
         if begin is None:  # AUTOCOMMIT: each statement is its own transaction
             return _drive(conn, op(self._options.clock()))

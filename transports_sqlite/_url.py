@@ -29,9 +29,11 @@ ON_DEAD_CHOICES: tuple[OnDead, ...] = ("release", "hold")
 class SqliteOptions:
     """Everything a SQLite transport is opened with.
 
-    ``synchronous``: SQLite's durability level. ``full`` (default) survives power loss;
-    ``normal`` may lose the last commits on power loss (never on a process crash) and
-    is much faster; ``off`` may corrupt on power loss.
+    ``synchronous``: SQLite's durability level. ``full`` (default): publishes, acks and
+    admin changes survive power loss, while lease moves (claim, nack, extend) are flushed
+    with the next of those (see `_ops.lease_durability`); ``extra``: every commit is
+    flushed; ``normal`` may lose the last commits on power loss (never on a process
+    crash) and is much faster; ``off`` may corrupt on power loss.
     ``busy_timeout``: milliseconds a writer waits for another's write lock.
     ``max_attempts``: deliveries a message gets before the claim that would deliver it
     again moves it to the dead letters instead; None (default): never.

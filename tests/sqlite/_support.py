@@ -7,7 +7,10 @@ import hashlib
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from transports_sqlite import SqliteTransport
 
 SIDECARS = ("-wal", "-shm", "-journal")
 
@@ -86,3 +89,19 @@ def chain_problems(path: Path) -> list[str]:
         if (tail, depth) != (expected[-1] if expected else None, len(expected)):
             problems.append(f"group {group_id!r}: tail {tail}, depth {depth} for {expected}")
     return problems
+
+
+def traced(transport: SqliteTransport[Any]) -> list[str]:
+    """The statements the transport runs from now on. SQLite reports a statement again
+    at the start of each trigger program it runs, so a repeat in a row is the same one."""
+    statements: list[str] = []
+    conn = transport._conn
+    assert conn is not None
+
+    def trace(statement: str) -> None:
+        statement = " ".join(statement.split())
+        if not statements or statements[-1] != statement:
+            statements.append(statement)
+
+    conn.set_trace_callback(trace)
+    return statements

@@ -18,29 +18,16 @@ from transports_core._codec import EventCodec
 from transports_sqlite import SqliteTransport, _ops
 from transports_sqlite import _sql as sql
 
-from ._support import FakeClock, query
-
-
-def _traced(transport: SqliteTransport[Any]) -> list[str]:
-    """The statements the transport runs from now on. SQLite reports a statement again
-    at the start of each trigger program it runs, so a repeat in a row is the same one."""
-    statements: list[str] = []
-    conn = transport._conn
-    assert conn is not None
-
-    def trace(statement: str) -> None:
-        statement = " ".join(statement.split())
-        if not statements or statements[-1] != statement:
-            statements.append(statement)
-
-    conn.set_trace_callback(trace)
-    return statements
+from ._support import FakeClock, query, traced
+from .conftest import OpenDb
 
 
 def test_single_statement_writes_send_sqlite_that_statement_only(
-    transport: SqliteTransport[Any], clock: FakeClock, db_path: Path
+    open_db: OpenDb, clock: FakeClock, db_path: Path
 ) -> None:
-    statements = _traced(transport)
+    # At synchronous=normal: at full, the lease moves are bracketed (test_durability).
+    transport = open_db(synchronous="normal")
+    statements = traced(transport)
     transport.publish("g", Event(i=1))
     transport.publish("g", Event(i=2))
     assert [s[:19] for s in statements] == ["INSERT INTO publish"] * 2
