@@ -118,6 +118,10 @@ def plan(s: Sizes, work: cases.Workdir) -> Iterator[tuple[str, Callable[[], dict
                 {
                     f"publish_many_raw.{sync}": cases.publish_many_raw(work, sync, s.batches),
                     f"publish_many.{sync}": cases.publish_many_transport(work, sync, s.batches),
+                    # the same batches spread over 1,000 groups (the raw case has no groups)
+                    f"publish_many_spread.{sync}": cases.publish_many_transport(
+                        work, sync, s.batches, groups=1000
+                    ),
                 },
             ),
         )

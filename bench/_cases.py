@@ -166,11 +166,13 @@ def publish_many_raw(work: Workdir, synchronous: str, batches: int) -> Iterator[
 
 
 @contextmanager
-def publish_many_transport(work: Workdir, synchronous: str, batches: int) -> Iterator[Round]:
+def publish_many_transport(
+    work: Workdir, synchronous: str, batches: int, groups: int = 10
+) -> Iterator[Round]:
     with (
         work.db("publish-many") as path,
         open_transport(f"sqlite:///{path}", synchronous=synchronous) as t,
-        shared.publish_many(t, batches) as run,
+        shared.publish_many(t, batches, groups=groups) as run,
     ):
         yield run
 

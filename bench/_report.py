@@ -120,6 +120,7 @@ def table(results: Results, checked: list[dict[str, Any]], meta: dict[str, Any])
         "async": "floor",
         "publish": "publish_raw",
         "publish_many": "publish_many_raw",
+        "publish_many_spread": "publish_many_raw",
     }
     lines = [f"{'case':<34} {'median':>16} {'ratio':>8}  baseline", "-" * 72]
     for key, case in results.items():
