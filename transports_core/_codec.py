@@ -14,7 +14,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ._errors import EventDecodeError
 from ._models import Lease
-from ._validate import MAX_PRIORITY, check_group_id, check_items, check_priority
+from ._validate import MAX_PRIORITY, check_group_id, check_item, check_items, check_priority
 
 __all__ = ["EventCodec"]
 
@@ -94,22 +94,24 @@ class EventCodec(Generic[E]):
     def encode_items(self, items: Iterable[tuple[str, E, int]]) -> list[tuple[str, str, int]]:
         """Check and encode ``publish_many`` items, naming the index of a bad one."""
         encoded: list[tuple[str, str, int]] = []
+        append = encoded.append
         model, to_json = self._model, self._to_json
-        for index, (group_id, event, priority) in enumerate(check_items(items)):
-            # The common item, checked inline: a batch pays these checks per row.
-            if (
-                type(group_id) is str
-                and group_id
-                and type(priority) is int
-                and 0 <= priority <= MAX_PRIORITY
-                and type(event) is model
-            ):
-                encoded.append((group_id, to_json(event).decode(), priority))
-                continue
+        for index, item in enumerate(check_items(items)):
+            # The common item, checked inline, in one pass: a batch pays these per row.
+            if type(item) is tuple and len(item) == 3:
+                group_id, event, priority = item
+                if (
+                    type(group_id) is str
+                    and group_id
+                    and type(priority) is int
+                    and 0 <= priority <= MAX_PRIORITY
+                    and type(event) is model
+                ):
+                    append((group_id, to_json(event).decode(), priority))
+                    continue
+            group_id, event, priority = check_item(index, item)
             try:
-                encoded.append(
-                    (check_group_id(group_id), self.encode(event), check_priority(priority))
-                )
+                append((check_group_id(group_id), self.encode(event), check_priority(priority)))
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"items[{index}]: {exc}") from exc
         return encoded

@@ -85,20 +85,22 @@ def check_lease(lease: object) -> Lease[object]:
     return lease
 
 
-def check_items(items: object) -> list[tuple[object, object, object]]:
-    """Materialise ``publish_many``'s items, checking each is a 3-tuple."""
+def check_items(items: object) -> Iterable[object]:
+    """``publish_many``'s items, if they are an iterable (each is checked by `check_item`)."""
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         raise TypeError(
             f"items must be an iterable of (group_id, event, priority), got {items!r:.200}"
         )
-    checked: list[tuple[object, object, object]] = []
-    for index, item in enumerate(items):
-        if not isinstance(item, tuple) or len(item) != 3:
-            raise TypeError(
-                f"items[{index}] must be a (group_id, event, priority) tuple, got {item!r:.200}"
-            )
-        checked.append(item)
-    return checked
+    return items
+
+
+def check_item(index: int, item: object) -> tuple[object, object, object]:
+    """Item ``index`` of ``publish_many``, if it is a 3-tuple."""
+    if not isinstance(item, tuple) or len(item) != 3:
+        raise TypeError(
+            f"items[{index}] must be a (group_id, event, priority) tuple, got {item!r:.200}"
+        )
+    return item
 
 
 def check_seq(seq: object) -> int:

@@ -9,8 +9,10 @@ the generator returns.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from transports_core import (
@@ -183,20 +185,25 @@ def publish_many(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) 
         first: int = (yield Stmt(sql.LAST_SEQ)).rows[0][0] + 1
         seqs = range(first, first + len(encoded))
         # Built from the back, so that each row knows the next seq of its group in the
-        # batch; in the end `following` holds each group's first seq in the batch.
+        # batch. In the end `following` holds each group's first seq in the batch, and
+        # `tails` its last.
         rows: list[tuple[int, str, int, str, int | None]] = []
         following: dict[str, int] = {}
         tails: dict[str, int] = {}
-        depth: dict[str, int] = {}
-        for seq, (group_id, raw, priority) in zip(reversed(seqs), reversed(encoded), strict=True):
-            rows.append((seq, group_id, priority, raw, following.get(group_id)))
-            if group_id not in following:
+        append, after = rows.append, following.get
+        seq = seqs[-1]
+        for group_id, raw, priority in reversed(encoded):
+            next_seq = after(group_id)
+            if next_seq is None:
                 tails[group_id] = seq
+            append((seq, group_id, priority, raw, next_seq))
             following[group_id] = seq
-            depth[group_id] = depth.get(group_id, 0) + 1
+            seq -= 1
         rows.reverse()
+        depth = Counter(map(itemgetter(0), encoded))
         yield Stmt(sql.LINK_TAIL, many=[(seq, group_id) for group_id, seq in following.items()])
-        # Each group's first message in the batch opens it (if it has no messages yet).
+        # Each group's first message in the batch opens it (if it has no messages yet):
+        # (group, priority of that message, head, tail, depth).
         yield Stmt(
             sql.OPEN_GROUP,
             many=[

@@ -12,6 +12,7 @@ from transports_core._validate import (
     PARKED,
     check_delay,
     check_group_id,
+    check_item,
     check_items,
     check_lease,
     check_priority,
@@ -89,10 +90,14 @@ def test_good_values_are_returned_normalised() -> None:
 
 
 def test_items_must_be_an_iterable_of_triples() -> None:
-    assert check_items(iter([("g", 1, 0)])) == [("g", 1, 0)]
+    items = iter([("g", 1, 0)])
+    assert check_items(items) is items
     with pytest.raises(TypeError, match=r"items must be an iterable .* got 'abc'"):
         check_items("abc")
     with pytest.raises(TypeError, match="got 5"):
         check_items(5)
+    assert check_item(0, ("g", 1, 0)) == ("g", 1, 0)
     with pytest.raises(TypeError, match=r"items\[1\] must be a \(group_id, event, priority\)"):
-        check_items([("g", 1, 0), ["g", 1, 0]])
+        check_item(1, ["g", 1, 0])
+    with pytest.raises(TypeError, match=r"items\[2\] must be a \(group_id, event, priority\)"):
+        check_item(2, ("g", 1))
