@@ -109,22 +109,26 @@ SCHEMA: Final = (
         ON CONFLICT (group_id) DO UPDATE SET tail_seq = excluded.tail_seq, depth = depth + 1;
     END
     """,
-    # Removing a message. The highest seq handed out is remembered if this was it. If it
-    # was its group's head (an ack, a dead letter leaving), the next message in the chain
-    # becomes the head, free, with the deliveries it already had; a drained group
-    # disappears (its next publish sets a new priority). A purge removes the group first,
-    # so its messages can go in any order.
+    # Removing a message: an ack, or a dead letter leaving. If it was its group's head, the
+    # next message in the chain becomes the head, free, with the deliveries it already had.
+    # A group's last message takes the group with it (its next publish sets a new
+    # priority). The highest seq in `messages` is always some group's last, so only then
+    # may `seqs.last` have to remember it. A purge removes the group first, so its
+    # messages can go in any order.
     """
-    CREATE TRIGGER message_removed AFTER DELETE ON messages BEGIN
-        UPDATE seqs SET last = OLD.seq
-         WHERE last < OLD.seq AND NOT EXISTS (SELECT 1 FROM messages WHERE seq > OLD.seq);
-        DELETE FROM groups
-         WHERE group_id = OLD.group_id AND head_seq = OLD.seq AND OLD.next_seq IS NULL;
+    CREATE TRIGGER head_removed AFTER DELETE ON messages WHEN OLD.next_seq IS NOT NULL BEGIN
         UPDATE groups
            SET head_seq = OLD.next_seq, depth = depth - 1,
                attempt = (SELECT attempt FROM messages WHERE seq = OLD.next_seq),
                locked_by = NULL, lock_expiry = NULL, busy_until = NULL
          WHERE group_id = OLD.group_id AND head_seq = OLD.seq;
+    END
+    """,
+    """
+    CREATE TRIGGER last_removed AFTER DELETE ON messages WHEN OLD.next_seq IS NULL BEGIN
+        DELETE FROM groups WHERE group_id = OLD.group_id AND head_seq = OLD.seq;
+        UPDATE seqs SET last = OLD.seq
+         WHERE last < OLD.seq AND NOT EXISTS (SELECT 1 FROM messages WHERE seq > OLD.seq);
     END
     """,
     # Dead letters (opt-in, max_attempts): a message keeps its seq here, so that a requeue
