@@ -202,8 +202,9 @@ def publish_many(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) 
         rows.reverse()
         depth = Counter(map(itemgetter(0), encoded))
         yield Stmt(sql.LINK_TAIL, many=[(seq, group_id) for group_id, seq in following.items()])
-        # Each group's first message in the batch opens it (if it has no messages yet):
-        # (group, priority of that message, head, tail, depth).
+        # Each group of the batch: (group, priority of its first message in the batch,
+        # head, tail, depth). A new group opens with them; an existing one keeps its head
+        # and priority and takes the tail and the added depth.
         yield Stmt(
             sql.OPEN_GROUP,
             many=[
@@ -344,6 +345,8 @@ def extend(lease: Lease[T], visibility: float) -> Op[Lease[T]]:
 
 
 class Relax(NamedTuple):
+    """The statements a runner runs around an op that needs no flush of its own."""
+
     before: str
     after: str
 
