@@ -86,7 +86,6 @@ class AsyncSqliteTransport(Generic[E]):
         self._conn: aiosqlite.Connection | None = None
         self._closed = False
         self._rollbacks: set[asyncio.Task[None]] = set()
-        self._relax = _ops.lease_durability(options.synchronous, options.memory)
 
     async def _connect(self) -> aiosqlite.Connection:
         options = self._options
@@ -125,20 +124,9 @@ class AsyncSqliteTransport(Generic[E]):
             raise failed
 
     async def _attempt(self, conn: aiosqlite.Connection, op: _ops.Op[T]) -> T:
-        relax = None if op.durable else self._relax
-        if relax is None:
-            return await self._commit(conn, op)
-        await conn.execute(relax.before)
-        try:
-            value = await self._commit(conn, op)
-        except Exception:
-            await conn.execute(relax.after)
-            raise
-        # (A cancelled op's level is put back by `_abandon`, after its rollback.)
-        await conn.execute(relax.after)
-        return value
-
-    async def _commit(self, conn: aiosqlite.Connection, op: _ops.Op[T]) -> T:
+        # Every commit is flushed as the level says, lease moves included: here the sync
+        # twin's bracket (`_ops.lease_durability`) would cost two more trips to the
+        # driver's thread, more than the flush it saves.
         begin = op.begin
         if begin is None:  # AUTOCOMMIT: each statement is its own transaction
             return await _drive(conn, op(self._options.clock()))
@@ -156,8 +144,6 @@ class AsyncSqliteTransport(Generic[E]):
     async def _abandon(self, conn: aiosqlite.Connection) -> None:
         try:
             await _rollback(conn)
-            if self._relax is not None:
-                await conn.execute(self._relax.after)
         finally:
             self._lock.release()
 
