@@ -68,7 +68,8 @@ SCHEMA: Final = (
     # Seqs are never reused: a seq is a lease's identity, and a stale lease must never
     # match a later message. The next seq is one above both the highest in `messages` and
     # `last`, the highest seq that ever left `messages` while it was the highest there.
-    # So a publish only reads this row; the delete trigger writes it, rarely.
+    # So a publish only reads this row; the delete trigger writes it when the newest
+    # message leaves.
     "CREATE TABLE seqs (last INTEGER NOT NULL)",
     "INSERT INTO seqs (last) VALUES (0)",
     """
@@ -320,14 +321,15 @@ UPDATE messages SET attempt = (SELECT attempt FROM groups WHERE group_id = :grou
  WHERE seq = (SELECT head_seq FROM groups WHERE group_id = :group_id AND head_seq > :seq)
 """
 # A walk along the group's chain, from its head while the seqs are older than :seq: as
-# long as the messages ahead of it, not the backlog.
+# long as the messages ahead of it, not the backlog. Each step must go to a higher seq,
+# as every link does, so that even a damaged chain cannot make the walk go round.
 PREDECESSOR: Final = """
 WITH RECURSIVE chain (seq, next_seq) AS (
     SELECT seq, next_seq FROM messages
      WHERE seq = (SELECT head_seq FROM groups WHERE group_id = :group_id) AND seq < :seq
     UNION ALL
     SELECT m.seq, m.next_seq FROM chain JOIN messages m ON m.seq = chain.next_seq
-     WHERE m.seq < :seq
+     WHERE m.seq < :seq AND m.seq > chain.seq
 )
 SELECT max(seq) FROM chain
 """
@@ -400,14 +402,15 @@ COUNT_HELD_IN_GROUP: Final = """
 SELECT count(*) FROM dead_letters d JOIN messages m ON m.seq = d.seq
  WHERE d.group_id = :group_id
 """
-# A purge walks the group's chain for its seqs, then removes the group before its
-# messages, so that the delete trigger has no head to move.
+# A purge walks the group's chain for its seqs (each step to a higher seq, as in
+# PREDECESSOR), then removes the group before its messages, so that the delete trigger
+# has no head to move.
 GROUP_CHAIN: Final = """
 WITH RECURSIVE chain (seq) AS (
     SELECT head_seq FROM groups WHERE group_id = :group_id
     UNION ALL
     SELECT m.next_seq FROM chain JOIN messages m ON m.seq = chain.seq
-     WHERE m.next_seq IS NOT NULL
+     WHERE m.next_seq > m.seq
 )
 SELECT seq FROM chain
 """

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import threading
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 from transports_core import Event, Lease, LeaseLost, TransportError
+from transports_sqlite import _sql as sql
 
 from ._support import FakeClock, chain_problems
 from .conftest import OpenDb
@@ -113,3 +116,32 @@ def test_random_operations_keep_every_chain_whole(
 
     # Burials, requeues and purges really happened, so the test cannot pass by doing nothing.
     assert set(kinds) >= {"publish", "batch", "settle", "buried", "requeued", "purged"}, kinds
+
+
+def _within(seconds: float, conn: sqlite3.Connection, call: Callable[[], object]) -> object:
+    """``call()``'s value; a failure if it has not returned within ``seconds``, after
+    interrupting what it runs on ``conn``, so that a loop fails the test, not hangs it."""
+    result: list[object] = []
+    worker = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        conn.interrupt()
+        worker.join(10)
+        pytest.fail(f"still walking after {seconds} s: a loop?")
+    return result[0]
+
+
+def test_walks_along_a_damaged_chain_end(open_db: OpenDb, db_path: Path) -> None:
+    # Every link goes to a higher seq; a file damaged into a loop must not hang the walks.
+    transport = open_db()
+    transport.publish_many([("a", Event(i=i), 0) for i in range(3)])
+    with closing(sqlite3.connect(db_path)) as conn, conn:
+        conn.execute("UPDATE messages SET next_seq = 1 WHERE seq = 3")  # 1 -> 2 -> 3 -> 1
+    with closing(sqlite3.connect(db_path, check_same_thread=False)) as conn:
+        walk = {"group_id": "a", "seq": 10}
+        found = _within(10, conn, lambda: conn.execute(sql.PREDECESSOR, walk).fetchall())
+        assert found == [(3,)]
+    assert transport._conn is not None
+    assert _within(10, transport._conn, lambda: transport.purge_group("a")) == 3
+    assert chain_problems(db_path) == []
