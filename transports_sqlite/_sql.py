@@ -161,23 +161,23 @@ SCHEMA: Final = (
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
-# The highest seq handed out so far (see `seqs`): two seeks, no write.
-_LAST_SEQ = "SELECT max(last, coalesce((SELECT max(seq) FROM messages), 0)) FROM seqs"
+# The highest seq handed out so far (see `seqs`): two seeks, no write. A publish adds one;
+# publish_many reads it first to number its batch.
+LAST_SEQ: Final = "SELECT max(last, coalesce((SELECT max(seq) FROM messages), 0)) FROM seqs"
 
 # RETURNING gives back the row as inserted into the view: the seq computed here, under
 # the write lock that the statement holds from its start.
 PUBLISH: Final = f"""
 INSERT INTO publish (seq, group_id, priority, event)
-VALUES (({_LAST_SEQ}) + 1, :group_id, :priority, :event)
+VALUES (({LAST_SEQ}) + 1, :group_id, :priority, :event)
 RETURNING seq
 """
 
-# publish_many, in one write transaction: read where the batch's seqs start; link each
-# group's first message in the batch behind the group's tail; open the groups the batch
-# brings, or move the tails of those it extends (an existing group keeps its head and
-# priority, as every new seq is behind its head); then append the rows, each already
-# pointing to the next message of its group in the batch.
-LAST_SEQ: Final = _LAST_SEQ
+# publish_many, in one write transaction: read where the batch's seqs start (LAST_SEQ);
+# link each group's first message in the batch behind the group's tail; open the groups
+# the batch brings, or move the tails of those it extends (an existing group keeps its
+# head and priority, as every new seq is behind its head); then append the rows, each
+# already pointing to the next message of its group in the batch.
 LINK_TAIL: Final = """
 UPDATE messages SET next_seq = ?
  WHERE seq = (SELECT tail_seq FROM groups WHERE group_id = ?)

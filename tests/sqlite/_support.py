@@ -70,10 +70,9 @@ def chain_problems(path: Path) -> list[str]:
     members: dict[str, list[int]] = {}
     for seq, group_id, _ in sorted(rows):
         members.setdefault(group_id, []).append(seq)
+    known = {group[0] for group in groups}
     problems = [
-        f"messages {seqs} have no group {g!r}"
-        for g, seqs in members.items()
-        if g not in {group[0] for group in groups}
+        f"messages {seqs} have no group {g!r}" for g, seqs in members.items() if g not in known
     ]
     for group_id, head, tail, depth in groups:
         walk: list[int] = []
