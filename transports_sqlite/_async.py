@@ -59,13 +59,18 @@ async def _execute(conn: aiosqlite.Connection, stmt: _ops.Stmt) -> _ops.Result:
     return _ops.Result(rows, cursor.rowcount)
 
 
-async def _drive(conn: aiosqlite.Connection, steps: _ops.Steps[T]) -> T:
+async def _drive(conn: aiosqlite.Connection, steps: _ops.Steps[T] | _ops.One[T]) -> T:
+    if isinstance(steps, _ops.One):
+        value: T = steps.then(await _execute(conn, steps.stmt))
+        if value is not None or steps.more is None:
+            return value
+        steps = steps.more()
     try:
         stmt = next(steps)
         while True:
             stmt = steps.send(await _execute(conn, stmt))
     except StopIteration as stop:
-        value: T = stop.value
+        value = stop.value
         return value
 
 

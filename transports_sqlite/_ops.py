@@ -73,16 +73,29 @@ AUTOCOMMIT = None
 
 
 @dataclass(slots=True)
+class One(Generic[T]):
+    """Steps that are a single statement, for the calls on the hot path: the runner runs
+    `stmt` and returns ``then(result)``; only if that is None and there is `more` does it
+    go on, with the steps ``more()`` gives, as with any other op. This is what a generator
+    yielding `stmt` would do, without the generator: creating, starting and finishing one
+    costs a few microseconds, a tenth of a publish (see docs/performance.md)."""
+
+    stmt: Stmt
+    then: Callable[[Result], T]
+    more: Callable[[], Steps[T]] | None = None
+
+
+@dataclass(slots=True)
 class Op(Generic[T]):
     """An operation, checked and ready: call it with the transaction's `now` to get its
-    steps; the runner opens the transaction with `begin` (None: AUTOCOMMIT). An op that
-    only moves a lease is not `durable` (see `lease_durability`)."""
+    steps (a generator, or `One`); the runner opens the transaction with `begin` (None:
+    AUTOCOMMIT). An op that only moves a lease is not `durable` (see `lease_durability`)."""
 
-    steps: Callable[[float], Steps[T]]
+    steps: Callable[[float], Steps[T] | One[T]]
     begin: str | None = sql.BEGIN_WRITE
     durable: bool = True
 
-    def __call__(self, now: float) -> Steps[T]:
+    def __call__(self, now: float) -> Steps[T] | One[T]:
         return self.steps(now)
 
 
@@ -162,18 +175,19 @@ def session(synchronous: str, memory: bool) -> Op[None]:
     return Op(steps, AUTOCOMMIT)
 
 
+def _first_cell(result: Result) -> int:
+    value: int = result.rows[0][0]
+    return value
+
+
 def publish(codec: EventCodec[Any], group_id: str, event: object, priority: int) -> Op[int]:
     params = {
         "group_id": check_group_id(group_id),
         "priority": check_priority(priority),
         "event": codec.encode(event),
     }
-
-    def steps(now: float) -> Steps[int]:
-        seq: int = (yield Stmt(sql.PUBLISH, params)).rows[0][0]
-        return seq
-
-    return Op(steps, AUTOCOMMIT)
+    one = One(Stmt(sql.PUBLISH, params), _first_cell)
+    return Op(lambda now: one, AUTOCOMMIT)
 
 
 def publish_many(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> Op[list[int]]:
@@ -241,7 +255,7 @@ def claim(
     min_priority = check_priority(min_priority, "min_priority")
     guard = {"max_attempts": _UNLIMITED if max_attempts is None else max_attempts}
 
-    def steps(now: float) -> Steps[Claimed | None]:
+    def steps(now: float) -> One[Claimed | None]:
         expires_at = now + visibility
         params = {
             "worker_id": worker_id,
@@ -249,33 +263,33 @@ def claim(
             "min_priority": min_priority,
             "now": now,
         }
-        rows = (yield Stmt(sql.CLAIM_READY, params | guard)).rows
-        if rows:
-            seq, group_id, raw, attempt = rows[0]
-            return Claimed(seq, group_id, raw, worker_id, attempt, expires_at)
-        yield Stmt(sql.WAKE_LAPSED, {"now": now})
-        # Each pass buries one message for good, so this ends.
-        while True:
-            rows = (yield Stmt(sql.CLAIM_HEAD, params)).rows
-            if not rows:
+
+        def leased(result: Result) -> Claimed | None:
+            if not result.rows:
                 return None
-            seq, group_id, raw, attempt = rows[0]
-            if (
-                max_attempts is not None
-                and attempt > max_attempts
-                and (yield from _bury(now, group_id, seq, attempt - 1, max_attempts, on_dead))
-            ):
-                continue
+            seq, group_id, raw, attempt = result.rows[0]
             return Claimed(seq, group_id, raw, worker_id, attempt, expires_at)
+
+        def more() -> Steps[Claimed | None]:
+            yield Stmt(sql.WAKE_LAPSED, {"now": now})
+            # Each pass buries one message for good, so this ends.
+            while True:
+                claimed = leased((yield Stmt(sql.CLAIM_HEAD, params)))
+                if claimed is None or max_attempts is None or claimed.attempt <= max_attempts:
+                    return claimed
+                if not (yield from _bury(now, claimed, max_attempts, on_dead)):
+                    return claimed
+
+        return One(Stmt(sql.CLAIM_READY, params | guard), leased, more)
 
     return Op(steps, durable=False)
 
 
-def _bury(
-    now: float, group_id: str, seq: int, delivered: int, max_attempts: int, on_dead: str
-) -> Steps[bool]:
-    """Move the just-leased head ``seq`` to the dead letters if it has had its
-    ``max_attempts`` deliveries (counted since its last requeue); return whether it did."""
+def _bury(now: float, claimed: Claimed, max_attempts: int, on_dead: str) -> Steps[bool]:
+    """Move the just-leased head to the dead letters if it has had its ``max_attempts``
+    deliveries (counted since its last requeue); return whether it did. The claim's own
+    increment of its attempt is not a delivery."""
+    seq, group_id, delivered = claimed.seq, claimed.group_id, claimed.attempt - 1
     rows = (yield Stmt(sql.REQUEUED_ATTEMPTS, {"seq": seq})).rows
     since_requeue = delivered - (rows[0][0] if rows else 0)
     if since_requeue < max_attempts:
@@ -302,30 +316,33 @@ def _fence(lease: Lease[object]) -> dict[str, Any]:
     }
 
 
-def _require(result: Result, lease: Lease[object]) -> None:
-    if result.rowcount != 1:
-        raise LeaseLost(lease)
+def _settled(lease: Lease[object]) -> Callable[[Result], None]:
+    """What a settle makes of its statement's result: it changed the lease's row, or the
+    lease was lost (it lapsed and was claimed again, or was settled already)."""
+
+    def then(result: Result) -> None:
+        if result.rowcount != 1:
+            raise LeaseLost(lease)
+
+    return then
 
 
 def ack(lease: Lease[object]) -> Op[None]:
-    params = _fence(check_lease(lease))
-
-    def steps(now: float) -> Steps[None]:
-        _require((yield Stmt(sql.ACK, params)), lease)
-
-    return Op(steps, AUTOCOMMIT)
+    one = One(Stmt(sql.ACK, _fence(check_lease(lease))), _settled(lease))
+    return Op(lambda now: one, AUTOCOMMIT)
 
 
 def nack(lease: Lease[object], delay: float) -> Op[None]:
     params = _fence(check_lease(lease))
     delay = check_delay(delay)
+    then = _settled(lease)
 
-    def steps(now: float) -> Steps[None]:
+    def steps(now: float) -> One[None]:
         if delay > 0:  # park: the group stays held until the delay has passed
             release = {"locked_by": PARKED, "lock_expiry": now + delay}
         else:
             release = {"locked_by": None, "lock_expiry": None}
-        _require((yield Stmt(sql.RELEASE, params | release)), lease)
+        return One(Stmt(sql.RELEASE, params | release), then)
 
     return Op(steps, AUTOCOMMIT, durable=False)
 
@@ -333,13 +350,18 @@ def nack(lease: Lease[object], delay: float) -> Op[None]:
 def extend(lease: Lease[T], visibility: float) -> Op[Lease[T]]:
     params = _fence(check_lease(lease))
     visibility = check_visibility(visibility)
+    settled = _settled(lease)
 
-    def steps(now: float) -> Steps[Lease[T]]:
+    def steps(now: float) -> One[Lease[T]]:
         expires_at = now + visibility
-        _require((yield Stmt(sql.EXTEND, params | {"lock_expiry": expires_at})), lease)
-        return Lease(
-            lease.seq, lease.group_id, lease.event, lease.worker_id, lease.attempt, expires_at
-        )
+
+        def then(result: Result) -> Lease[T]:
+            settled(result)
+            return Lease(
+                lease.seq, lease.group_id, lease.event, lease.worker_id, lease.attempt, expires_at
+            )
+
+        return One(Stmt(sql.EXTEND, params | {"lock_expiry": expires_at}), then)
 
     return Op(steps, AUTOCOMMIT, durable=False)
 

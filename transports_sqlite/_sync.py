@@ -47,13 +47,18 @@ def _execute(conn: sqlite3.Connection, stmt: _ops.Stmt) -> _ops.Result:
     return _ops.Result(rows, cursor.rowcount)
 
 
-def _drive(conn: sqlite3.Connection, steps: _ops.Steps[T]) -> T:
+def _drive(conn: sqlite3.Connection, steps: _ops.Steps[T] | _ops.One[T]) -> T:
+    if isinstance(steps, _ops.One):
+        value: T = steps.then(_execute(conn, steps.stmt))
+        if value is not None or steps.more is None:
+            return value
+        steps = steps.more()
     try:
         stmt = next(steps)
         while True:
             stmt = steps.send(_execute(conn, stmt))
     except StopIteration as stop:
-        value: T = stop.value
+        value = stop.value
         return value
 
 

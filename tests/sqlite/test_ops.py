@@ -28,16 +28,26 @@ def drive(op: _ops.Op[T], results: Sequence[Result], now: float = NOW) -> tuple[
     steps = op(now)
     answers = iter(results)
     seen: list[Stmt] = []
+
+    def answer(stmt: Stmt) -> Result:
+        seen.append(stmt)
+        result = next(answers, None)
+        if result is None:
+            raise AssertionError(f"the operation wants more results after {seen}")
+        return result
+
+    if isinstance(steps, _ops.One):
+        value: T = steps.then(answer(steps.stmt))
+        if value is not None or steps.more is None:
+            assert next(answers, None) is None, "the operation stopped before using every result"
+            return seen, value
+        steps = steps.more()
     try:
         stmt = next(steps)
         while True:
-            seen.append(stmt)
-            answer = next(answers, None)
-            if answer is None:
-                raise AssertionError(f"the operation wants more results after {seen}")
-            stmt = steps.send(answer)
+            stmt = steps.send(answer(stmt))
     except StopIteration as stop:
-        value: T = stop.value
+        value = stop.value
     assert next(answers, None) is None, "the operation stopped before using every result"
     return seen, value
 
