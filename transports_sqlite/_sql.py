@@ -419,10 +419,17 @@ PURGE_GROUP_DEAD_LETTERS: Final = "DELETE FROM dead_letters WHERE group_id = :gr
 
 # --- WAL housekeeping -----------------------------------------------------------------------
 
+# SQLite checkpoints the WAL into the database once it holds this many frames. Its default,
+# 1,000, is 4 MiB of WAL with its default 4 KiB pages, but only 1 MiB with ours: with 4,096
+# a checkpoint (two flushes, and a write of every page changed since the last one) comes
+# after as many bytes as by default, so a batch publish pays a quarter as many of them
+# (publish_many at `normal` measured 0.61 to 0.63 of the raw batch with 4,096, 0.44 to
+# 0.58 with 1,000).
+WAL_CHECKPOINT_PAGES: Final = 4096
 # Under load, journal_size_limit trims the WAL to this size whenever SQLite restarts it.
-# The auto-checkpoint keeps it near 1,000 frames of a 1 KiB page plus a header each, a
-# little over 1 MiB: the limit sits well above that, so a normal cycle is never truncated.
-WAL_LIMIT_BYTES: Final = 4 << 20
+# The auto-checkpoint keeps it near 4,096 frames of a 1 KiB page plus a header each, a
+# little over 4 MiB: the limit sits well above that, so a normal cycle is never truncated.
+WAL_LIMIT_BYTES: Final = 8 << 20
 # When a claim finds nothing and the WAL is larger than this, the queue is idle: the WAL
 # is checkpointed and truncated to nothing, without waiting for anybody.
 IDLE_WAL_BYTES: Final = 64 << 10
@@ -451,7 +458,11 @@ def session_pragmas(synchronous: str, memory: bool, journal_mode: str) -> tuple[
         wal: tuple[str, ...] = ()
     else:
         switch = () if journal_mode.lower() == "wal" else ("PRAGMA journal_mode = WAL",)
-        wal = (*switch, f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+        wal = (
+            *switch,
+            f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}",
+            f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}",
+        )
     return (*wal, set_synchronous(synchronous))
 
 

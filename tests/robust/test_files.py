@@ -27,7 +27,7 @@ from transports_core import (
     open_transport,
 )
 from transports_sqlite import SqliteTransport
-from transports_sqlite._sql import IDLE_WAL_BYTES
+from transports_sqlite._sql import IDLE_WAL_BYTES, WAL_CHECKPOINT_PAGES, WAL_LIMIT_BYTES
 
 BIG = "x" * 600_000
 
@@ -269,6 +269,20 @@ def test_wal_is_truncated_once_polling_workers_find_the_queue_empty(tmp_path: Pa
             assert a.claim("a", 30) is None
             assert b.claim("b", 30) is None
         assert wal.stat().st_size == 0
+
+
+def test_each_connection_checkpoints_after_as_many_bytes_as_sqlite_does_by_default(
+    tmp_path: Path,
+) -> None:
+    # SQLite's default, 1,000 frames, is about 4 MiB of its 4 KiB pages; ours are 1 KiB.
+    with open_transport(f"sqlite:///{tmp_path / 'q.db'}") as transport:
+        conn = transport._conn  # type: ignore[attr-defined]
+        ((pages,),) = conn.execute("PRAGMA wal_autocheckpoint").fetchall()
+        ((page_size,),) = conn.execute("PRAGMA page_size").fetchall()
+        ((limit,),) = conn.execute("PRAGMA journal_size_limit").fetchall()
+    assert pages == WAL_CHECKPOINT_PAGES
+    assert pages * page_size == 4 << 20
+    assert limit == WAL_LIMIT_BYTES > pages * (page_size + 24)  # frames never trimmed mid-cycle
 
 
 def test_file_does_not_grow_across_cycles_of_the_same_load(tmp_path: Path) -> None:
