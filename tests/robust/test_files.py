@@ -27,7 +27,7 @@ from transports_core import (
     open_transport,
 )
 from transports_sqlite import SqliteTransport
-from transports_sqlite._sql import IDLE_WAL_BYTES, WAL_CHECKPOINT_PAGES, WAL_LIMIT_BYTES
+from transports_sqlite._sql import IDLE_WAL_BYTES, WAL_LIMIT_BYTES
 
 BIG = "x" * 600_000
 
@@ -271,17 +271,17 @@ def test_wal_is_truncated_once_polling_workers_find_the_queue_empty(tmp_path: Pa
         assert wal.stat().st_size == 0
 
 
-def test_each_connection_checkpoints_after_as_many_bytes_as_sqlite_does_by_default(
-    tmp_path: Path,
+@pytest.mark.parametrize(("synchronous", "wal_bytes"), [("normal", 4 << 20), ("full", 1000 << 10)])
+def test_the_wal_is_checkpointed_after_4_mib_unless_each_commit_is_flushed(
+    tmp_path: Path, synchronous: str, wal_bytes: int
 ) -> None:
-    # SQLite's default, 1,000 frames, is about 4 MiB of its 4 KiB pages; ours are 1 KiB.
-    with open_transport(f"sqlite:///{tmp_path / 'q.db'}") as transport:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    with open_transport(url, synchronous=synchronous) as transport:
         conn = transport._conn  # type: ignore[attr-defined]
         ((pages,),) = conn.execute("PRAGMA wal_autocheckpoint").fetchall()
         ((page_size,),) = conn.execute("PRAGMA page_size").fetchall()
         ((limit,),) = conn.execute("PRAGMA journal_size_limit").fetchall()
-    assert pages == WAL_CHECKPOINT_PAGES
-    assert pages * page_size == 4 << 20
+    assert pages * page_size == wal_bytes
     assert limit == WAL_LIMIT_BYTES > pages * (page_size + 24)  # frames never trimmed mid-cycle
 
 
