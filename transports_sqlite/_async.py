@@ -59,19 +59,23 @@ async def _execute(conn: aiosqlite.Connection, stmt: _ops.Stmt) -> _ops.Result:
     return _ops.Result(rows, cursor.rowcount)
 
 
-async def _drive(conn: aiosqlite.Connection, steps: _ops.Steps[T] | _ops.One[T]) -> T:
-    if isinstance(steps, _ops.One):
-        value: T = steps.then(await _execute(conn, steps.stmt))
-        if value is not None or steps.more is None:
-            return value
-        steps = steps.more()
+async def _drive(conn: aiosqlite.Connection, steps: _ops.Steps[T]) -> T:
     try:
         stmt = next(steps)
         while True:
             stmt = steps.send(await _execute(conn, stmt))
     except StopIteration as stop:
-        value = stop.value
+        value: T = stop.value
         return value
+
+
+async def _perform(conn: aiosqlite.Connection, op: _ops.Operation[T], now: float) -> T:
+    if isinstance(op, _ops.Op):  # not the ABC `Single`, whose isinstance is slow
+        return await _drive(conn, op.steps(now))
+    rows, rowcount = await _execute(conn, _ops.Stmt(*op.statement(now)))
+    value = op.result(rows, rowcount, now)
+    steps = None if value is not None else op.more(now)
+    return value if steps is None else await _drive(conn, steps)
 
 
 async def _rollback(conn: aiosqlite.Connection) -> None:
@@ -111,7 +115,7 @@ class AsyncSqliteTransport(Generic[E]):
             raise
         return conn
 
-    async def _transaction(self, conn: aiosqlite.Connection, op: _ops.Op[T]) -> T:
+    async def _transaction(self, conn: aiosqlite.Connection, op: _ops.Operation[T]) -> T:
         """Run ``op`` in one transaction, retried on contention: see the sync twin."""
         started = time.monotonic()
         try:
@@ -128,16 +132,16 @@ class AsyncSqliteTransport(Generic[E]):
                     failed = exc
             raise failed
 
-    async def _attempt(self, conn: aiosqlite.Connection, op: _ops.Op[T]) -> T:
+    async def _attempt(self, conn: aiosqlite.Connection, op: _ops.Operation[T]) -> T:
         # Every commit is flushed as the level says, lease moves included: here the sync
         # twin's bracket (`_ops.lease_durability`) would cost two more trips to the
         # driver's thread, more than the flush it saves.
         begin = op.begin
         if begin is None:  # AUTOCOMMIT: each statement is its own transaction
-            return await _drive(conn, op(self._options.clock()))
+            return await _perform(conn, op, self._options.clock())
         await conn.execute(begin)
         try:
-            value = await _drive(conn, op(self._options.clock()))
+            value = await _perform(conn, op, self._options.clock())
             await conn.execute("COMMIT")
         except Exception:
             # A failed attempt is rolled back before it is retried or raised. A cancellation
@@ -152,7 +156,7 @@ class AsyncSqliteTransport(Generic[E]):
         finally:
             self._lock.release()
 
-    async def _run(self, op: _ops.Op[T]) -> T:
+    async def _run(self, op: _ops.Operation[T]) -> T:
         await self._lock.acquire()
         try:
             if self._closed:
@@ -197,7 +201,7 @@ class AsyncSqliteTransport(Generic[E]):
                     await asyncio.shield(conn.execute(sql.busy_timeout(self._options.busy_timeout)))
 
     async def publish(self, group_id: str, event: E, priority: int = 0) -> int:
-        return await self._run(_ops.publish(self._codec, group_id, event, priority))
+        return await self._run(_ops.Publish(self._codec, group_id, event, priority))
 
     async def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
         return await self._run(_ops.publish_many(self._codec, items))
@@ -207,7 +211,7 @@ class AsyncSqliteTransport(Generic[E]):
     ) -> Lease[E] | None:
         o = self._options
         claimed = await self._run(
-            _ops.claim(worker_id, visibility, min_priority, o.max_attempts, o.on_dead)
+            _ops.Claim(worker_id, visibility, min_priority, o.max_attempts, o.on_dead)
         )
         if claimed is None:
             await self._idle()
@@ -215,13 +219,13 @@ class AsyncSqliteTransport(Generic[E]):
         return claimed.lease(self._codec)
 
     async def ack(self, lease: Lease[object]) -> None:
-        await self._run(_ops.ack(lease))
+        await self._run(_ops.Ack(lease))
 
     async def nack(self, lease: Lease[object], delay: float = 0) -> None:
-        await self._run(_ops.nack(lease, delay))
+        await self._run(_ops.Nack(lease, delay))
 
     async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
-        return await self._run(_ops.extend(lease, visibility))
+        return await self._run(_ops.Extend(lease, visibility))
 
     async def stats(self) -> QueueStats:
         return await self._run(_ops.stats())

@@ -1,19 +1,21 @@
-"""Every SQLite operation as a sans-I/O generator, shared by the sync and async drivers.
+"""Every SQLite operation, sans-I/O, shared by the sync and async drivers.
 
 An operation validates its arguments when it is built (so bad input never takes the write
-lock), then, given the transaction's ``now``, yields `Stmt` objects, receives a `Result`
-for each, and returns its value or raises `LeaseLost`. It does no I/O, reads no clock and
-imports no driver: the drivers open the transaction, run what is yielded, and commit when
-the generator returns.
+lock). Given the transaction's ``now``, an `Op` is a generator that yields `Stmt` objects,
+receives a `Result` for each, and returns its value or raises `LeaseLost`; a `Single`, for
+the calls on a worker's path, is one statement and what to make of its result. Neither
+does I/O, reads a clock or imports a driver: the drivers open the transaction, run the
+statements, and commit once the operation has its value.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeAlias, TypeVar
 
 from transports_core import (
     DeadLetter,
@@ -73,30 +75,43 @@ AUTOCOMMIT = None
 
 
 @dataclass(slots=True)
-class One(Generic[T]):
-    """Steps that are a single statement, for the calls on the hot path: the runner runs
-    `stmt` and returns ``then(result)``; only if that is None and there is `more` does it
-    go on, with the steps ``more()`` gives, as with any other op. This is what a generator
-    yielding `stmt` would do, without the generator: creating, starting and finishing one
-    costs a few microseconds, a tenth of a publish (see docs/performance.md)."""
-
-    stmt: Stmt
-    then: Callable[[Result], T]
-    more: Callable[[], Steps[T]] | None = None
-
-
-@dataclass(slots=True)
 class Op(Generic[T]):
-    """An operation, checked and ready: call it with the transaction's `now` to get its
-    steps (a generator, or `One`); the runner opens the transaction with `begin` (None:
-    AUTOCOMMIT). An op that only moves a lease is not `durable` (see `lease_durability`)."""
+    """An operation, checked and ready: ``steps(now)`` gives its steps for the
+    transaction's `now`; the runner opens the transaction with `begin` (None: AUTOCOMMIT).
+    An op that only moves a lease is not `durable` (see `lease_durability`)."""
 
-    steps: Callable[[float], Steps[T] | One[T]]
+    steps: Callable[[float], Steps[T]]
     begin: str | None = sql.BEGIN_WRITE
     durable: bool = True
 
-    def __call__(self, now: float) -> Steps[T] | One[T]:
-        return self.steps(now)
+
+class Single(ABC, Generic[T]):
+    """An operation that is one statement: publish, ack, nack and extend, and a claim
+    when nothing has lapsed. The runner runs ``statement(now)`` and returns what `result`
+    makes of its rows and row count; only if that is None does it go on, with the steps
+    ``more(now)`` gives, if any, as for an `Op`.
+
+    These are the calls on a worker's path, so they are plain slotted objects holding
+    their checked arguments, not a generator in a closure: per claim+ack, that is 8 us
+    less Python, measured in memory (45 to 47 against 53 to 54 us a cycle), and 2 us a
+    publish (19 against 21)."""
+
+    __slots__ = ()
+    begin: ClassVar[str | None] = AUTOCOMMIT
+    durable: ClassVar[bool] = True
+
+    @abstractmethod
+    def statement(self, now: float) -> tuple[str, Params]: ...
+
+    @abstractmethod
+    def result(self, rows: list[Any], rowcount: int, now: float) -> T: ...
+
+    def more(self, now: float) -> Steps[T] | None:
+        return None
+
+
+# What a runner runs in one transaction.
+Operation: TypeAlias = "Op[T] | Single[T]"
 
 
 class Claimed(NamedTuple):
@@ -175,19 +190,22 @@ def session(synchronous: str, memory: bool) -> Op[None]:
     return Op(steps, AUTOCOMMIT)
 
 
-def _first_cell(result: Result) -> int:
-    value: int = result.rows[0][0]
-    return value
+class Publish(Single[int]):
+    __slots__ = ("params",)
 
+    def __init__(self, codec: EventCodec[Any], group_id: str, event: object, priority: int) -> None:
+        self.params = {
+            "group_id": check_group_id(group_id),
+            "priority": check_priority(priority),
+            "event": codec.encode(event),
+        }
 
-def publish(codec: EventCodec[Any], group_id: str, event: object, priority: int) -> Op[int]:
-    params = {
-        "group_id": check_group_id(group_id),
-        "priority": check_priority(priority),
-        "event": codec.encode(event),
-    }
-    one = One(Stmt(sql.PUBLISH, params), _first_cell)
-    return Op(lambda now: one, AUTOCOMMIT)
+    def statement(self, now: float) -> tuple[str, Params]:
+        return sql.PUBLISH, self.params
+
+    def result(self, rows: list[Any], rowcount: int, now: float) -> int:
+        seq: int = rows[0][0]
+        return seq
 
 
 def publish_many(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> Op[list[int]]:
@@ -236,13 +254,7 @@ def publish_many(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) 
 _UNLIMITED = 2**62
 
 
-def claim(
-    worker_id: str,
-    visibility: float,
-    min_priority: int,
-    max_attempts: int | None = None,
-    on_dead: str = "release",
-) -> Op[Claimed | None]:
+class Claim(Single[Claimed | None]):
     """Lease the next ready head. With ``max_attempts``, a head that has had that many
     deliveries is buried instead (see `_bury`) and the claim goes on to the next one.
 
@@ -250,39 +262,56 @@ def claim(
     due); when that claims nothing, the claim wakes lapsed groups and goes on in full.
     It runs in a write transaction even so: its `now` is read once the write lock is
     held, so a claim that waited for the lock still leases from the moment it got it."""
-    worker_id = check_worker_id(worker_id)
-    visibility = check_visibility(visibility)
-    min_priority = check_priority(min_priority, "min_priority")
-    guard = {"max_attempts": _UNLIMITED if max_attempts is None else max_attempts}
 
-    def steps(now: float) -> One[Claimed | None]:
-        expires_at = now + visibility
-        params = {
-            "worker_id": worker_id,
-            "expires_at": expires_at,
-            "min_priority": min_priority,
+    __slots__ = ("max_attempts", "min_priority", "on_dead", "visibility", "worker_id")
+    begin = sql.BEGIN_WRITE
+    durable = False
+
+    def __init__(
+        self,
+        worker_id: str,
+        visibility: float,
+        min_priority: int,
+        max_attempts: int | None = None,
+        on_dead: str = "release",
+    ) -> None:
+        self.worker_id = check_worker_id(worker_id)
+        self.visibility = check_visibility(visibility)
+        self.min_priority = check_priority(min_priority, "min_priority")
+        self.max_attempts = max_attempts
+        self.on_dead = on_dead
+
+    def _lease(self, now: float) -> dict[str, Any]:
+        return {
+            "worker_id": self.worker_id,
+            "expires_at": now + self.visibility,
+            "min_priority": self.min_priority,
             "now": now,
         }
 
-        def leased(result: Result) -> Claimed | None:
-            if not result.rows:
-                return None
-            seq, group_id, raw, attempt = result.rows[0]
-            return Claimed(seq, group_id, raw, worker_id, attempt, expires_at)
+    def statement(self, now: float) -> tuple[str, Params]:
+        params = self._lease(now)
+        params["max_attempts"] = _UNLIMITED if self.max_attempts is None else self.max_attempts
+        return sql.CLAIM_READY, params
 
-        def more() -> Steps[Claimed | None]:
-            yield Stmt(sql.WAKE_LAPSED, {"now": now})
-            # Each pass buries one message for good, so this ends.
-            while True:
-                claimed = leased((yield Stmt(sql.CLAIM_HEAD, params)))
-                if claimed is None or max_attempts is None or claimed.attempt <= max_attempts:
-                    return claimed
-                if not (yield from _bury(now, claimed, max_attempts, on_dead)):
-                    return claimed
+    def result(self, rows: list[Any], rowcount: int, now: float) -> Claimed | None:
+        if not rows:
+            return None
+        seq, group_id, raw, attempt = rows[0]
+        return Claimed(seq, group_id, raw, self.worker_id, attempt, now + self.visibility)
 
-        return One(Stmt(sql.CLAIM_READY, params | guard), leased, more)
-
-    return Op(steps, durable=False)
+    def more(self, now: float) -> Steps[Claimed | None]:
+        params = self._lease(now)
+        max_attempts = self.max_attempts
+        yield Stmt(sql.WAKE_LAPSED, {"now": now})
+        # Each pass buries one message for good, so this ends.
+        while True:
+            rows, rowcount = yield Stmt(sql.CLAIM_HEAD, params)
+            claimed = self.result(rows, rowcount, now)
+            if claimed is None or max_attempts is None or claimed.attempt <= max_attempts:
+                return claimed
+            if not (yield from _bury(now, claimed, max_attempts, self.on_dead)):
+                return claimed
 
 
 def _bury(now: float, claimed: Claimed, max_attempts: int, on_dead: str) -> Steps[bool]:
@@ -316,54 +345,74 @@ def _fence(lease: Lease[object]) -> dict[str, Any]:
     }
 
 
-def _settled(lease: Lease[object]) -> Callable[[Result], None]:
-    """What a settle makes of its statement's result: it changed the lease's row, or the
-    lease was lost (it lapsed and was claimed again, or was settled already)."""
+class _Settle(Single[T]):
+    """ack, nack and extend: one statement fenced by the lease (see _LEASE_HOLDER)."""
 
-    def then(result: Result) -> None:
-        if result.rowcount != 1:
-            raise LeaseLost(lease)
+    __slots__ = ("fence", "lease")
 
-    return then
+    def __init__(self, lease: Lease[Any]) -> None:
+        self.lease = check_lease(lease)
+        self.fence = _fence(lease)
+
+    def _held(self, rowcount: int) -> None:
+        # The statement changed no row: the lease lapsed and the message was claimed
+        # again, or it was settled already.
+        if rowcount != 1:
+            raise LeaseLost(self.lease)
 
 
-def ack(lease: Lease[object]) -> Op[None]:
-    one = One(Stmt(sql.ACK, _fence(check_lease(lease))), _settled(lease))
-    return Op(lambda now: one, AUTOCOMMIT)
+class Ack(_Settle[None]):
+    __slots__ = ()
+
+    def statement(self, now: float) -> tuple[str, Params]:
+        return sql.ACK, self.fence
+
+    def result(self, rows: list[Any], rowcount: int, now: float) -> None:
+        self._held(rowcount)
 
 
-def nack(lease: Lease[object], delay: float) -> Op[None]:
-    params = _fence(check_lease(lease))
-    delay = check_delay(delay)
-    then = _settled(lease)
+class Nack(_Settle[None]):
+    __slots__ = ("delay",)
+    durable = False
 
-    def steps(now: float) -> One[None]:
-        if delay > 0:  # park: the group stays held until the delay has passed
-            release = {"locked_by": PARKED, "lock_expiry": now + delay}
+    def __init__(self, lease: Lease[Any], delay: float) -> None:
+        super().__init__(lease)
+        self.delay = check_delay(delay)
+
+    def statement(self, now: float) -> tuple[str, Params]:
+        if self.delay > 0:  # park: the group stays held until the delay has passed
+            release = {"locked_by": PARKED, "lock_expiry": now + self.delay}
         else:
             release = {"locked_by": None, "lock_expiry": None}
-        return One(Stmt(sql.RELEASE, params | release), then)
+        return sql.RELEASE, self.fence | release
 
-    return Op(steps, AUTOCOMMIT, durable=False)
+    def result(self, rows: list[Any], rowcount: int, now: float) -> None:
+        self._held(rowcount)
 
 
-def extend(lease: Lease[T], visibility: float) -> Op[Lease[T]]:
-    params = _fence(check_lease(lease))
-    visibility = check_visibility(visibility)
-    settled = _settled(lease)
+class Extend(_Settle[Lease[T]]):
+    __slots__ = ("visibility",)
+    durable = False
+    lease: Lease[T]
 
-    def steps(now: float) -> One[Lease[T]]:
-        expires_at = now + visibility
+    def __init__(self, lease: Lease[T], visibility: float) -> None:
+        super().__init__(lease)
+        self.visibility = check_visibility(visibility)
 
-        def then(result: Result) -> Lease[T]:
-            settled(result)
-            return Lease(
-                lease.seq, lease.group_id, lease.event, lease.worker_id, lease.attempt, expires_at
-            )
+    def statement(self, now: float) -> tuple[str, Params]:
+        return sql.EXTEND, self.fence | {"lock_expiry": now + self.visibility}
 
-        return One(Stmt(sql.EXTEND, params | {"lock_expiry": expires_at}), then)
-
-    return Op(steps, AUTOCOMMIT, durable=False)
+    def result(self, rows: list[Any], rowcount: int, now: float) -> Lease[T]:
+        self._held(rowcount)
+        lease = self.lease
+        return Lease(
+            lease.seq,
+            lease.group_id,
+            lease.event,
+            lease.worker_id,
+            lease.attempt,
+            now + self.visibility,
+        )
 
 
 class Relax(NamedTuple):

@@ -47,19 +47,24 @@ def _execute(conn: sqlite3.Connection, stmt: _ops.Stmt) -> _ops.Result:
     return _ops.Result(rows, cursor.rowcount)
 
 
-def _drive(conn: sqlite3.Connection, steps: _ops.Steps[T] | _ops.One[T]) -> T:
-    if isinstance(steps, _ops.One):
-        value: T = steps.then(_execute(conn, steps.stmt))
-        if value is not None or steps.more is None:
-            return value
-        steps = steps.more()
+def _drive(conn: sqlite3.Connection, steps: _ops.Steps[T]) -> T:
     try:
         stmt = next(steps)
         while True:
             stmt = steps.send(_execute(conn, stmt))
     except StopIteration as stop:
-        value = stop.value
+        value: T = stop.value
         return value
+
+
+def _perform(conn: sqlite3.Connection, op: _ops.Operation[T], now: float) -> T:
+    if isinstance(op, _ops.Op):  # not the ABC `Single`, whose isinstance is slow
+        return _drive(conn, op.steps(now))
+    cursor = conn.execute(*op.statement(now))
+    rows = cursor.fetchall() if cursor.description else []
+    value = op.result(rows, cursor.rowcount, now)
+    steps = None if value is not None else op.more(now)
+    return value if steps is None else _drive(conn, steps)
 
 
 class SqliteTransport(Generic[E]):
@@ -93,7 +98,7 @@ class SqliteTransport(Generic[E]):
             raise
         self._conn = conn
 
-    def _transaction(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
+    def _transaction(self, conn: sqlite3.Connection, op: _ops.Operation[T]) -> T:
         """Run ``op`` in one transaction, again from the start while it fails on contention
         (see `retry_delay`): nothing of a failed attempt was committed."""
         started = time.monotonic()
@@ -111,7 +116,7 @@ class SqliteTransport(Generic[E]):
                     failed = exc
             raise failed
 
-    def _attempt(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
+    def _attempt(self, conn: sqlite3.Connection, op: _ops.Operation[T]) -> T:
         relax = None if op.durable else self._relax
         if relax is None:
             return self._commit(conn, op)
@@ -121,13 +126,13 @@ class SqliteTransport(Generic[E]):
         finally:
             conn.execute(relax.after)
 
-    def _commit(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
+    def _commit(self, conn: sqlite3.Connection, op: _ops.Operation[T]) -> T:
         begin = op.begin
         if begin is None:  # AUTOCOMMIT: each statement is its own transaction
-            return _drive(conn, op(self._options.clock()))
+            return _perform(conn, op, self._options.clock())
         conn.execute(begin)
         try:
-            value = _drive(conn, op(self._options.clock()))
+            value = _perform(conn, op, self._options.clock())
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -135,7 +140,7 @@ class SqliteTransport(Generic[E]):
             raise
         return value
 
-    def _run(self, op: _ops.Op[T]) -> T:
+    def _run(self, op: _ops.Operation[T]) -> T:
         with self._lock:
             if self._conn is None:
                 raise TransportError(f"{self!r} is closed")
@@ -160,7 +165,7 @@ class SqliteTransport(Generic[E]):
                 conn.execute(sql.busy_timeout(self._options.busy_timeout))
 
     def publish(self, group_id: str, event: E, priority: int = 0) -> int:
-        return self._run(_ops.publish(self._codec, group_id, event, priority))
+        return self._run(_ops.Publish(self._codec, group_id, event, priority))
 
     def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
         return self._run(_ops.publish_many(self._codec, items))
@@ -168,7 +173,7 @@ class SqliteTransport(Generic[E]):
     def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Lease[E] | None:
         o = self._options
         claimed = self._run(
-            _ops.claim(worker_id, visibility, min_priority, o.max_attempts, o.on_dead)
+            _ops.Claim(worker_id, visibility, min_priority, o.max_attempts, o.on_dead)
         )
         if claimed is None:
             self._idle()
@@ -176,13 +181,13 @@ class SqliteTransport(Generic[E]):
         return claimed.lease(self._codec)
 
     def ack(self, lease: Lease[object]) -> None:
-        self._run(_ops.ack(lease))
+        self._run(_ops.Ack(lease))
 
     def nack(self, lease: Lease[object], delay: float = 0) -> None:
-        self._run(_ops.nack(lease, delay))
+        self._run(_ops.Nack(lease, delay))
 
     def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
-        return self._run(_ops.extend(lease, visibility))
+        return self._run(_ops.Extend(lease, visibility))
 
     def stats(self) -> QueueStats:
         return self._run(_ops.stats())

@@ -22,10 +22,11 @@ FENCE = {"group_id": "g", "seq": 7, "worker_id": "w1", "attempt": 3}
 CODEC: EventCodec[Event] = EventCodec(Event)
 
 
-def drive(op: _ops.Op[T], results: Sequence[Result], now: float = NOW) -> tuple[list[Stmt], T]:
+def drive(
+    op: _ops.Operation[T], results: Sequence[Result], now: float = NOW
+) -> tuple[list[Stmt], T]:
     """Run ``op`` as a driver would, answering its statements with ``results`` in order;
-    return what it yielded and what it returned. Fails if it wants more answers."""
-    steps = op(now)
+    return what it ran and what it returned. Fails if it wants more answers."""
     answers = iter(results)
     seen: list[Stmt] = []
 
@@ -36,18 +37,19 @@ def drive(op: _ops.Op[T], results: Sequence[Result], now: float = NOW) -> tuple[
             raise AssertionError(f"the operation wants more results after {seen}")
         return result
 
-    if isinstance(steps, _ops.One):
-        value: T = steps.then(answer(steps.stmt))
-        if value is not None or steps.more is None:
-            assert next(answers, None) is None, "the operation stopped before using every result"
-            return seen, value
-        steps = steps.more()
-    try:
-        stmt = next(steps)
-        while True:
-            stmt = steps.send(answer(stmt))
-    except StopIteration as stop:
-        value = stop.value
+    steps: _ops.Steps[T] | None
+    if isinstance(op, _ops.Op):
+        steps = op.steps(now)
+    else:
+        value: T = op.result(*answer(Stmt(*op.statement(now))), now)
+        steps = None if value is not None else op.more(now)
+    if steps is not None:
+        try:
+            stmt = next(steps)
+            while True:
+                stmt = steps.send(answer(stmt))
+        except StopIteration as stop:
+            value = stop.value
     assert next(answers, None) is None, "the operation stopped before using every result"
     return seen, value
 
@@ -65,7 +67,7 @@ CLAIM = {"worker_id": "w1", "expires_at": NOW + 30, "min_priority": 2, "now": NO
 
 
 def test_claim_first_tries_one_statement_guarded_against_lapses() -> None:
-    op = _ops.claim("w1", 30, 2)
+    op = _ops.Claim("w1", 30, 2)
     assert op.begin == sql.BEGIN_WRITE  # `now` is read under the write lock
     stmts, value = drive(op, [Result([ROW], 1)])
     assert stmts == [Stmt(sql.CLAIM_READY, CLAIM | {"max_attempts": 2**62})]
@@ -74,19 +76,19 @@ def test_claim_first_tries_one_statement_guarded_against_lapses() -> None:
 
 
 def test_claim_guards_the_first_statement_with_max_attempts() -> None:
-    stmts, _ = drive(_ops.claim("w1", 30, 2, max_attempts=4), [NOTHING, WOKEN, NOTHING])
+    stmts, _ = drive(_ops.Claim("w1", 30, 2, max_attempts=4), [NOTHING, WOKEN, NOTHING])
     assert stmts[0].params["max_attempts"] == 4  # type: ignore[call-overload]
 
 
 def test_claim_goes_on_by_waking_lapsed_groups_when_the_first_statement_declines() -> None:
-    stmts, value = drive(_ops.claim("w1", 30, 2), [NOTHING, WOKEN, Result([ROW], 1)])
+    stmts, value = drive(_ops.Claim("w1", 30, 2), [NOTHING, WOKEN, Result([ROW], 1)])
     assert stmts[1:] == [Stmt(sql.WAKE_LAPSED, {"now": NOW}), Stmt(sql.CLAIM_HEAD, CLAIM)]
     assert value == Claimed(7, "g", '{"i":1}', "w1", 3, NOW + 30)
-    assert drive(_ops.claim("w1", 30, 2), [NOTHING, WOKEN, NOTHING])[1] is None
+    assert drive(_ops.Claim("w1", 30, 2), [NOTHING, WOKEN, NOTHING])[1] is None
 
 
 def test_claim_takes_now_from_its_caller() -> None:
-    op = _ops.claim("w1", 30, 0)
+    op = _ops.Claim("w1", 30, 0)
     early, _ = drive(op, [NOTHING, WOKEN, NOTHING], now=10.0)
     late, _ = drive(op, [NOTHING, WOKEN, NOTHING], now=20.0)
     assert [early[1].params, late[1].params] == [{"now": 10.0}, {"now": 20.0}]
@@ -106,7 +108,7 @@ def test_claimed_row_that_does_not_decode_raises_carrying_the_lease() -> None:
 
 
 def test_ack_deletes_under_the_lease_fence() -> None:
-    stmts, value = drive(_ops.ack(LEASE), [DONE])
+    stmts, value = drive(_ops.Ack(LEASE), [DONE])
     assert stmts == [Stmt(sql.ACK, FENCE)]
     assert value is None
 
@@ -114,14 +116,16 @@ def test_ack_deletes_under_the_lease_fence() -> None:
 @pytest.mark.parametrize(
     "op",
     [
-        lambda: _ops.ack(LEASE),
-        lambda: _ops.nack(LEASE, 0),
-        lambda: _ops.nack(LEASE, 5),
-        lambda: _ops.extend(LEASE, 5),
+        lambda: _ops.Ack(LEASE),
+        lambda: _ops.Nack(LEASE, 0),
+        lambda: _ops.Nack(LEASE, 5),
+        lambda: _ops.Extend(LEASE, 5),
     ],
     ids=["ack", "nack", "park", "extend"],
 )
-def test_settling_raises_lease_lost_when_no_row_matches(op: Callable[[], _ops.Op[Any]]) -> None:
+def test_settling_raises_lease_lost_when_no_row_matches(
+    op: Callable[[], _ops.Operation[Any]],
+) -> None:
     with pytest.raises(LeaseLost) as info:
         drive(op(), [NOTHING])
     assert info.value.lease is LEASE
@@ -129,19 +133,19 @@ def test_settling_raises_lease_lost_when_no_row_matches(op: Callable[[], _ops.Op
 
 
 def test_nack_with_delay_parks_until_now_plus_delay() -> None:
-    stmts, _ = drive(_ops.nack(LEASE, 12.5), [DONE])
+    stmts, _ = drive(_ops.Nack(LEASE, 12.5), [DONE])
     assert stmts == [
         Stmt(sql.RELEASE, FENCE | {"locked_by": "__parked__", "lock_expiry": NOW + 12.5})
     ]
 
 
 def test_nack_without_delay_frees_the_message() -> None:
-    stmts, _ = drive(_ops.nack(LEASE, 0), [DONE])
+    stmts, _ = drive(_ops.Nack(LEASE, 0), [DONE])
     assert stmts == [Stmt(sql.RELEASE, FENCE | {"locked_by": None, "lock_expiry": None})]
 
 
 def test_extend_returns_the_lease_with_the_new_expiry() -> None:
-    stmts, value = drive(_ops.extend(LEASE, 20), [DONE])
+    stmts, value = drive(_ops.Extend(LEASE, 20), [DONE])
     assert stmts == [Stmt(sql.EXTEND, FENCE | {"lock_expiry": NOW + 20})]
     assert value == Lease(7, "g", Event(i=1), "w1", 3, NOW + 20)
 
@@ -150,7 +154,7 @@ def test_extend_returns_the_lease_with_the_new_expiry() -> None:
 
 
 def test_publish_inserts_the_encoded_event_and_returns_the_seq() -> None:
-    stmts, value = drive(_ops.publish(CODEC, "g", Event(i=1), 2), [Result([(41,)], 1)])
+    stmts, value = drive(_ops.Publish(CODEC, "g", Event(i=1), 2), [Result([(41,)], 1)])
     assert stmts == [Stmt(sql.PUBLISH, {"group_id": "g", "priority": 2, "event": '{"i":1}'})]
     assert value == 41
 
@@ -221,17 +225,17 @@ def test_setup_refuses_a_database_it_does_not_know(
 
 
 BAD_BUILDS: dict[str, tuple[Callable[[], object], type[Exception], str]] = {
-    "reserved worker": (lambda: _ops.claim("__parked__", 30, 0), ValueError, "'__parked__'"),
-    "empty worker": (lambda: _ops.claim("", 30, 0), ValueError, "worker_id"),
-    "zero visibility": (lambda: _ops.claim("w", 0, 0), ValueError, "visibility"),
-    "min_priority 5": (lambda: _ops.claim("w", 30, 5), ValueError, "min_priority"),
-    "empty group": (lambda: _ops.publish(CODEC, "", Event(), 0), ValueError, "group_id"),
-    "priority -1": (lambda: _ops.publish(CODEC, "g", Event(), -1), ValueError, "-1"),
-    "dict event": (lambda: _ops.publish(CODEC, "g", {"i": 1}, 0), TypeError, "{'i': 1}"),
+    "reserved worker": (lambda: _ops.Claim("__parked__", 30, 0), ValueError, "'__parked__'"),
+    "empty worker": (lambda: _ops.Claim("", 30, 0), ValueError, "worker_id"),
+    "zero visibility": (lambda: _ops.Claim("w", 0, 0), ValueError, "visibility"),
+    "min_priority 5": (lambda: _ops.Claim("w", 30, 5), ValueError, "min_priority"),
+    "empty group": (lambda: _ops.Publish(CODEC, "", Event(), 0), ValueError, "group_id"),
+    "priority -1": (lambda: _ops.Publish(CODEC, "g", Event(), -1), ValueError, "-1"),
+    "dict event": (lambda: _ops.Publish(CODEC, "g", {"i": 1}, 0), TypeError, "{'i': 1}"),
     "bad item": (lambda: _ops.publish_many(CODEC, [("g", 1, 0)]), TypeError, "items[0]"),
-    "not a lease": (lambda: _ops.ack("lease"), TypeError, "'lease'"),  # type: ignore[arg-type]
-    "negative delay": (lambda: _ops.nack(LEASE, -1), ValueError, "-1"),
-    "nan visibility": (lambda: _ops.extend(LEASE, float("nan")), ValueError, "nan"),
+    "not a lease": (lambda: _ops.Ack("lease"), TypeError, "'lease'"),  # type: ignore[arg-type]
+    "negative delay": (lambda: _ops.Nack(LEASE, -1), ValueError, "-1"),
+    "nan visibility": (lambda: _ops.Extend(LEASE, float("nan")), ValueError, "nan"),
 }
 
 
