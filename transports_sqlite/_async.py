@@ -91,6 +91,7 @@ class AsyncSqliteTransport(Generic[E]):
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
         self._options = options
         self._codec: EventCodec[E] = EventCodec(event_type)
+        self._claims = _ops.Claims(options.max_attempts, options.on_dead)
         self._lock = asyncio.Lock()
         self._conn: aiosqlite.Connection | None = None
         self._closed = False
@@ -209,10 +210,7 @@ class AsyncSqliteTransport(Generic[E]):
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0
     ) -> Lease[E] | None:
-        o = self._options
-        claimed = await self._run(
-            _ops.Claim(worker_id, visibility, min_priority, o.max_attempts, o.on_dead)
-        )
+        claimed = await self._run(self._claims(worker_id, visibility, min_priority))
         if claimed is None:
             await self._idle()
             return None

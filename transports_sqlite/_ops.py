@@ -314,6 +314,37 @@ class Claim(Single[Claimed | None]):
                 return claimed
 
 
+class Claims:
+    """Builds the `Claim` for each call of one transport's ``claim``, and keeps the last.
+
+    A worker asks with the same arguments every time, usually the very same objects
+    (literals, or values set once), so while they are identical the checked op is used
+    again: building and checking it anew cost 3 to 5 us of a 45 us claim+ack (measured
+    in memory). Identity, not equality, so that no argument escapes its checks: ``True
+    == 1``, and so does ``1.0``. The op holds only checked arguments, and the last is
+    swapped in one assignment, so threads may share this."""
+
+    __slots__ = ("_last", "max_attempts", "on_dead")
+
+    def __init__(self, max_attempts: int | None, on_dead: str) -> None:
+        self.max_attempts = max_attempts
+        self.on_dead = on_dead
+        self._last: tuple[object, object, object, Claim] | None = None
+
+    def __call__(self, worker_id: str, visibility: float, min_priority: int) -> Claim:
+        last = self._last
+        if (
+            last is not None
+            and last[0] is worker_id
+            and last[1] is visibility
+            and last[2] is min_priority
+        ):
+            return last[3]
+        op = Claim(worker_id, visibility, min_priority, self.max_attempts, self.on_dead)
+        self._last = (worker_id, visibility, min_priority, op)
+        return op
+
+
 def _bury(now: float, claimed: Claimed, max_attempts: int, on_dead: str) -> Steps[bool]:
     """Move the just-leased head to the dead letters if it has had its ``max_attempts``
     deliveries (counted since its last requeue); return whether it did. The claim's own

@@ -73,6 +73,7 @@ class SqliteTransport(Generic[E]):
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
         self._options = options
         self._codec: EventCodec[E] = EventCodec(event_type)
+        self._claims = _ops.Claims(options.max_attempts, options.on_dead)
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._relax = _ops.lease_durability(options.synchronous, options.memory)
@@ -171,10 +172,7 @@ class SqliteTransport(Generic[E]):
         return self._run(_ops.publish_many(self._codec, items))
 
     def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Lease[E] | None:
-        o = self._options
-        claimed = self._run(
-            _ops.Claim(worker_id, visibility, min_priority, o.max_attempts, o.on_dead)
-        )
+        claimed = self._run(self._claims(worker_id, visibility, min_priority))
         if claimed is None:
             self._idle()
             return None

@@ -247,3 +247,23 @@ def test_bad_arguments_are_refused_when_the_op_is_built(
     with pytest.raises(error) as info:
         build()
     assert names in str(info.value)
+
+
+def test_a_claim_asked_with_the_very_same_arguments_is_built_and_checked_once() -> None:
+    claims = _ops.Claims(max_attempts=3, on_dead="hold")
+    worker, visibility = "w1", 30.5
+    op = claims(worker, visibility, 2)
+    assert claims(worker, visibility, 2) is op
+    assert (op.worker_id, op.visibility, op.min_priority) == ("w1", 30.5, 2)
+    assert (op.max_attempts, op.on_dead) == (3, "hold")
+    # Equal is not enough: another object is checked again, and a new op replaces the last.
+    other = claims("".join(["w", "1"]), 30.5, 2)
+    assert other is not op
+    assert claims("".join(["w", "1"]), visibility, 2) is not other
+
+
+def test_an_equal_argument_of_another_type_is_still_checked() -> None:
+    claims = _ops.Claims(None, "release")
+    claims("w", 30, 1)
+    with pytest.raises(TypeError, match="min_priority"):
+        claims("w", 30, True)  # True == 1, but a bool is no priority
