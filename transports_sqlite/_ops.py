@@ -320,9 +320,9 @@ class Claims:
     A worker asks with the same arguments every time, usually the very same objects
     (literals, or values set once), so while they are identical the checked op is used
     again: building and checking it anew cost 3 to 5 us of a 45 us claim+ack (measured
-    in memory). Identity, not equality, so that no argument escapes its checks: ``True
-    == 1``, and so does ``1.0``. The op holds only checked arguments, and the last is
-    swapped in one assignment, so threads may share this."""
+    in memory). Identity, not equality, so that no argument escapes its checks: ``True ==
+    1 == 1.0``, but only the int is a priority. The op holds only checked arguments, and
+    the last is swapped in one assignment, so threads may share this."""
 
     __slots__ = ("_last", "max_attempts", "on_dead")
 

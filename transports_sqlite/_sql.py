@@ -422,7 +422,7 @@ PURGE_GROUP_DEAD_LETTERS: Final = "DELETE FROM dead_letters WHERE group_id = :gr
 # SQLite checkpoints the WAL into the database once it holds this many frames. Its default,
 # 1,000, is 4 MiB of WAL with its default 4 KiB pages, but only 1 MiB with ours. Where
 # commits are not flushed (`normal`, `off`), checkpointing after 4 MiB, as often by the
-# byte as by default, let a batch publish pay fewer of them: publish_many at `normal`
+# byte as by default, lets a batch publish pay fewer of them: publish_many at `normal`
 # measured 0.61 to 0.63 of the raw batch, against 0.44 to 0.58 after 1 MiB. Where every
 # commit is flushed (`full`, `extra`), the default stays: while the WAL file still grows
 # (when new, or after an idle truncation), each flush also commits the file's new size,
