@@ -194,11 +194,8 @@ class Publish(Single[int]):
     __slots__ = ("params",)
 
     def __init__(self, codec: EventCodec[Any], group_id: str, event: object, priority: int) -> None:
-        self.params = {
-            "group_id": check_group_id(group_id),
-            "priority": check_priority(priority),
-            "event": codec.encode(event),
-        }
+        # In the order of PUBLISH's parameters, as every tuple below is.
+        self.params = (check_group_id(group_id), check_priority(priority), codec.encode(event))
 
     def statement(self, now: float) -> tuple[str, Params]:
         return sql.PUBLISH, self.params
@@ -281,18 +278,12 @@ class Claim(Single[Claimed | None]):
         self.max_attempts = max_attempts
         self.on_dead = on_dead
 
-    def _lease(self, now: float) -> dict[str, Any]:
-        return {
-            "worker_id": self.worker_id,
-            "expires_at": now + self.visibility,
-            "min_priority": self.min_priority,
-            "now": now,
-        }
+    def _lease(self, now: float) -> tuple[str, float, int, float]:
+        return (self.worker_id, now + self.visibility, self.min_priority, now)  # CLAIM_PARAMS
 
     def statement(self, now: float) -> tuple[str, Params]:
-        params = self._lease(now)
-        params["max_attempts"] = _UNLIMITED if self.max_attempts is None else self.max_attempts
-        return sql.CLAIM_READY, params
+        max_attempts = _UNLIMITED if self.max_attempts is None else self.max_attempts
+        return sql.CLAIM_READY, (*self._lease(now), max_attempts)
 
     def result(self, rows: list[Any], rowcount: int, now: float) -> Claimed | None:
         if not rows:
@@ -367,13 +358,8 @@ def _bury(now: float, claimed: Claimed, max_attempts: int, on_dead: str) -> Step
     return True
 
 
-def _fence(lease: Lease[object]) -> dict[str, Any]:
-    return {
-        "group_id": lease.group_id,
-        "seq": lease.seq,
-        "worker_id": lease.worker_id,
-        "attempt": lease.attempt,
-    }
+def _fence(lease: Lease[object]) -> tuple[str, int, str, int]:
+    return (lease.group_id, lease.seq, lease.worker_id, lease.attempt)  # FENCE_PARAMS
 
 
 class _Settle(Single[T]):
@@ -412,10 +398,8 @@ class Nack(_Settle[None]):
 
     def statement(self, now: float) -> tuple[str, Params]:
         if self.delay > 0:  # park: the group stays held until the delay has passed
-            release = {"locked_by": PARKED, "lock_expiry": now + self.delay}
-        else:
-            release = {"locked_by": None, "lock_expiry": None}
-        return sql.RELEASE, self.fence | release
+            return sql.RELEASE, (*self.fence, PARKED, now + self.delay)
+        return sql.RELEASE, (*self.fence, None, None)
 
     def result(self, rows: list[Any], rowcount: int, now: float) -> None:
         self._held(rowcount)
@@ -431,7 +415,7 @@ class Extend(_Settle[Lease[T]]):
         self.visibility = check_visibility(visibility)
 
     def statement(self, now: float) -> tuple[str, Params]:
-        return sql.EXTEND, self.fence | {"lock_expiry": now + self.visibility}
+        return sql.EXTEND, (*self.fence, now + self.visibility)
 
     def result(self, rows: list[Any], rowcount: int, now: float) -> Lease[T]:
         self._held(rowcount)

@@ -9,11 +9,13 @@ lease or park, and its turn in the round-robin. Claim, nack and extend touch onl
 the next group is a walk of one small index, never a scan of the backlog, and a claim
 writes two pages whatever the backlog.
 
-Named parameters only; every value reaches SQLite as a bound parameter.
+Every value reaches SQLite as a bound parameter, and every parameter is written by name.
+The statements on a worker's path are bound by position all the same (see `positional`).
 """
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Final
 
@@ -43,6 +45,24 @@ def returns_rows(statement: str) -> bool:
     The operations read only the rows of such a statement, never its row count, so a
     driver may fetch them in the same call that runs it."""
     return statement.lstrip().upper().startswith("SELECT") or "RETURNING" in statement.upper()
+
+
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+def positional(statement: str, *names: str) -> str:
+    """``statement`` with each ``:name`` written as ``?N``, N the name's place in ``names``.
+
+    sqlite3 binds a tuple for less than a dict: about a microsecond less for a statement of
+    five parameters, which is 2 to 3% of a claim+ack on disk. So the statements that run
+    for every message (publish, claim, ack, nack, extend) are written with names and bound
+    from tuples in this order. Raises ``ValueError`` unless ``names`` are exactly the
+    statement's parameters, each once."""
+    used = set(_NAMED.findall(statement))
+    if len(set(names)) != len(names) or used != set(names):
+        raise ValueError(f"parameters {sorted(used)} of the statement, named as {names}")
+    place = {name: f"?{number}" for number, name in enumerate(names, 1)}
+    return _NAMED.sub(lambda match: place[match[1]], statement)
 
 
 READ_IDENTITY: Final = """
@@ -167,11 +187,16 @@ LAST_SEQ: Final = "SELECT max(last, coalesce((SELECT max(seq) FROM messages), 0)
 
 # RETURNING gives back the row as inserted into the view: the seq computed here, under
 # the write lock that the statement holds from its start.
-PUBLISH: Final = f"""
+PUBLISH: Final = positional(
+    f"""
 INSERT INTO publish (seq, group_id, priority, event)
 VALUES (({LAST_SEQ}) + 1, :group_id, :priority, :event)
 RETURNING seq
-"""
+""",
+    "group_id",
+    "priority",
+    "event",
+)
 
 # publish_many, in one write transaction: read where the batch's seqs start (LAST_SEQ);
 # link each group's first message in the batch behind the group's tail; open the groups
@@ -202,13 +227,18 @@ def _first_free(priority: int) -> str:
                WHERE busy_until IS NULL AND priority = {priority} AND :min_priority <= {priority}"""
 
 
-def _claim(guard: str) -> str:
+# A claim's parameters, in the order it binds them (CLAIM_READY adds :max_attempts).
+CLAIM_PARAMS: Final = ("worker_id", "expires_at", "min_priority", "now")
+
+
+def _claim(guard: str, *more: str) -> str:
     # The next free group at or above the floor, in round-robin order (oldest last claim,
     # then oldest head): one index seek per priority level, merged in order (a MERGE of
     # sorted arms, no sort of its own), so that neither busy groups nor groups below the
     # floor are ever walked over. Its head is leased and the group goes to the back of
     # the round-robin order; the head's event comes back with it.
-    return f"""
+    return positional(
+        f"""
 UPDATE groups
    SET locked_by = :worker_id, lock_expiry = :expires_at, busy_until = :expires_at,
        attempt = attempt + 1, last_claimed_at = :now
@@ -218,7 +248,10 @@ UPDATE groups
 RETURNING head_seq, group_id,
           (SELECT event FROM messages WHERE seq = groups.head_seq),
           attempt
-"""
+""",
+        *CLAIM_PARAMS,
+        *more,
+    )
 
 
 # After the wake-up.
@@ -228,31 +261,49 @@ CLAIM_HEAD: Final = _claim("")
 # lapsed (so the wake-up would change nothing), and the head has had fewer than
 # ``max_attempts`` deliveries (so it cannot be due for burial). When either fails it
 # claims nothing, and the claim goes on: wake-up, then CLAIM_HEAD.
-CLAIM_READY: Final = _claim("""
+CLAIM_READY: Final = _claim(
+    """
    AND NOT EXISTS (SELECT 1 FROM groups WHERE busy_until < :now)
-   AND attempt < :max_attempts""")
+   AND attempt < :max_attempts""",
+    "max_attempts",
+)
 
 # ack, nack and extend act only on the current lease: the group's head is that seq, and
 # the same worker holds it with the same attempt, not acked or nacked since. A re-claim
 # after a lapse bumps attempt, so a stale worker matches no row and changes nothing.
 _LEASE_HOLDER = """group_id = :group_id AND head_seq = :seq
    AND locked_by = :worker_id AND attempt = :attempt"""
+# The lease's parameters, in the order they are bound (`_ops._fence`); RELEASE and EXTEND
+# bind their own after them.
+FENCE_PARAMS: Final = ("group_id", "seq", "worker_id", "attempt")
 
-ACK: Final = f"""
+ACK: Final = positional(
+    f"""
 DELETE FROM messages
  WHERE seq = :seq
    AND EXISTS (SELECT 1 FROM groups WHERE {_LEASE_HOLDER})
-"""
+""",
+    *FENCE_PARAMS,
+)
 
-RELEASE: Final = f"""
+RELEASE: Final = positional(
+    f"""
 UPDATE groups SET locked_by = :locked_by, lock_expiry = :lock_expiry, busy_until = :lock_expiry
  WHERE {_LEASE_HOLDER}
-"""
+""",
+    *FENCE_PARAMS,
+    "locked_by",
+    "lock_expiry",
+)
 
-EXTEND: Final = f"""
+EXTEND: Final = positional(
+    f"""
 UPDATE groups SET lock_expiry = :lock_expiry, busy_until = :lock_expiry
  WHERE {_LEASE_HOLDER}
-"""
+""",
+    *FENCE_PARAMS,
+    "lock_expiry",
+)
 
 
 # --- dead letters -----------------------------------------------------------------------

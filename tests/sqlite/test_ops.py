@@ -22,6 +22,26 @@ FENCE = {"group_id": "g", "seq": 7, "worker_id": "w1", "attempt": 3}
 CODEC: EventCodec[Event] = EventCodec(Event)
 
 
+# The names of the parameters each hot statement binds by position (see `_sql.positional`).
+NAMES = {
+    sql.PUBLISH: ("group_id", "priority", "event"),
+    sql.CLAIM_READY: (*sql.CLAIM_PARAMS, "max_attempts"),
+    sql.CLAIM_HEAD: sql.CLAIM_PARAMS,
+    sql.ACK: sql.FENCE_PARAMS,
+    sql.RELEASE: (*sql.FENCE_PARAMS, "locked_by", "lock_expiry"),
+    sql.EXTEND: (*sql.FENCE_PARAMS, "lock_expiry"),
+}
+
+
+def bound(stmt: Stmt) -> tuple[str, dict[str, Any]]:
+    """``stmt`` as (SQL, parameters by name), whether it binds them by name or position."""
+    if isinstance(stmt.params, dict):
+        return stmt.sql, stmt.params
+    names = NAMES[stmt.sql]
+    assert len(stmt.params) == len(names), (names, stmt.params)
+    return stmt.sql, dict(zip(names, stmt.params, strict=True))
+
+
 def drive(
     op: _ops.Operation[T], results: Sequence[Result], now: float = NOW
 ) -> tuple[list[Stmt], T]:
@@ -70,19 +90,22 @@ def test_claim_first_tries_one_statement_guarded_against_lapses() -> None:
     op = _ops.Claim("w1", 30, 2)
     assert op.begin == sql.BEGIN_WRITE  # `now` is read under the write lock
     stmts, value = drive(op, [Result([ROW], 1)])
-    assert stmts == [Stmt(sql.CLAIM_READY, CLAIM | {"max_attempts": 2**62})]
+    assert [bound(s) for s in stmts] == [(sql.CLAIM_READY, CLAIM | {"max_attempts": 2**62})]
     assert value == Claimed(7, "g", '{"i":1}', "w1", 3, NOW + 30)
     assert value.lease(CODEC) == Lease(7, "g", Event(i=1), "w1", 3, NOW + 30)
 
 
 def test_claim_guards_the_first_statement_with_max_attempts() -> None:
     stmts, _ = drive(_ops.Claim("w1", 30, 2, max_attempts=4), [NOTHING, WOKEN, NOTHING])
-    assert stmts[0].params["max_attempts"] == 4  # type: ignore[call-overload]
+    assert bound(stmts[0])[1]["max_attempts"] == 4
 
 
 def test_claim_goes_on_by_waking_lapsed_groups_when_the_first_statement_declines() -> None:
     stmts, value = drive(_ops.Claim("w1", 30, 2), [NOTHING, WOKEN, Result([ROW], 1)])
-    assert stmts[1:] == [Stmt(sql.WAKE_LAPSED, {"now": NOW}), Stmt(sql.CLAIM_HEAD, CLAIM)]
+    assert [bound(s) for s in stmts[1:]] == [
+        (sql.WAKE_LAPSED, {"now": NOW}),
+        (sql.CLAIM_HEAD, CLAIM),
+    ]
     assert value == Claimed(7, "g", '{"i":1}', "w1", 3, NOW + 30)
     assert drive(_ops.Claim("w1", 30, 2), [NOTHING, WOKEN, NOTHING])[1] is None
 
@@ -92,8 +115,8 @@ def test_claim_takes_now_from_its_caller() -> None:
     early, _ = drive(op, [NOTHING, WOKEN, NOTHING], now=10.0)
     late, _ = drive(op, [NOTHING, WOKEN, NOTHING], now=20.0)
     assert [early[1].params, late[1].params] == [{"now": 10.0}, {"now": 20.0}]
-    assert early[2].params["expires_at"] == 40.0  # type: ignore[call-overload]
-    assert late[2].params["expires_at"] == 50.0  # type: ignore[call-overload]
+    assert bound(early[2])[1]["expires_at"] == 40.0
+    assert bound(late[2])[1]["expires_at"] == 50.0
 
 
 def test_claimed_row_that_does_not_decode_raises_carrying_the_lease() -> None:
@@ -109,7 +132,7 @@ def test_claimed_row_that_does_not_decode_raises_carrying_the_lease() -> None:
 
 def test_ack_deletes_under_the_lease_fence() -> None:
     stmts, value = drive(_ops.Ack(LEASE), [DONE])
-    assert stmts == [Stmt(sql.ACK, FENCE)]
+    assert [bound(s) for s in stmts] == [(sql.ACK, FENCE)]
     assert value is None
 
 
@@ -134,19 +157,21 @@ def test_settling_raises_lease_lost_when_no_row_matches(
 
 def test_nack_with_delay_parks_until_now_plus_delay() -> None:
     stmts, _ = drive(_ops.Nack(LEASE, 12.5), [DONE])
-    assert stmts == [
-        Stmt(sql.RELEASE, FENCE | {"locked_by": "__parked__", "lock_expiry": NOW + 12.5})
+    assert [bound(s) for s in stmts] == [
+        (sql.RELEASE, FENCE | {"locked_by": "__parked__", "lock_expiry": NOW + 12.5})
     ]
 
 
 def test_nack_without_delay_frees_the_message() -> None:
     stmts, _ = drive(_ops.Nack(LEASE, 0), [DONE])
-    assert stmts == [Stmt(sql.RELEASE, FENCE | {"locked_by": None, "lock_expiry": None})]
+    assert [bound(s) for s in stmts] == [
+        (sql.RELEASE, FENCE | {"locked_by": None, "lock_expiry": None})
+    ]
 
 
 def test_extend_returns_the_lease_with_the_new_expiry() -> None:
     stmts, value = drive(_ops.Extend(LEASE, 20), [DONE])
-    assert stmts == [Stmt(sql.EXTEND, FENCE | {"lock_expiry": NOW + 20})]
+    assert [bound(s) for s in stmts] == [(sql.EXTEND, FENCE | {"lock_expiry": NOW + 20})]
     assert value == Lease(7, "g", Event(i=1), "w1", 3, NOW + 20)
 
 
@@ -155,7 +180,9 @@ def test_extend_returns_the_lease_with_the_new_expiry() -> None:
 
 def test_publish_inserts_the_encoded_event_and_returns_the_seq() -> None:
     stmts, value = drive(_ops.Publish(CODEC, "g", Event(i=1), 2), [Result([(41,)], 1)])
-    assert stmts == [Stmt(sql.PUBLISH, {"group_id": "g", "priority": 2, "event": '{"i":1}'})]
+    assert [bound(s) for s in stmts] == [
+        (sql.PUBLISH, {"group_id": "g", "priority": 2, "event": '{"i":1}'})
+    ]
     assert value == 41
 
 

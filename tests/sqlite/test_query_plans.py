@@ -68,6 +68,7 @@ TRIGGER = re.compile(r"CREATE TRIGGER (\w+)(.*?)\bBEGIN\b(.*)\bEND\b", re.S)
 WHEN = re.compile(r"\bWHEN\b(.*)", re.S)
 ROW_REF = re.compile(r"\b(NEW|OLD)\.(\w+)")
 PARAM = re.compile(r"(?<![:\w]):(\w+)")
+NUMBERED = re.compile(r"\?(\d+)")
 
 
 def _trigger_statements() -> dict[str, str]:
@@ -92,8 +93,11 @@ TRIGGER_STATEMENTS = _trigger_statements()
 
 
 def _plan(conn: sqlite3.Connection, statement: str) -> list[str]:
-    if "?" in statement:
-        params: object = (1,) * statement.count("?")
+    numbered = [int(n) for n in NUMBERED.findall(statement)]
+    if numbered:  # ?N (see `_sql.positional`)
+        params: object = (1,) * max(numbered)
+    elif "?" in statement:
+        params = (1,) * statement.count("?")
     else:
         params = dict.fromkeys(PARAM.findall(statement), 1)
     return [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}", params)]  # type: ignore[arg-type]
