@@ -51,7 +51,7 @@ class Sizes:
 FULL = Sizes(
     n_full=300,
     n_normal=3000,
-    rounds=5,
+    rounds=9,  # each a fraction of a second: more of them steady the medians
     batches=10,
     backlog=(1_000, 10_000, 100_000, 1_000_000),
     groups=(10, 10_000),
@@ -61,7 +61,7 @@ FULL = Sizes(
     procs_full=2400,
     procs_rounds=3,
     peers=1000,
-    peer_rounds=5,
+    peer_rounds=7,
 )
 QUICK = Sizes(
     n_full=20,
