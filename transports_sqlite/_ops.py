@@ -194,7 +194,7 @@ class Publish(Single[int]):
     __slots__ = ("params",)
 
     def __init__(self, codec: EventCodec[Any], group_id: str, event: object, priority: int) -> None:
-        # In the order of PUBLISH's parameters, as every tuple below is.
+        # PUBLISH binds these by position, in this order (see `_sql.positional`).
         self.params = (check_group_id(group_id), check_priority(priority), codec.encode(event))
 
     def statement(self, now: float) -> tuple[str, Params]:
