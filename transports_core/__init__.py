@@ -13,7 +13,14 @@ from ._admin import (
     QueueStats,
     TransportAdmin,
 )
-from ._errors import EventDecodeError, LeaseLost, TransportError, UnknownBackend
+from ._errors import (
+    EventDecodeError,
+    LeaseLost,
+    OutcomeUnknown,
+    RequeueRefused,
+    TransportError,
+    UnknownBackend,
+)
 from ._models import Event, Lease
 from ._protocol import AsyncTransport, Transport
 from ._registry import (
@@ -39,8 +46,10 @@ __all__ = [
     "HeldGroup",
     "Lease",
     "LeaseLost",
+    "OutcomeUnknown",
     "PriorityStats",
     "QueueStats",
+    "RequeueRefused",
     "Transport",
     "TransportAdmin",
     "TransportError",

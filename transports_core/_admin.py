@@ -3,14 +3,27 @@ queue besides publish and claim. A backend implements it on its transport class 
 `Transport`; callers check with ``isinstance(t, TransportAdmin)``.
 
 Reads (`stats`, `groups`, `dead_letters`, `held_groups`) never take a lease or write, so
-they work on a read-only store where the backend can read one. Imports nothing from the
+they work on a read-only store where the backend can read one.
+
+Dead letters are part of the contract of every backend that declares the ``admin``
+capability, with two options every such backend accepts (in its URL or as keywords):
+
+* ``max_attempts`` (an int >= 1, or None, the default: never): a message delivered that
+  many times without an ack is not delivered again; the claim that would deliver it makes
+  it a dead letter instead and goes on to the next message.
+* ``on_dead``: ``release`` (the default) lets its group go on with its next message;
+  ``hold`` blocks the group until the dead letter is requeued or discarded.
+
+`Transport.bury` makes a dead letter at once, under the same ``on_dead`` policy. A dead
+letter's ``reason`` says how it died, in words built by `buried_reason` and
+`exhausted_reason`, so that every backend says it the same way. Imports nothing from the
 rest of the package.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Final, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "AsyncTransportAdmin",
@@ -21,7 +34,27 @@ __all__ = [
     "PriorityStats",
     "QueueStats",
     "TransportAdmin",
+    "buried_reason",
+    "exhausted_reason",
 ]
+
+BURIED: Final = "buried: "
+EXHAUSTED: Final = "out of attempts: "
+LastDelivery = Literal["lapsed", "nacked"]
+
+
+def buried_reason(reason: str) -> str:
+    """The stored reason of a message that `Transport.bury` made a dead letter."""
+    return BURIED + reason
+
+
+def exhausted_reason(deliveries: int, max_attempts: int, last: LastDelivery) -> str:
+    """The stored reason of a message that ran out of its ``max_attempts`` deliveries;
+    ``last`` says how the last delivery ended: its lease lapsed, or it was nacked."""
+    return (
+        f"{EXHAUSTED}{deliveries} deliveries without an ack (max_attempts={max_attempts}); "
+        f"the last one {last}"
+    )
 
 GroupState = Literal["ready", "in_flight", "parked", "held"]
 
@@ -82,8 +115,8 @@ class DeadLetter:
     """A message taken out of delivery after ``max_attempts`` deliveries without an ack.
 
     ``event`` is the stored JSON text, exactly as published, so that dead letters of any
-    event type can be listed. ``held`` is True while it blocks its group
-    (``on_dead="hold"``).
+    event type can be listed. ``reason`` says how it died (see `buried_reason` and
+    `exhausted_reason`). ``held`` is True while it blocks its group (``on_dead="hold"``).
     """
 
     seq: int
@@ -115,8 +148,9 @@ class TransportAdmin(Protocol):
     * ``requeue`` puts a dead letter back at the head of its group, in its original place
       (its ``seq`` is kept), with a fresh allowance of ``max_attempts`` deliveries;
       ``Lease.attempt`` keeps counting, so it stays a fencing token. It raises
-      `TransportError` if a worker holds a lease in that group (a lease that lapsed but
-      was not re-claimed included): requeue after it settles.
+      `RequeueRefused` if a worker holds a lease in that group (a lease that lapsed but
+      was not re-claimed included) or another dead letter holds it: requeue after it
+      settles. Any other `TransportError` is a storage failure, not a refusal.
     * ``requeue`` and ``discard`` return False when there is no dead letter ``seq``.
     * ``purge_group`` removes a group's messages, leased ones included (their holders
       get `LeaseLost`), and its dead letters; it returns how many it removed.

@@ -1,8 +1,11 @@
 """Every error the library raises on purpose.
 
     TransportError               base of every error raised on purpose
-    ├── LeaseLost                ack/nack/extend on a lease that is no longer current
+    ├── LeaseLost                ack/nack/extend/bury on a lease that is no longer current
     ├── EventDecodeError         a stored event no longer decodes as the event type
+    ├── RequeueRefused           requeue of a dead letter whose group a worker holds
+    ├── OutcomeUnknown           the connection broke before the server said whether a
+    │                            change was made (a networked backend)
     └── UnknownBackend           no backend is registered for a URL scheme
 
 Bad arguments are not transport errors: they raise ``ValueError`` or ``TypeError``
@@ -15,7 +18,14 @@ from collections.abc import Iterable
 
 from ._models import Lease
 
-__all__ = ["EventDecodeError", "LeaseLost", "TransportError", "UnknownBackend"]
+__all__ = [
+    "EventDecodeError",
+    "LeaseLost",
+    "OutcomeUnknown",
+    "RequeueRefused",
+    "TransportError",
+    "UnknownBackend",
+]
 
 
 class TransportError(Exception):
@@ -52,6 +62,41 @@ class EventDecodeError(TransportError):
     def raw(self) -> str:
         """The stored JSON text, exactly as published."""
         return self.lease.event
+
+
+class RequeueRefused(TransportError):
+    """``requeue(seq)`` found the dead letter, but its group is held: by a worker's lease
+    (``holder`` is that worker's id; a lapsed lease nobody re-claimed included) or by
+    another dead letter at its head (``holder`` is None, ``held_by`` that letter's seq).
+    Nothing was changed: requeue again once the group is settled."""
+
+    def __init__(
+        self, seq: int, group_id: str, holder: str | None, held_by: int | None = None
+    ) -> None:
+        if holder is not None:
+            who = f"worker {holder!r} holds a lease"
+        else:
+            who = f"dead letter {held_by} holds its head"
+        super().__init__(
+            f"cannot requeue message {seq}: {who} in its group {group_id!r}; "
+            "requeue it once that is settled"
+        )
+        self.seq = seq
+        self.group_id = group_id
+        self.holder = holder
+        self.held_by = held_by
+
+
+class OutcomeUnknown(TransportError):
+    """The connection to the server broke while a call was in flight, after the request
+    may have reached it: the change may or may not have been made. ``operation`` names the
+    call. Nothing is retried behind the caller's back; the next call reconnects. A caller
+    that retries a publish may store it twice; an ack or nack that is retried may raise
+    `LeaseLost` because the first one took effect."""
+
+    def __init__(self, operation: str, reason: str) -> None:
+        super().__init__(f"{operation}: the connection was lost, outcome unknown ({reason})")
+        self.operation = operation
 
 
 class UnknownBackend(TransportError, LookupError):

@@ -38,10 +38,15 @@ class Transport(Protocol[E]):
     * **Priority floor.** ``claim(min_priority=p)`` only serves groups whose priority is at
       least ``p``; priority filters, it does not reorder. A group's priority is set by the
       publish that creates it; once the group drains, the next publish sets it afresh.
-    * **Fencing.** ``ack``, ``nack`` and ``extend`` act only on the current lease: same
-      ``seq``, ``worker_id`` and ``attempt``, not yet acked or nacked. Otherwise they raise
-      `LeaseLost` and change nothing. A lease that lapsed but was not re-claimed is still
-      current.
+    * **Fencing.** ``ack``, ``nack``, ``extend`` and ``bury`` act only on the current
+      lease: same ``seq``, ``worker_id`` and ``attempt``, not yet settled. Otherwise they
+      raise `LeaseLost` and change nothing. A lease that lapsed but was not re-claimed is
+      still current (across closing and reopening the store too).
+    * **Timing.** A lease is claimable again as soon as its ``expires_at`` has passed (no
+      grace); a park lasts ``delay`` from the ``nack``, not from the claim.
+    * **Seqs** grow and are never handed out twice, even after the newest message is
+      acked and the store reopened, so a stale lease never matches a later message.
+    * **Worker ids** beginning with ``__`` are reserved for the backends and refused.
     * **Bad arguments** raise ``ValueError`` or ``TypeError`` naming the value, before
       anything is written.
     """
@@ -58,8 +63,20 @@ class Transport(Protocol[E]):
         in order. A bad item rejects the whole batch before anything is written."""
         ...
 
-    def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Lease[E] | None:
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
+    ) -> Lease[E] | None:
         """Lease the next deliverable message for ``visibility`` seconds, or return None.
+
+        With ``wait == 0`` the call never blocks. With ``wait > 0``, when nothing is
+        deliverable it blocks until a message becomes deliverable to it, and returns None
+        only once ``wait`` seconds have passed. A message becomes deliverable by a publish
+        (from any handle, process or host), an ack or nack that frees its group, a lease
+        that lapses, or a park that ends; each of these wakes a blocked claim promptly
+        (the backend says how promptly), without the claim polling the store in a busy
+        loop. ``close()`` from another thread (or task) wakes a blocked claim at once: it
+        returns None and leases nothing. Cancelling an async claim never leaves a lease
+        that nobody holds a `Lease` for (beyond one that lapses by itself).
 
         Raises `EventDecodeError` (carrying the lease) if the message no longer decodes.
         """
@@ -76,6 +93,16 @@ class Transport(Protocol[E]):
 
     def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
         """Renew the lease for ``visibility`` seconds from now; return the renewed lease."""
+        ...
+
+    def bury(self, lease: Lease[object], reason: str) -> None:
+        """Make the leased message a dead letter now, with ``reason`` stored beside it.
+
+        Fenced exactly like `ack`. What follows for its group is the transport's
+        ``on_dead`` policy: ``release`` lets the group go on with its next message,
+        ``hold`` blocks the group until the dead letter is requeued or discarded (see
+        `TransportAdmin`).
+        """
         ...
 
     def close(self) -> None:
@@ -102,7 +129,7 @@ class AsyncTransport(Protocol[E]):
     async def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]: ...
 
     async def claim(
-        self, worker_id: str, visibility: float, min_priority: int = 0
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None: ...
 
     async def ack(self, lease: Lease[object]) -> None: ...
@@ -110,6 +137,8 @@ class AsyncTransport(Protocol[E]):
     async def nack(self, lease: Lease[object], delay: float = 0) -> None: ...
 
     async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]: ...
+
+    async def bury(self, lease: Lease[object], reason: str) -> None: ...
 
     async def close(self) -> None: ...
 

@@ -12,7 +12,7 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol, TypeVar, overload
 from urllib.parse import urlsplit, urlunsplit
 
@@ -104,7 +104,10 @@ def _resolve(scheme: str) -> Backend:
     if backend is not None:
         return backend
     for ep in entry_points(group=ENTRY_POINT_GROUP).select(name=scheme):
-        loaded = ep.load()
+        try:
+            loaded = ep.load()
+        except ModuleNotFoundError as exc:
+            raise _missing_driver(ep, exc) from exc
         if not isinstance(loaded, Backend):
             raise TypeError(
                 f"entry point {ep.name} = {ep.value} in group {ENTRY_POINT_GROUP} "
@@ -112,6 +115,35 @@ def _resolve(scheme: str) -> Backend:
             )
         return loaded
     raise UnknownBackend(scheme, known_schemes())
+
+
+_REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)[^;]*;.*\bextra\s*==\s*['\"]([^'\"]+)")
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _missing_driver(ep: EntryPoint, exc: ModuleNotFoundError) -> ImportError:
+    """The error for a backend whose driver is not installed: it names the extra of the
+    backend's distribution that requires the missing module, when one does."""
+    missing = (exc.name or "").partition(".")[0]
+    dist = ep.dist
+    extra = None
+    if dist is not None and missing:
+        for requirement in dist.requires or ():
+            found = _REQUIREMENT.match(requirement)
+            name = _normal(found[1]) if found else ""
+            if found and (name == _normal(missing) or name.startswith(_normal(missing) + "-")):
+                extra = found[2]
+                break
+    where = f"the {ep.name!r} backend ({ep.value})"
+    if extra is None or dist is None:
+        return ImportError(f"{where} cannot be imported: {exc}")
+    return ImportError(
+        f"{where} needs {missing!r}, which is not installed: "
+        f"pip install '{dist.metadata['Name']}[{extra}]'"
+    )
 
 
 # The overlap mypy reports is intended: without event_type, **options cannot hold it.

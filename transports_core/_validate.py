@@ -14,24 +14,36 @@ from ._models import Lease
 
 __all__ = [
     "MAX_PRIORITY",
-    "PARKED",
+    "MAX_REASON",
+    "ON_DEAD_CHOICES",
+    "RESERVED_PREFIX",
     "check_delay",
     "check_group_id",
+    "check_item",
+    "check_items",
     "check_lease",
     "check_limit",
+    "check_max_attempts",
+    "check_on_dead",
     "check_priority",
+    "check_reason",
     "check_seq",
     "check_visibility",
+    "check_wait",
     "check_worker_id",
 ]
 
 MAX_PRIORITY = 4
-# Marks a parked message where a worker id would be; no worker may use it.
-PARKED = "__parked__"
-RESERVED_WORKER_IDS = frozenset({PARKED})
+# Worker ids with this prefix belong to the backends: each keeps its own markers (a parked
+# message's holder, say) inside it, where no worker's id can collide with them.
+RESERVED_PREFIX = "__"
+# A bury reason is stored with the dead letter and shown to operators: a line, not a log.
+MAX_REASON = 1000
+ON_DEAD_CHOICES = ("release", "hold")
 
 
 def check_group_id(group_id: object) -> str:
+    """A group id: a non-empty str."""
     if not isinstance(group_id, str):
         raise TypeError(f"group_id must be a str, not {type(group_id).__name__}: {group_id!r}")
     if not group_id:
@@ -40,6 +52,7 @@ def check_group_id(group_id: object) -> str:
 
 
 def check_priority(priority: object, name: str = "priority") -> int:
+    """A priority (or, with ``name``, a priority floor): an int from 0 to `MAX_PRIORITY`."""
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise TypeError(f"{name} must be an int from 0 to {MAX_PRIORITY}, got {priority!r}")
     if not 0 <= priority <= MAX_PRIORITY:
@@ -48,12 +61,16 @@ def check_priority(priority: object, name: str = "priority") -> int:
 
 
 def check_worker_id(worker_id: object) -> str:
+    """A worker id: a non-empty str that does not begin with `RESERVED_PREFIX`."""
     if not isinstance(worker_id, str):
         raise TypeError(f"worker_id must be a str, not {type(worker_id).__name__}: {worker_id!r}")
     if not worker_id:
         raise ValueError("worker_id must not be empty")
-    if worker_id in RESERVED_WORKER_IDS:
-        raise ValueError(f"worker_id {worker_id!r} is reserved by the transport")
+    if worker_id.startswith(RESERVED_PREFIX):
+        raise ValueError(
+            f"worker_id {worker_id!r} is reserved: ids beginning with "
+            f"{RESERVED_PREFIX!r} belong to the transport"
+        )
     return worker_id
 
 
@@ -66,6 +83,7 @@ def _seconds(value: object, name: str) -> float:
 
 
 def check_visibility(visibility: object) -> float:
+    """A lease's visibility: finite seconds > 0."""
     seconds = _seconds(visibility, "visibility")
     if seconds <= 0:
         raise ValueError(f"visibility must be > 0 seconds, got {visibility!r}")
@@ -73,13 +91,52 @@ def check_visibility(visibility: object) -> float:
 
 
 def check_delay(delay: object) -> float:
+    """A nack's delay: finite seconds >= 0."""
     seconds = _seconds(delay, "delay")
     if seconds < 0:
         raise ValueError(f"delay must be >= 0 seconds, got {delay!r}")
     return seconds
 
 
+def check_wait(wait: object) -> float:
+    """How long a claim may block: finite seconds >= 0."""
+    seconds = _seconds(wait, "wait")
+    if seconds < 0:
+        raise ValueError(f"wait must be >= 0 seconds, got {wait!r}")
+    return seconds
+
+
+def check_reason(reason: object) -> str:
+    """A bury reason: a str, not blank, at most `MAX_REASON` characters."""
+    if not isinstance(reason, str):
+        raise TypeError(f"reason must be a str, not {type(reason).__name__}: {reason!r:.200}")
+    if not reason.strip():
+        raise ValueError("reason must not be empty: say why the message is buried")
+    if len(reason) > MAX_REASON:
+        raise ValueError(f"reason must be at most {MAX_REASON} characters, got {len(reason)}")
+    return reason
+
+
+def check_max_attempts(value: object) -> int | None:
+    """The ``max_attempts`` option: None, an int >= 1, or (from a URL) its digits."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_attempts must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def check_on_dead(value: object) -> str:
+    """The ``on_dead`` option: ``release`` or ``hold`` (any case, from a URL)."""
+    if isinstance(value, str) and value.lower() in ON_DEAD_CHOICES:
+        return value.lower()
+    raise ValueError(f"on_dead must be one of {', '.join(ON_DEAD_CHOICES)}, got {value!r}")
+
+
 def check_lease(lease: object) -> Lease[object]:
+    """A `Lease` (whether it is current is for the backend to say)."""
     if not isinstance(lease, Lease):
         raise TypeError(f"expected a Lease, got {type(lease).__name__}: {lease!r:.200}")
     return lease
@@ -104,6 +161,7 @@ def check_item(index: int, item: object) -> tuple[object, object, object]:
 
 
 def check_seq(seq: object) -> int:
+    """A message's seq: an int >= 1."""
     if isinstance(seq, bool) or not isinstance(seq, int):
         raise TypeError(f"seq must be an int, got {seq!r}")
     if seq < 1:
@@ -112,6 +170,7 @@ def check_seq(seq: object) -> int:
 
 
 def check_limit(limit: object) -> int:
+    """A listing's limit: an int >= 1."""
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError(f"limit must be an int >= 1, got {limit!r}")
     if limit < 1:

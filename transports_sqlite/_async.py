@@ -28,7 +28,7 @@ from transports_core import (
     QueueStats,
     TransportError,
 )
-from transports_core._codec import EventCodec
+from transports_core.backend import EventCodec
 
 try:
     from typing import Self

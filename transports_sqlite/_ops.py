@@ -22,15 +22,14 @@ from transports_core import (
     GroupInfo,
     GroupState,
     HeldGroup,
+    Lease,
     LeaseLost,
     PriorityStats,
     QueueStats,
     TransportError,
 )
-from transports_core._codec import EventCodec
-from transports_core._models import Lease
-from transports_core._validate import (
-    PARKED,
+from transports_core.backend import (
+    EventCodec,
     check_delay,
     check_group_id,
     check_lease,
@@ -350,7 +349,7 @@ def _bury(now: float, claimed: Claimed, max_attempts: int, on_dead: str) -> Step
     if on_dead == "hold":
         yield Stmt(
             sql.HOLD_GROUP,
-            {"group_id": group_id, "parked": PARKED, "held": sql.HELD, "attempts": delivered},
+            {"group_id": group_id, "parked": sql.PARKED, "held": sql.HELD, "attempts": delivered},
         )
     else:
         yield Stmt(sql.DROP_MESSAGE, {"seq": seq})
@@ -398,7 +397,7 @@ class Nack(_Settle[None]):
 
     def statement(self, now: float) -> tuple[str, Params]:
         if self.delay > 0:  # park: the group stays held until the delay has passed
-            return sql.RELEASE, (*self.fence, PARKED, now + self.delay)
+            return sql.RELEASE, (*self.fence, sql.PARKED, now + self.delay)
         return sql.RELEASE, (*self.fence, None, None)
 
     def result(self, rows: list[Any], rowcount: int, now: float) -> None:
@@ -474,7 +473,7 @@ def stats() -> Op[QueueStats]:
         live = {
             row[0]: row[1:]
             for row in (
-                yield Stmt(sql.MESSAGE_COUNTS, {"now": now, "parked": PARKED, "held": sql.HELD})
+                yield Stmt(sql.MESSAGE_COUNTS, {"now": now, "parked": sql.PARKED, "held": sql.HELD})
             ).rows
         }
         dead = dict((yield Stmt(sql.DEAD_COUNTS)).rows)
@@ -501,7 +500,7 @@ def _group_info(row: Sequence[Any], now: float) -> GroupInfo:
     elif locked_by is None or lock_expiry < now:
         state = "ready"
     else:
-        state = "parked" if locked_by == PARKED else "in_flight"
+        state = "parked" if locked_by == sql.PARKED else "in_flight"
     return GroupInfo(
         group_id=group_id,
         priority=priority,
@@ -561,14 +560,14 @@ def requeue(seq: int) -> Op[bool]:
         else:
             holder = (
                 yield Stmt(
-                    sql.GROUP_HOLDER, {"group_id": group_id, "parked": PARKED, "held": sql.HELD}
+                    sql.GROUP_HOLDER, {"group_id": group_id, "parked": sql.PARKED, "held": sql.HELD}
                 )
             ).rows
             if holder:
                 locked_by, head = holder[0]
                 who = (
                     f"dead letter {head} is held at its head"
-                    if locked_by == PARKED
+                    if locked_by == sql.PARKED
                     else f"worker {locked_by!r} holds a lease"
                 )
                 raise TransportError(

@@ -19,7 +19,7 @@ import re
 from functools import cache
 from typing import Final
 
-from transports_core._validate import MAX_PRIORITY
+from transports_core.backend import MAX_PRIORITY, RESERVED_PREFIX
 
 # "DTQ1": marks a file as ours, so that we never adopt or alter another application's
 # database. SCHEMA_VERSION is stored in `user_version`; a file with another one is refused.
@@ -310,6 +310,9 @@ UPDATE groups SET lock_expiry = :lock_expiry, busy_until = :lock_expiry
 
 # A held dead letter's lock_expiry: later than any `now`, so its group is never ready.
 HELD: Final = float("inf")
+# The holder of a parked head, where a worker's id would be: inside core's reserved
+# prefix, so no worker can hold a lease under this name.
+PARKED: Final = RESERVED_PREFIX + "parked__"
 
 # Deliveries a message had when it was last requeued (its max_attempts allowance starts
 # there); no row: never requeued.

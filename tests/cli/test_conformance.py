@@ -34,6 +34,6 @@ def test_a_store_that_breaks_a_property_fails_on_that_property() -> None:
 def test_an_unknown_scheme_is_a_usage_error_in_one_line() -> None:
     result = transports("conformance", "nats://user:secret@localhost:4222")
     assert result.returncode == 2
-    assert "known schemes: sqlite" in result.stderr
+    assert "known schemes: postgres, postgresql, redis, rediss, sqlite, unix" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert "secret" not in result.stderr + result.stdout

@@ -117,7 +117,7 @@ def test_cli_fails_with_the_reason_when_a_url_names_no_shared_store(tmp_path: Pa
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (("nosuch:///x",), "no backend for scheme 'nosuch'; known schemes: sqlite"),
+        (("nosuch:///x",), "no backend for scheme 'nosuch'; known schemes: postgres, postgresql, redis, rediss, sqlite, unix"),
         (("queue.db",), "is not a transport URL"),
         ((), "the following arguments are required: url"),
     ],

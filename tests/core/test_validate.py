@@ -7,16 +7,19 @@ from collections.abc import Callable
 import pytest
 
 from transports_core import Event, Lease
-from transports_core._validate import (
+from transports_core.backend import (
     MAX_PRIORITY,
-    PARKED,
     check_delay,
     check_group_id,
     check_item,
     check_items,
     check_lease,
+    check_max_attempts,
+    check_on_dead,
     check_priority,
+    check_reason,
     check_visibility,
+    check_wait,
     check_worker_id,
 )
 
@@ -35,7 +38,22 @@ REFUSED: list[tuple[Callable[[object], object], object, type[Exception], str]] =
     (check_group_id, 3, TypeError, "group_id must be a str, not int: 3"),
     (check_group_id, b"g", TypeError, "not bytes: b'g'"),
     (check_group_id, None, TypeError, "not NoneType: None"),
-    (check_worker_id, PARKED, ValueError, "worker_id '__parked__' is reserved"),
+    (check_worker_id, "__parked__", ValueError, "worker_id '__parked__' is reserved"),
+    (check_worker_id, "__", ValueError, "ids beginning with '__' belong to the transport"),
+    (check_worker_id, "__anything", ValueError, "worker_id '__anything' is reserved"),
+    (check_wait, -1, ValueError, "wait must be >= 0 seconds, got -1"),
+    (check_wait, NAN, ValueError, "wait must be finite, got nan"),
+    (check_wait, "1", TypeError, "wait must be a number of seconds, got '1'"),
+    (check_wait, True, TypeError, "got True"),
+    (check_reason, "", ValueError, "reason must not be empty"),
+    (check_reason, "  ", ValueError, "reason must not be empty"),
+    (check_reason, 3, TypeError, "reason must be a str, not int: 3"),
+    (check_reason, "x" * 1001, ValueError, "at most 1000 characters, got 1001"),
+    (check_max_attempts, 0, ValueError, "max_attempts must be a whole number >= 1, got 0"),
+    (check_max_attempts, "x", ValueError, "got 'x'"),
+    (check_max_attempts, True, ValueError, "got True"),
+    (check_on_dead, "drop", ValueError, "on_dead must be one of release, hold, got 'drop'"),
+    (check_on_dead, None, ValueError, "got None"),
     (check_worker_id, "", ValueError, "worker_id must not be empty"),
     (check_worker_id, 7, TypeError, "worker_id must be a str, not int: 7"),
     (check_visibility, 0, ValueError, "visibility must be > 0 seconds, got 0"),
@@ -87,6 +105,12 @@ def test_good_values_are_returned_normalised() -> None:
     assert isinstance(check_visibility(5), float)
     assert check_delay(0) == 0.0
     assert check_lease(LEASE) is LEASE
+    assert check_worker_id("_w_") == "_w_"  # one underscore is the worker's own
+    assert check_wait(0) == 0.0
+    assert check_reason("bad input") == "bad input"
+    assert check_max_attempts(None) is None
+    assert check_max_attempts("3") == 3
+    assert check_on_dead("HOLD") == "hold"
 
 
 def test_items_must_be_an_iterable_of_triples() -> None:

@@ -1,0 +1,69 @@
+"""The toolkit for backend authors: everything a backend needs from core, by public name.
+
+A backend (this repository's or a third party's) imports from here and from
+``transports_core`` only, never a private module, so that core can change its insides
+without breaking anyone. It holds:
+
+* registration: `Backend`, `register_backend`, `ENTRY_POINT_GROUP`;
+* events: `EventCodec`, which encodes events of one type to JSON text and builds leases
+  (raising `EventDecodeError`) from stored text;
+* the shared argument checks, so every backend refuses the same input with the same error
+  before it writes anything, and their bounds (`MAX_PRIORITY`, `RESERVED_PREFIX`,
+  `MAX_REASON`, `ON_DEAD_CHOICES`);
+* the dead-letter reasons (`buried_reason`, `exhausted_reason`);
+* `redact_url`, for messages and reprs that must never show a password.
+"""
+
+from __future__ import annotations
+
+from ._admin import buried_reason, exhausted_reason
+from ._codec import EventCodec
+from ._registry import ENTRY_POINT_GROUP, Backend, redact_url, register_backend
+from ._validate import (
+    MAX_PRIORITY,
+    MAX_REASON,
+    ON_DEAD_CHOICES,
+    RESERVED_PREFIX,
+    check_delay,
+    check_group_id,
+    check_item,
+    check_items,
+    check_lease,
+    check_limit,
+    check_max_attempts,
+    check_on_dead,
+    check_priority,
+    check_reason,
+    check_seq,
+    check_visibility,
+    check_wait,
+    check_worker_id,
+)
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "MAX_PRIORITY",
+    "MAX_REASON",
+    "ON_DEAD_CHOICES",
+    "RESERVED_PREFIX",
+    "Backend",
+    "EventCodec",
+    "buried_reason",
+    "check_delay",
+    "check_group_id",
+    "check_item",
+    "check_items",
+    "check_lease",
+    "check_limit",
+    "check_max_attempts",
+    "check_on_dead",
+    "check_priority",
+    "check_reason",
+    "check_seq",
+    "check_visibility",
+    "check_wait",
+    "check_worker_id",
+    "exhausted_reason",
+    "redact_url",
+    "register_backend",
+]
