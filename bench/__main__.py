@@ -4,8 +4,8 @@
     python -m bench --quick               # small sizes, seconds: checks the command works
     python -m bench --out r.json --plot docs/claim-latency.png
 
-Progress is shown with rich when it is installed (``pip install -e '.[bench]'``); peers
-are measured when installed and reported as missing otherwise.
+Peers are measured when installed (``pip install -e '.[bench]'``) and reported as
+missing otherwise.
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from transports_cli.bench import cases as shared
 
 from . import _cases as cases
 from ._cases import summary
@@ -33,47 +33,39 @@ from ._report import plot, table, targets
 
 @dataclass(frozen=True)
 class Sizes:
-    n_full: int  # claim+ack cycles per round, synchronous=full
-    n_normal: int  # the same, synchronous=normal
-    rounds: int
-    batches: int  # publish_many: batches of 1,000 per round
+    """The transport cases' own sizes at each setting, and the lab's cases beside them."""
+
+    full: shared.Sizes  # n claim+ack cycles and publishes; total drained by processes
+    normal: shared.Sizes
     backlog: tuple[int, ...]
     groups: tuple[int, ...]
     backlog_n: int  # measured cycles per backlog size
     seed_backlog: tuple[int, ...]
-    procs_normal: int  # messages drained by 1 and by 4 processes, per round
-    procs_full: int
-    procs_rounds: int  # rounds of each, 1 and 4 taken in turn
+    procs_rounds: int  # rounds of 1 and of 4 processes, taken in turn
     peers: int  # messages per round, peer and ours taken in turn
     peer_rounds: int
 
 
 FULL = Sizes(
-    n_full=300,
-    n_normal=3000,
-    rounds=9,  # each a fraction of a second: more of them steady the medians
-    batches=10,
+    # each round a fraction of a second: more of them steady the medians; a process
+    # case runs a second or more, or it measures start and finish
+    full=shared.Sizes(n=300, rounds=9, batches=10, total=2400),
+    normal=shared.Sizes(n=3000, rounds=9, batches=10, total=20_000),
     backlog=(1_000, 10_000, 100_000, 1_000_000),
     groups=(10, 10_000),
     backlog_n=2000,
     seed_backlog=(1_000, 10_000, 100_000, 1_000_000),
-    procs_normal=20_000,  # a second or more each: a short run measures start and finish
-    procs_full=2400,
     procs_rounds=3,
     peers=1000,
     peer_rounds=7,
 )
 QUICK = Sizes(
-    n_full=20,
-    n_normal=200,
-    rounds=2,
-    batches=1,
+    full=shared.Sizes(n=20, rounds=2, batches=1, total=40),
+    normal=shared.Sizes(n=200, rounds=2, batches=1, total=300),
     backlog=(200, 2_000),
     groups=(10, 100),
     backlog_n=100,
     seed_backlog=(200, 2_000),
-    procs_normal=300,
-    procs_full=40,
     procs_rounds=1,
     peers=50,
     peer_rounds=1,
@@ -83,17 +75,18 @@ SEED_CYCLES = {1_000: 200, 10_000: 50, 100_000: 10, 1_000_000: 3}
 
 def plan(s: Sizes, work: cases.Workdir) -> Iterator[tuple[str, Callable[[], dict[str, Any]]]]:
     """(label, thunk) for each step, in the order they run; a thunk returns its cases."""
-    for sync, n in (("full", s.n_full), ("normal", s.n_normal)):
+    for sync, at in (("full", s.full), ("normal", s.normal)):
+        n = at.n
         yield (
             f"claim+ack, {sync}",
             partial(
                 cases.interleaved,
-                s.rounds,
+                at.rounds,
                 n,
                 {
-                    f"floor.{sync}": cases.floor(work, sync, n, s.rounds),
-                    f"sync.{sync}": cases.transport_sync(work, sync, n, s.rounds),
-                    f"async.{sync}": cases.transport_async(work, sync, n, s.rounds),
+                    f"floor.{sync}": cases.floor(work, sync, n, at.rounds),
+                    f"sync.{sync}": cases.transport_sync(work, sync, n, at.rounds),
+                    f"async.{sync}": cases.transport_async(work, sync, n, at.rounds),
                 },
             ),
         )
@@ -101,7 +94,7 @@ def plan(s: Sizes, work: cases.Workdir) -> Iterator[tuple[str, Callable[[], dict
             f"publish, {sync}",
             partial(
                 cases.interleaved,
-                s.rounds,
+                at.rounds,
                 n,
                 {
                     f"publish_raw.{sync}": cases.publish_raw(work, sync, n),
@@ -113,14 +106,14 @@ def plan(s: Sizes, work: cases.Workdir) -> Iterator[tuple[str, Callable[[], dict
             f"publish_many, {sync}",
             partial(
                 cases.interleaved,
-                s.rounds,
-                s.batches * 1000,
+                at.rounds,
+                at.batches * shared.BATCH,
                 {
-                    f"publish_many_raw.{sync}": cases.publish_many_raw(work, sync, s.batches),
-                    f"publish_many.{sync}": cases.publish_many_transport(work, sync, s.batches),
+                    f"publish_many_raw.{sync}": cases.publish_many_raw(work, sync, at.batches),
+                    f"publish_many.{sync}": cases.publish_many_transport(work, sync, at.batches),
                     # the same batches spread over 1,000 groups (the raw case has no groups)
                     f"publish_many_spread.{sync}": cases.publish_many_transport(
-                        work, sync, s.batches, groups=1000
+                        work, sync, at.batches, groups=1000
                     ),
                 },
             ),
@@ -130,8 +123,8 @@ def plan(s: Sizes, work: cases.Workdir) -> Iterator[tuple[str, Callable[[], dict
         for size in s.seed_backlog:
             n = min(SEED_CYCLES.get(size, 50), size // 2)
             yield f"seed query, {size}/{groups}", partial(_seed, work, size, groups, n)
-    for sync, total in (("normal", s.procs_normal), ("full", s.procs_full)):
-        yield f"1 and 4 processes, {sync}", partial(_procs, work, total, sync, s.procs_rounds)
+    for sync, at in (("normal", s.normal), ("full", s.full)):
+        yield f"1 and 4 processes, {sync}", partial(_procs, work, at.total, sync, s.procs_rounds)
     for name, peer in (
         ("persist_queue", cases.peer_persist_queue),
         ("litequeue", cases.peer_litequeue),
@@ -201,48 +194,8 @@ def _peer(
     return {f"peers.{name}": medians(theirs), f"peers.ours.{sync}": medians(ours)}
 
 
-@contextmanager
-def progress(total: int) -> Iterator[Callable[[str], None]]:
-    """A callable announcing the next case, drawn as a progress bar when rich is here."""
-    try:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    except ImportError:
-        count = 0
-
-        def step(name: str) -> None:
-            nonlocal count
-            count += 1
-            print(f"[{count}/{total}] {name}", file=sys.stderr, flush=True)
-
-        yield step
-        return
-    with Progress(
-        TextColumn("{task.description:<28}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        transient=True,
-    ) as bar:
-        task = bar.add_task("bench", total=total)
-        started = False
-
-        def advance(name: str) -> None:
-            nonlocal started
-            bar.update(task, advance=1 if started else 0, description=name)
-            started = True
-
-        yield advance
-        bar.update(task, advance=1)
-
-
 def machine() -> dict[str, Any]:
-    return {
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "loadavg": list(os.getloadavg()),
-    }
+    return {**shared.machine(), "sqlite": sqlite3.sqlite_version}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,10 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-", dir=args.dir) as tmp:
         work = cases.Workdir(Path(tmp))
         steps = list(plan(sizes, work))
-        with progress(len(steps)) as announce:
+        with shared.progress(sys.stderr.isatty(), len(steps), width=28) as done:
             for label, run in steps:
-                announce(label)
                 results.update(run())
+                done(label)
     meta["seconds"] = time.time() - started
     meta["loadavg_after"] = list(os.getloadavg())
     checked = targets(results)

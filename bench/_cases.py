@@ -7,7 +7,7 @@ The floor is raw sqlite3 doing the commits a claim and an ack need, with nothing
 
 The transport rows (claim+ack sync and async, publish, publish_many, worker processes) and
 the timing of rounds (`interleaved`) are the installed ``transports bench`` command's own
-cases, from `transports_cli._bench_cases`; here they only get a fresh file each.
+cases, from `transports_cli.bench.cases`; here they only get a fresh file each.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from transports_cli import _bench_cases as shared
-from transports_cli._bench_cases import (
+from transports_cli.bench import cases as shared
+from transports_cli.bench.cases import (
     EVENT,
     VISIBILITY,
     WORKER,

@@ -1,6 +1,7 @@
 """The ``transports`` command group, its global options, and how failures end.
 
-Each subcommand lives in its own module and is added here. `main` runs the group with
+Each subcommand lives in its own module, or a subpackage by job (admin/, demo/,
+bench/), and is added here. `main` runs the group with
 click's standalone mode off, so that every way of ending maps to one exit code and at
 most one line on stderr:
 
@@ -18,13 +19,11 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from ._backends import backends
-from ._bench import bench
 from ._conformance import conformance
-from ._dead import dead
-from ._demo import demo
-from ._inspect import inspect
 from ._output import error_line, scrub
-from ._purge import purge
+from .admin import dead, inspect, purge
+from .bench import bench
+from .demo import demo
 
 __all__ = ["cli", "main", "run"]
 

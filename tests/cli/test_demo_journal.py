@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from transports_cli._demo_journal import Plan, Record, parse_journal, verify
+from transports_cli.demo._journal import Plan, Record, parse_journal, verify
 
 PLAN = Plan(events={"g1": 3, "g2": 2}, priorities={"g1": 4, "g2": 0}, floors={"urgent": 3})
 

@@ -12,10 +12,9 @@ from typing import Any
 
 import click
 
+from transports_cli._output import emit_json, print_table, url_argument
+from transports_cli.admin._access import all_groups, open_admin, plural, relative
 from transports_core import GroupInfo, redact_url
-
-from ._admin_access import all_groups, open_admin, plural, relative
-from ._output import emit_json, print_table, url_argument
 
 __all__ = ["inspect"]
 

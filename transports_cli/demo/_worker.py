@@ -1,7 +1,7 @@
 """The demo's worker process: claim, sometimes park or fail, now and then extend, ack.
 
 Runs in a process started with the ``spawn`` method, so everything it needs arrives in
-one picklable `WorkerSpec`. It journals each settled lease (see `_demo_journal`) and
+one picklable `WorkerSpec`. It journals each settled lease (see `_journal`) and
 reports progress over a queue for the live view; the verdict reads only the journal.
 """
 
@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 
 from transports_core import LeaseLost, open_transport
 
-from ._demo_journal import Record
+from ._journal import Record
 
 __all__ = ["Decision", "WorkerSpec", "decide", "work"]
 

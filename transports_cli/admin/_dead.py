@@ -7,10 +7,9 @@ from dataclasses import asdict
 
 import click
 
+from transports_cli._output import emit_json, print_table, url_argument
+from transports_cli.admin._access import confirm, open_admin, plural, relative
 from transports_core import TransportAdmin, TransportError, redact_url
-
-from ._admin_access import confirm, open_admin, plural, relative
-from ._output import emit_json, print_table, url_argument
 
 __all__ = ["dead"]
 

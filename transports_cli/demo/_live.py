@@ -1,6 +1,6 @@
 """The demo's live view: a progress bar over events acked and a small table of groups.
 
-Fed with the workers' progress messages (see `_demo_worker`); knows nothing of
+Fed with the workers' progress messages (see `_worker`); knows nothing of
 transports. Used only when stdout is a terminal.
 """
 
@@ -21,7 +21,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from ._demo_journal import Plan
+from ._journal import Plan
 
 __all__ = ["DemoView"]
 

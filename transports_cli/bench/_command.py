@@ -1,28 +1,28 @@
 """``transports bench``: the transport-level benchmark against any URL, with a progress
 bar, a table of medians and a JSON report.
 
-The cases themselves are in `_bench_cases` (shared with the repository's ``python -m
-bench``). This module picks sizes, keeps the queue as it found it (empty), and reports.
+The cases themselves, and the sizes, are in `transports_cli.bench.cases` (shared with
+the repository's ``python -m bench``). This module picks sizes, keeps the queue as it
+found it (empty), and reports.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import platform
 import secrets
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import asdict, dataclass
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from transports_cli._output import emit_json, print_table, url_argument
+from transports_cli.admin import refuse_busy
 from transports_core import (
     Event,
     Transport,
@@ -33,23 +33,9 @@ from transports_core import (
     redact_url,
 )
 
-from . import _bench_cases as cases
-from ._admin_access import refuse_busy
-from ._output import emit_json, print_table, url_argument
+from . import cases
 
 __all__ = ["bench"]
-
-
-@dataclass(frozen=True)
-class Sizes:
-    n: int  # publish calls, and claim+ack cycles, per round
-    rounds: int
-    batches: int  # publish_many calls of 1,000 messages per round
-    total: int  # messages drained by each worker-process case
-
-
-FULL = Sizes(n=500, rounds=5, batches=5, total=2000)
-QUICK = Sizes(n=50, rounds=2, batches=1, total=200)
 
 
 def _clear(transport: Transport[Event], prefix: str) -> None:
@@ -80,24 +66,8 @@ def _shared(transport: Transport[Event], url: str, prefix: str) -> bool:
     return lease is not None
 
 
-@contextmanager
-def _progress(show: bool, total: int) -> Iterator[Callable[[str], None]]:
-    if not show:
-        yield lambda name: None
-        return
-    columns = (
-        TextColumn("{task.description:<16}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("benchmark", total=total)
-        yield lambda name: bar.update(task, advance=1, description=name)
-
-
 def run_bench(
-    url: str, sizes: Sizes, workers: int, show_progress: bool
+    url: str, sizes: cases.Sizes, workers: int, show_progress: bool
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Every case against ``url``; returns the results and the cases skipped, with why."""
     prefix = f"bench-{secrets.token_hex(3)}-"
@@ -131,7 +101,8 @@ def run_bench(
             skipped["processes"] = "another connection cannot see this store's messages"
         else:
             counts = sorted({1, workers})
-        advance = stack.enter_context(_progress(show_progress, rounds * len(timed) + len(counts)))
+        steps = rounds * len(timed) + len(counts)
+        advance = stack.enter_context(cases.progress(show_progress, steps))
         # Each case on its own, the queue emptied after it: cases that left messages
         # behind would feed the claim cases (no baseline here to interleave with).
         for name, per_round, case in timed:
@@ -148,20 +119,11 @@ def run_bench(
     return results, skipped
 
 
-def _machine() -> dict[str, Any]:
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "loadavg": list(os.getloadavg()),
-    }
-
-
 def _rate(value: float) -> str:
     return f"{value:,.0f}/s"
 
 
-def _print_table(results: dict[str, Any], skipped: dict[str, str], sizes: Sizes) -> None:
+def _print_table(results: dict[str, Any], skipped: dict[str, str], sizes: cases.Sizes) -> None:
     rows = []
     for name, case in results.items():
         if name.startswith("processes."):
@@ -217,9 +179,9 @@ def bench(url: str | None, workers: int, quick: bool, as_json: bool, out: Path |
       transports bench 'sqlite:///bench.db?synchronous=normal' --workers 2
       transports bench --json --out report.json | jq .cases.claim_ack.median
     """
-    sizes = QUICK if quick else FULL
+    sizes = cases.QUICK if quick else cases.FULL
     started = time.time()
-    meta = {"machine": _machine()}
+    meta = {"machine": cases.machine()}
     with ExitStack() as stack:
         if url is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
@@ -254,7 +216,7 @@ def bench(url: str | None, workers: int, quick: bool, as_json: bool, out: Path |
         raise click.ClickException(f"{', '.join(failed)} did not drain the queue: {first}")
 
 
-def _print_report(report: dict[str, Any], sizes: Sizes, out: Path | None) -> None:
+def _print_report(report: dict[str, Any], sizes: cases.Sizes, out: Path | None) -> None:
     machine = report["machine"]
     click.echo(
         f"Benchmark of {report['url']}: python {machine['python']}, "

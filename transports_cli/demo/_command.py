@@ -1,8 +1,8 @@
 """``transports demo``: publish a workload, work it off with real processes, verify it.
 
 The main process publishes the events of many executions, starts worker processes
-(`_demo_worker`), follows their progress for the live view (`_demo_live`), then reads
-their journals and checks them (`_demo_journal`). The verdict rests on the journals
+(`_worker`), follows their progress for the live view (`_live`), then reads
+their journals and checks them (`_journal`). The verdict rests on the journals
 alone, never on the progress messages.
 """
 
@@ -24,13 +24,13 @@ import click
 from rich.console import Console
 from rich.live import Live
 
+from transports_cli._output import emit_json, url_argument
+from transports_cli.admin import refuse_busy
 from transports_core import Event, open_transport, redact_url
 
-from ._admin_access import refuse_busy
-from ._demo_journal import Plan, Record, Verdict, parse_journal, verify
-from ._demo_live import DemoView
-from ._demo_worker import WorkerSpec, work
-from ._output import emit_json, url_argument
+from ._journal import Plan, Record, Verdict, parse_journal, verify
+from ._live import DemoView
+from ._worker import WorkerSpec, work
 
 __all__ = ["demo"]
 

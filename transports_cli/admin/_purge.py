@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
+from transports_cli._output import emit_json, url_argument
+from transports_cli.admin._access import all_groups, confirm, open_admin, plural
 from transports_core import redact_url
-
-from ._admin_access import all_groups, confirm, open_admin, plural
-from ._output import emit_json, url_argument
 
 __all__ = ["purge"]
 

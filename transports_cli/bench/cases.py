@@ -1,5 +1,6 @@
 """The transport-level benchmark cases, against any transport: publish, publish_many,
-claim+ack (sync and async) and several worker processes draining one store.
+claim+ack (sync and async) and several worker processes draining one store; and what a
+run of them needs besides: its sizes, the machine's description and a progress bar.
 
 ``transports bench`` runs them against a URL; the repository's ``python -m bench`` runs
 the same functions against fresh SQLite files next to its raw-sqlite floor, so there is
@@ -15,25 +16,36 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from transports_core import AsyncTransport, Event, Transport, open_transport
 
 __all__ = [
+    "BATCH",
     "EVENT",
+    "FULL",
+    "QUICK",
     "VISIBILITY",
     "WORKER",
     "Result",
     "Round",
+    "Sizes",
     "claim_ack",
     "claim_ack_async",
     "interleaved",
     "items",
+    "machine",
     "processes",
+    "progress",
     "publish",
     "publish_many",
     "summary",
@@ -47,6 +59,48 @@ BATCH = 1000  # messages per publish_many call
 
 Result = dict[str, Any]
 Round = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much one run of the cases does."""
+
+    n: int  # publish calls, and claim+ack cycles, per round
+    rounds: int
+    batches: int  # publish_many calls of `BATCH` messages per round
+    total: int  # messages drained by each worker-process case
+
+
+FULL = Sizes(n=500, rounds=5, batches=5, total=2000)
+QUICK = Sizes(n=50, rounds=2, batches=1, total=200)
+
+
+def machine() -> dict[str, Any]:
+    """What a report says about where it ran."""
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loadavg": list(os.getloadavg()),
+    }
+
+
+@contextmanager
+def progress(show: bool, total: int, width: int = 16) -> Iterator[Callable[[str], None]]:
+    """A callable telling a bar on stderr that one of ``total`` steps, ``name``, is done;
+    it does nothing unless ``show``."""
+    if not show:
+        yield lambda name: None
+        return
+    columns = (
+        TextColumn(f"{{task.description:<{width}}}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("benchmark", total=total)
+        yield lambda name: bar.update(task, advance=1, description=name)
 
 
 def summary(unit: str, rounds: list[float], **extra: Any) -> Result:
