@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_quick_benchmark_runs_and_writes_its_report(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     done = subprocess.run(

@@ -13,6 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# Pages whose examples run a whole suite or real processes: left out of `-m 'not slow'`.
+SLOW_PAGES = {"conformance.md"}
 BLOCK = re.compile(r"(<!-- norun -->\n)?```python\n(.*?)```", re.S)
 
 
@@ -20,7 +22,13 @@ def _blocks(page: Path) -> list[str]:
     return [code for norun, code in BLOCK.findall(page.read_text()) if not norun]
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+@pytest.mark.parametrize(
+    "page",
+    [
+        pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name in SLOW_PAGES else [])
+        for p in PAGES
+    ],
+)
 def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocks = _blocks(page)
     assert blocks, f"{page.name} shows no runnable python example"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from transports_core import Event, TransportAdmin, open_transport
 
 from ._command import transports, transports_on_a_terminal
@@ -14,6 +16,7 @@ from ._queues import prepare, rows, seqs
 CASES = {"publish", "publish_many", "claim_ack", "claim_ack_async", "processes.1", "processes.2"}
 
 
+@pytest.mark.slow
 def test_quick_bench_reports_every_case_and_leaves_the_queue_empty(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'bench.db'}?synchronous=normal"
     out = tmp_path / "report.json"

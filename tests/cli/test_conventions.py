@@ -57,7 +57,11 @@ def test_usage_error_exits_2_with_one_line_on_stderr(args: list[str], said: str)
 @pytest.mark.parametrize(
     ("url", "said"),
     [
-        ("nope://somewhere", "no transport backend for scheme 'nope'; known schemes: postgres, postgresql, redis, rediss, sqlite, unix"),
+        (
+            "nope://somewhere",
+            "no transport backend for scheme 'nope'; known schemes: "
+            "postgres, postgresql, redis, rediss, sqlite, unix",
+        ),
         ("not a url", "malformed transport URL"),
         ("sqlite:///no/such/directory/q.db", "does not exist"),
         ("sqlite:///:memory:", "need a shared store"),

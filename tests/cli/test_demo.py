@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from transports_core import Event, open_transport
 
 from ._command import transports, transports_on_a_terminal
@@ -33,6 +35,7 @@ def test_quick_demo_passes_and_says_so(tmp_path: Path) -> None:
     assert (tmp_path / "demo.db").is_file()
 
 
+@pytest.mark.slow
 def test_quiet_prints_the_verdict_line_only(tmp_path: Path) -> None:
     result = transports("demo", "--quick", "--quiet", "--executions", "10", "--workers", "3")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -42,6 +45,7 @@ def test_quiet_prints_the_verdict_line_only(tmp_path: Path) -> None:
     assert match.groups() == ("80", "10", "3")
 
 
+@pytest.mark.slow
 def test_json_verdict_parses_and_adds_up(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'given.db'}"
     result = transports("demo", url, "--quick", "--json", "--seed", "11", "--events", "5")
@@ -84,6 +88,7 @@ def test_demo_refuses_a_queue_that_holds_messages(tmp_path: Path) -> None:
         assert transport.claim("checker", visibility=1) is None  # nothing of the demo's
 
 
+@pytest.mark.slow
 def test_live_view_renders_on_a_terminal_and_ends_with_the_verdict() -> None:
     code, shown = transports_on_a_terminal("demo", "--quick", "--executions", "30")
     assert code == 0, shown
@@ -97,6 +102,7 @@ def test_live_view_renders_on_a_terminal_and_ends_with_the_verdict() -> None:
     assert plain.rindex("OK: 240 events") > plain.rindex("240/240")
 
 
+@pytest.mark.slow
 def test_piped_output_has_no_live_view_or_colour() -> None:
     result = transports("demo", "--quick", "--executions", "4", "--events", "2")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -254,6 +254,7 @@ def test_read_only_directory_is_named_in_the_error(shared_dir: Path) -> None:
 # --- the WAL and the file do not grow without bound ----------------------------------------
 
 
+@pytest.mark.slow
 def test_wal_is_truncated_once_polling_workers_find_the_queue_empty(tmp_path: Path) -> None:
     db = tmp_path / "q.db"
     wal = Path(f"{db}-wal")
@@ -285,6 +286,7 @@ def test_the_wal_is_checkpointed_after_4_mib_unless_each_commit_is_flushed(
     assert limit == WAL_LIMIT_BYTES > pages * (page_size + 24)  # frames never trimmed mid-cycle
 
 
+@pytest.mark.slow
 def test_file_does_not_grow_across_cycles_of_the_same_load(tmp_path: Path) -> None:
     db = tmp_path / "q.db"
     sizes = []

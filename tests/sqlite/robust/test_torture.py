@@ -49,6 +49,7 @@ def _wait(proc: subprocess.Popen[str], deadline: float) -> int:
     return proc.wait(timeout=max(0.1, deadline - time.monotonic()))
 
 
+@pytest.mark.slow
 def test_sigkill_torture_keeps_every_promise(tmp_path: Path) -> None:
     db = tmp_path / "torture.db"
     logs = tmp_path / "journals"
@@ -129,6 +130,7 @@ def test_sigkill_torture_keeps_every_promise(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
 
+@pytest.mark.slow
 def test_killing_the_write_lock_holder_loses_only_its_transaction(tmp_path: Path) -> None:
     db = tmp_path / "q.db"
     with open_transport(f"sqlite:///{db}") as transport:
