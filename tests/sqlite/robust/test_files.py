@@ -25,8 +25,10 @@ from transports_core import (
     TransportError,
     open_async_transport,
     open_transport,
+    register_backend,
 )
 from transports_sqlite import SqliteTransport
+from transports_sqlite import backend as sqlite_backend
 from transports_sqlite._sql import IDLE_WAL_BYTES, WAL_LIMIT_BYTES
 
 BIG = "x" * 600_000
@@ -160,12 +162,15 @@ NOBODY = 65534
 def _as_nobody(action: Callable[[], object]) -> object:
     """Run ``action`` in a forked child that has dropped to uid/gid 65534; return what it
     returned, or ``("error", type, message)``. Forked, not exec'd: the interpreter and the
-    modules already loaded need not be readable by that user."""
+    modules already loaded need not be readable by that user. The entry points are read
+    from the installation, which may sit in a directory private to root (a clone in
+    root's home), so the child registers the backend in-process instead."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         os.close(read)
         try:
+            register_backend("sqlite", sqlite_backend)
             os.setgid(NOBODY)
             os.setuid(NOBODY)
             result: object = action()
