@@ -9,9 +9,13 @@ import click
 
 from transports_cli._output import emit_json, print_table, url_argument
 from transports_cli.admin._access import confirm, open_admin, plural, relative
-from transports_core import TransportAdmin, TransportError, redact_url
+from transports_core import RequeueRefused, TransportAdmin, TransportError, redact_url
 
-__all__ = ["dead"]
+__all__ = ["NOT_ALL_REQUEUED", "dead"]
+
+# `requeue`'s exit code when it did what it could but some seqs were refused or not
+# found; a failing store exits 1, as every command's errors do.
+NOT_ALL_REQUEUED = 3
 
 _EVENT_WIDTH = 60  # characters of the stored event shown in the table (--json: all of it)
 
@@ -39,14 +43,17 @@ def dead(
     yes: bool,
     as_json: bool,
 ) -> None:
-    """Work with dead letters: messages taken out of delivery after max_attempts
-    deliveries without an ack.
+    """Work with dead letters: messages taken out of delivery, buried by a handler or
+    out of attempts after max_attempts deliveries without an ack (the reason says which).
 
     \b
     list            show them, lowest seq first (the default action)
     requeue SEQ...  put each back at the head of its group, in its original
                     place, with a fresh allowance of deliveries; says which
-                    seqs were requeued and which were not (exit 1 if any was not)
+                    seqs were requeued and which were not: not found, or
+                    refused while their group is held (exit 3 if any was
+                    not); a store that fails (locked, read-only, full) stops
+                    it with an error (exit 1)
     purge           discard every dead letter listed at that moment, for good,
                     after asking (--yes: without asking)
 
@@ -97,17 +104,39 @@ def _list(admin: TransportAdmin, limit: int | None, as_json: bool) -> None:
     )
 
 
+class _NotAllRequeued(click.ClickException):
+    """Some dead letters were refused or not found; the queue itself is fine."""
+
+    exit_code = NOT_ALL_REQUEUED
+
+
 def _requeue(admin: TransportAdmin, seqs: tuple[int, ...], as_json: bool) -> None:
     requeued: list[int] = []
     not_found: list[int] = []
     refused: list[dict[str, object]] = []
-    for seq in dict.fromkeys(seqs):  # each once, in the order given
+    not_tried: list[int] = []
+    failure: TransportError | None = None
+    wanted = list(dict.fromkeys(seqs))  # each once, in the order given
+    for index, seq in enumerate(wanted):
         try:
             (requeued if admin.requeue(seq) else not_found).append(seq)
-        except TransportError as exc:  # a worker holds a lease in its group
+        except RequeueRefused as exc:  # its group is held: nothing changed, try later
             refused.append({"seq": seq, "reason": str(exc)})
+        except TransportError as exc:
+            # The store failed (locked, read-only, full, damaged, connection lost): the
+            # next ones would fail alike, so stop and say which were not tried.
+            failure = exc
+            not_tried = wanted[index:]
+            break
     if as_json:
-        emit_json({"requeued": requeued, "not_found": not_found, "refused": refused})
+        document: dict[str, object] = {
+            "requeued": requeued,
+            "not_found": not_found,
+            "refused": refused,
+        }
+        if failure is not None:
+            document.update(not_tried=not_tried, error=str(failure))
+        emit_json(document)
     else:
         if requeued:
             click.echo(f"Requeued: {', '.join(map(str, requeued))}")
@@ -117,9 +146,11 @@ def _requeue(admin: TransportAdmin, seqs: tuple[int, ...], as_json: bool) -> Non
             )
         for item in refused:
             click.echo(f"Refused {item['seq']}: {item['reason']}")
+    if failure is not None:
+        raise click.ClickException(f"{failure}; not requeued: {', '.join(map(str, not_tried))}")
     failed = len(not_found) + len(refused)
     if failed:
-        raise click.ClickException(
+        raise _NotAllRequeued(
             f"{failed} of {len(requeued) + failed} dead letters were not requeued"
         )
 

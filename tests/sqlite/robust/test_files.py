@@ -4,20 +4,17 @@ directories, a WAL that must not grow for ever, and the permissions of new files
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
-import shutil
 import sqlite3
 import stat
-import subprocess
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+from tests import _privileged as privileged
 from transports_core import (
     Event,
     Lease,
@@ -25,46 +22,18 @@ from transports_core import (
     TransportError,
     open_async_transport,
     open_transport,
-    register_backend,
 )
 from transports_sqlite import SqliteTransport
-from transports_sqlite import backend as sqlite_backend
 from transports_sqlite._sql import IDLE_WAL_BYTES, WAL_LIMIT_BYTES
 
 BIG = "x" * 600_000
 
 
-def _fill(directory: Path) -> Path:
-    """Write a file until the file system is full; return it."""
-    filler = directory / "filler"
-    # Unbuffered, so that the write that fails is the last one: nothing is left for
-    # close() to flush into a full file system.
-    with filler.open("wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-        except OSError:
-            pass
-    return filler
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 16 MB tmpfs mounted for the test (needs root and mount rights; else skipped)."""
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with privileged.small_disk(tmp_path) as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
 def test_full_disk_fails_the_publish_and_recovers_without_reopening(small_disk: Path) -> None:
@@ -73,7 +42,7 @@ def test_full_disk_fails_the_publish_and_recovers_without_reopening(small_disk: 
         assert isinstance(transport, TransportAdmin)
         for n in range(10):
             transport.publish("g", Event(n=n, pad="y" * 10_000))
-        filler = _fill(small_disk)
+        filler = privileged.fill(small_disk)
         with pytest.raises(TransportError, match="full") as caught:
             transport.publish("g", Event(n=10, pad=BIG))
         assert str(db) in str(caught.value)
@@ -156,47 +125,10 @@ def test_damaged_file_is_refused_by_name_and_left_alone(
 
 # --- read-only: run as the unprivileged user `nobody` in a forked child -------------------
 
-NOBODY = 65534
-
-
-def _as_nobody(action: Callable[[], object]) -> object:
-    """Run ``action`` in a forked child that has dropped to uid/gid 65534; return what it
-    returned, or ``("error", type, message)``. Forked, not exec'd: the interpreter and the
-    modules already loaded need not be readable by that user. The entry points are read
-    from the installation, which may sit in a directory private to root (a clone in
-    root's home), so the child registers the backend in-process instead."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.close(read)
-        try:
-            register_backend("sqlite", sqlite_backend)
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            result: object = action()
-        except Exception as exc:
-            result = ("error", type(exc).__name__, str(exc))
-        os.write(write, json.dumps(result).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        data = pipe.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
-
-
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
-    """A directory `nobody` can reach (pytest's tmp_path is private to root)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root, to drop to another user")
-    path = Path(tempfile.mkdtemp(prefix="transports-ro-"))
-    path.chmod(0o755)
-    try:
+    with privileged.shared_directory() as path:
         yield path
-    finally:
-        path.chmod(0o755)
-        shutil.rmtree(path)
 
 
 def _try(call: Callable[[], object]) -> object:
@@ -224,7 +156,7 @@ def test_read_only_file_serves_admin_reads_and_refuses_writes(shared_dir: Path) 
                     _try(lambda: transport.claim("w", 30)),
                 ]
 
-        outcome = _as_nobody(reader)
+        outcome = privileged.as_nobody(reader)
         assert isinstance(outcome, list)
         assert outcome[:2] == [1, ["g"]]
         for refused in outcome[2:]:
@@ -241,16 +173,17 @@ def test_read_only_file_serves_admin_reads_and_refuses_writes(shared_dir: Path) 
 def test_read_only_directory_is_named_in_the_error(shared_dir: Path) -> None:
     db = shared_dir / "q.db"
     open_transport(f"sqlite:///{db}").close()  # clean close: no -wal or -shm left
-    os.chown(db, NOBODY, NOBODY)
+    os.chown(db, privileged.NOBODY, privileged.NOBODY)
     shared_dir.chmod(0o555)
-    outcome = _as_nobody(lambda: _try(lambda: open_transport(f"sqlite:///{db}").close()))
+    outcome = privileged.as_nobody(lambda: _try(lambda: open_transport(f"sqlite:///{db}").close()))
     assert outcome == [
         "TransportError",
         f"{db}: the database is read-only: directory {str(shared_dir)!r} is not writable, "
         "and SQLite must create the -wal and -shm files beside the database to use it "
         "(attempt to write a readonly database)",
     ]
-    new = _as_nobody(lambda: _try(lambda: open_transport(f"sqlite:///{shared_dir / 'n.db'}")))
+    fresh = f"sqlite:///{shared_dir / 'n.db'}"
+    new = privileged.as_nobody(lambda: _try(lambda: open_transport(fresh)))
     assert new[0] == "TransportError"  # type: ignore[index]
     assert "cannot create the database file" in new[1]  # type: ignore[index]
     assert sorted(p.name for p in shared_dir.iterdir()) == ["q.db"]
