@@ -1,0 +1,138 @@
+"""The context a handler receives with its event: the current lease, the attempt, the
+worker, a logger, and the two ways a sync handler learns it must stop (`Context.check`,
+`Context.sleep`). `AsyncContext` is its twin for async handlers, whose task is cancelled
+instead. Imports no transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any, Generic, TypeVar
+
+from transports_core import Lease
+
+from ._keeper import AsyncLeaseKeeper, LeaseKeeper
+from ._outcomes import Cancelled
+
+__all__ = ["AsyncContext", "Context"]
+
+E = TypeVar("E")
+
+
+class DeliveryLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Prefixes each message with the delivery's group, seq and attempt, and puts them in
+    the record's ``extra`` too (``group_id``, ``seq``, ``attempt``)."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        extra = self.extra or {}
+        kwargs["extra"] = {**extra, **kwargs.get("extra", {})}
+        return f"[{extra['group_id']} #{extra['seq']} attempt {extra['attempt']}] {msg}", kwargs
+
+
+class _Base(Generic[E]):
+    def __init__(self, worker_id: str, lease: Lease[E], stopping: threading.Event) -> None:
+        self.worker_id = worker_id
+        self._stopping = stopping
+        self._cancelled: Cancelled | None = None
+        self.logger = DeliveryLog(
+            logging.getLogger("transports_worker.handler"),
+            {"group_id": lease.group_id, "seq": lease.seq, "attempt": lease.attempt},
+        )
+        self.attempt = lease.attempt
+        self.started = time.monotonic()
+
+    @property
+    def stopping(self) -> bool:
+        """True once the worker is shutting down: a long handler may choose to finish
+        early (returning or raising `Retry`) instead of using up the grace period."""
+        return self._stopping.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled is not None
+
+
+class Context(_Base[E]):
+    """What a sync handler gets beside its event.
+
+    ``lease`` is kept current as the lease keeper renews it. `check` and `sleep` raise
+    `LeaseLost` once the lease is lost and `Cancelled` once the worker stops waiting (the
+    ``timeout``, or shutdown's ``grace``): Python cannot stop a thread, so a long handler
+    should call one of them between steps. Nothing is settled after either is raised.
+    """
+
+    def __init__(
+        self,
+        worker_id: str,
+        keeper: LeaseKeeper[E],
+        stopping: threading.Event,
+        interrupt: threading.Event,
+    ) -> None:
+        super().__init__(worker_id, keeper.lease, stopping)
+        self._keeper = keeper
+        self._interrupt = interrupt
+
+    @property
+    def lease(self) -> Lease[E]:
+        return self._keeper.lease
+
+    @property
+    def lost(self) -> bool:
+        return self._keeper.lost
+
+    def check(self) -> None:
+        """Raise `Cancelled` or `LeaseLost` if the handler must stop now."""
+        if self._cancelled is not None:
+            raise self._cancelled
+        self._keeper.check()
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, but wake and raise as `check` does as soon as the handler must stop."""
+        end = time.monotonic() + seconds
+        while True:
+            self.check()
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            # The lease's deadline is local: wake for it even if no renewal reports it.
+            self._interrupt.wait(min(left, max(self._keeper.deadline - time.monotonic(), 0)))
+
+    def cancel(self, why: Cancelled) -> None:
+        self._cancelled = why
+        self._interrupt.set()
+
+
+class AsyncContext(_Base[E]):
+    """What an async handler gets beside its event. Its task is cancelled at once when the
+    lease is lost or the worker stops waiting, so `check` is only needed around code that
+    catches `asyncio.CancelledError`."""
+
+    def __init__(
+        self, worker_id: str, keeper: AsyncLeaseKeeper[E], stopping: threading.Event
+    ) -> None:
+        super().__init__(worker_id, keeper.lease, stopping)
+        self._keeper = keeper
+
+    @property
+    def lease(self) -> Lease[E]:
+        return self._keeper.lease
+
+    @property
+    def lost(self) -> bool:
+        return self._keeper.lost
+
+    def check(self) -> None:
+        if self._cancelled is not None:
+            raise self._cancelled
+        self._keeper.check()
+
+    async def sleep(self, seconds: float) -> None:
+        self.check()
+        await asyncio.sleep(seconds)
+        self.check()
+
+    def cancel(self, why: Cancelled) -> None:
+        self._cancelled = why

@@ -1,0 +1,132 @@
+"""Observability hooks: what the worker tells the outside world about each delivery.
+
+`Hooks` is the base class with a no-op for every event; `LoggingHooks`, the default, logs
+one line per settled delivery at INFO and lost leases and failures at WARNING. The
+OpenTelemetry hooks live in `_otel`, behind the ``otel`` extra. Hooks run on the worker's
+own threads (or event loop): they must be quick and must not raise (an exception from a
+hook is logged and ignored). Imports no transport.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from transports_core import Lease
+
+from ._outcomes import Outcome
+
+__all__ = ["Delivery", "Hooks", "LoggingHooks"]
+
+LOGGER: Final = logging.getLogger("transports_worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One delivery as the hooks see it: which message, which attempt, which worker."""
+
+    group_id: str
+    seq: int
+    attempt: int
+    worker_id: str
+
+    @classmethod
+    def of(cls, lease: Lease[object]) -> Delivery:
+        return cls(lease.group_id, lease.seq, lease.attempt, lease.worker_id)
+
+
+class Hooks:
+    """Subclass and override what you need; every method does nothing here.
+
+    For each delivery, `started` is called once, then `settled` once, whatever happens
+    (``outcome`` says what). `renewed` and `lost` report the lease keeper's work.
+    """
+
+    def started(self, delivery: Delivery) -> None:
+        """The handler is about to run."""
+
+    def settled(
+        self, delivery: Delivery, outcome: Outcome, seconds: float, error: BaseException | None
+    ) -> None:
+        """The delivery ended after ``seconds``; ``error`` is what the handler raised."""
+
+    def renewed(self, delivery: Delivery) -> None:
+        """The lease keeper extended the lease."""
+
+    def lost(self, delivery: Delivery, error: BaseException) -> None:
+        """The lease is gone (`LeaseLost`, or renewals failed until the lease's end)."""
+
+
+class LoggingHooks(Hooks):
+    """Logs to the ``transports_worker`` logger: INFO per settled delivery, WARNING for
+    failures and lost leases."""
+
+    def __init__(self, logger: logging.Logger = LOGGER) -> None:
+        self.logger = logger
+
+    def settled(
+        self, delivery: Delivery, outcome: Outcome, seconds: float, error: BaseException | None
+    ) -> None:
+        level = logging.INFO if outcome in ("acked", "retried") else logging.WARNING
+        why = "" if error is None else f": {type(error).__name__}: {error}"
+        self.logger.log(
+            level,
+            "%s group=%s seq=%d attempt=%d in %.3fs%s",
+            outcome,
+            delivery.group_id,
+            delivery.seq,
+            delivery.attempt,
+            seconds,
+            why,
+        )
+
+    def lost(self, delivery: Delivery, error: BaseException) -> None:
+        self.logger.warning(
+            "lease lost group=%s seq=%d attempt=%d: %s",
+            delivery.group_id,
+            delivery.seq,
+            delivery.attempt,
+            error,
+        )
+
+
+class Fanout:
+    """Calls every hook in turn; an exception from one is logged, never raised."""
+
+    def __init__(self, hooks: Sequence[Hooks]) -> None:
+        for hook in hooks:
+            if not isinstance(hook, Hooks):
+                raise TypeError(f"hooks must be Hooks instances, got {hook!r}")
+        self.hooks = tuple(hooks)
+
+    def started(self, delivery: Delivery) -> None:
+        for hook in self.hooks:
+            try:
+                hook.started(delivery)
+            except Exception:
+                LOGGER.exception("hook %r failed in started", hook)
+
+    def settled(
+        self, delivery: Delivery, outcome: Outcome, seconds: float, error: BaseException | None
+    ) -> None:
+        for hook in self.hooks:
+            try:
+                hook.settled(delivery, outcome, seconds, error)
+            except Exception:
+                LOGGER.exception("hook %r failed in settled", hook)
+
+    def renewed(self, delivery: Delivery) -> None:
+        for hook in self.hooks:
+            try:
+                hook.renewed(delivery)
+            except Exception:
+                LOGGER.exception("hook %r failed in renewed", hook)
+
+    def lost(self, delivery: Delivery, error: BaseException) -> None:
+        for hook in self.hooks:
+            try:
+                hook.lost(delivery, error)
+            except Exception:
+                LOGGER.exception("hook %r failed in lost", hook)

@@ -1,0 +1,449 @@
+"""`Worker`: runs a sync handler on threads, one lease per slot, with the leases kept.
+
+Threads: the caller's (supervises: signals, drain, hand-back), one dispatcher (claims,
+only when a slot is free), ``concurrency`` slot threads (run the handler, then settle),
+and two timer threads (renewals; the watchdog for lease deadlines and timeouts). Imports
+the public contract only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from queue import SimpleQueue
+from types import FrameType
+from typing import Any, Final, Generic, TypeVar
+
+from transports_core import (
+    Event,
+    EventDecodeError,
+    Lease,
+    LeaseLost,
+    Transport,
+    TransportError,
+    open_transport,
+    redact_url,
+)
+
+from ._common import (
+    EXIT_DRAINED,
+    EXIT_HANDED_BACK,
+    Settle,
+    check_handler,
+    check_options,
+    decide,
+    default_worker_id,
+)
+from ._context import Context
+from ._hooks import Delivery, Fanout, Hooks, LoggingHooks
+from ._keeper import LeaseKeeper, Timers
+from ._outcomes import Cancelled, RetryPolicy, failure_reason
+
+__all__ = ["Worker"]
+
+E = TypeVar("E")
+LOGGER: Final = logging.getLogger("transports_worker")
+# A claim on a handle the worker shares with its caller cannot be woken by closing it,
+# so it waits in short turns to notice stop() soon enough.
+SHARED_WAIT: Final = 0.5
+OWN_WAIT: Final = 10.0
+CLAIM_BACKOFF: Final = (0.1, 5.0)
+EXIT_NOW: Final = 130
+
+
+@dataclass
+class _Running(Generic[E]):
+    """One delivery in flight."""
+
+    lease: Lease[E]
+    keeper: LeaseKeeper[E]
+    ctx: Context[E]
+    delivery: Delivery
+    started: float = field(default_factory=time.monotonic)
+    taken: bool = False  # someone has settled (or given up on) the lease
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self) -> bool:
+        """Claim the one right to settle this delivery."""
+        with self.lock:
+            if self.taken:
+                return False
+            self.taken = True
+            return True
+
+
+class Worker(Generic[E]):
+    """Runs ``handler(event, ctx)`` for every message, until stopped.
+
+    ``source`` is a URL (opened with ``event_type``), a `Transport`, or a factory that
+    opens one. From a URL or a factory the worker opens two handles, one to claim and one
+    to settle, so that `stop` wakes a blocked claim at once; a transport passed in is
+    used for both and not closed.
+
+    Outcomes: a return acks; `Retry` nacks with its delay; `Bury` buries; any other
+    exception is retried after the ``retry`` policy's backoff, or buried (with its type
+    and message) when it is permanent or the last attempt; a handler still running after
+    ``timeout`` seconds is cancelled and counts as a failure; a message that no longer
+    decodes is buried.
+
+    `run` returns `EXIT_DRAINED` (0) when every running handler finished, or
+    `EXIT_HANDED_BACK` (75) when some were cancelled at shutdown and their leases given
+    back (``nack(0)``) for another worker.
+    """
+
+    def __init__(
+        self,
+        source: str | Transport[E] | Callable[[], Transport[E]],
+        handler: Callable[[E, Context[E]], object],
+        *,
+        event_type: type[E] | None = None,
+        concurrency: int = 1,
+        visibility: float = 30.0,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        grace: float = 25.0,
+        min_priority: int = 0,
+        worker_id: str | None = None,
+        hooks: Sequence[Hooks] | None = None,
+        handle_signals: bool = True,
+    ) -> None:
+        retry = RetryPolicy() if retry is None else retry
+        check_options(
+            concurrency=concurrency,
+            visibility=visibility,
+            timeout=timeout,
+            grace=grace,
+            min_priority=min_priority,
+            worker_id=worker_id,
+            retry=retry,
+        )
+        check_handler(handler, asynchronous=False)
+        self._source = source
+        self._handler = handler
+        self._event_type: object = Event if event_type is None else event_type
+        self.concurrency = concurrency
+        self.visibility = float(visibility)
+        self.timeout = None if timeout is None else float(timeout)
+        self.retry = retry
+        self.grace = float(grace)
+        self.min_priority = min_priority
+        self.worker_id = default_worker_id() if worker_id is None else worker_id
+        self._hooks = Fanout((LoggingHooks(),) if hooks is None else hooks)
+        self._handle_signals = handle_signals
+        self._stopping = threading.Event()
+        self._requests = 0
+        self._wake = threading.Event()
+        self._free = threading.Semaphore(concurrency)
+        self._queue: SimpleQueue[tuple[Lease[E], float] | None] = SimpleQueue()
+        self._running: dict[int, _Running[E]] = {}
+        self._running_lock = threading.Lock()
+        self._claimer: Transport[E] | None = None
+        self._settler: Transport[E] | None = None
+        self._owned = False
+        self._fatal: BaseException | None = None
+        self._closing = False
+        self._started = False
+        self.handed_back = 0
+
+    def __repr__(self) -> str:
+        source = redact_url(self._source) if isinstance(self._source, str) else self._source
+        return f"<Worker {self.worker_id!r} on {source!r}, concurrency {self.concurrency}>"
+
+    # -- control ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming and drain (first call); cancel the running handlers and hand
+        their leases back (second call). Safe from any thread and from signal handlers."""
+        self._requests += 1
+        self._stopping.set()
+        self._free.release()  # wake a dispatcher waiting for a free slot
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def _signalled(self, signum: int, frame: FrameType | None) -> None:
+        if self._requests >= 2:
+            os._exit(EXIT_NOW)
+        LOGGER.warning(
+            "%s: %s",
+            signal.Signals(signum).name,
+            "draining" if self._requests == 0 else "cancelling running handlers",
+        )
+        self.stop()
+
+    # -- the run ---------------------------------------------------------------------
+
+    def _open(self) -> None:
+        source = self._source
+        if isinstance(source, str):
+            url = source
+
+            def opener() -> Transport[Any]:
+                return open_transport(url, event_type=self._event_type)
+        elif hasattr(source, "claim") and hasattr(source, "extend"):
+            self._claimer = self._settler = source  # type: ignore[assignment]
+            return
+        elif callable(source):
+            opener = source
+        else:
+            raise TypeError(f"source must be a URL, a Transport or a factory, got {source!r}")
+        self._settler = opener()
+        try:
+            self._claimer = opener()
+        except BaseException:
+            self._settler.close()
+            raise
+        self._owned = True
+
+    def run(self) -> int:
+        """Work until stopped (by `stop`, SIGTERM or SIGINT); return the exit code."""
+        if self._started:
+            raise RuntimeError(f"{self!r} has already run: make a new Worker")
+        self._started = True
+        self._open()
+        restore = self._install_signals()
+        self._renewals, self._watchdog = Timers("worker-renewals"), Timers("worker-watchdog")
+        threads = [
+            threading.Thread(target=self._slot, name=f"worker-slot-{n}", daemon=True)
+            for n in range(self.concurrency)
+        ]
+        dispatcher = threading.Thread(target=self._dispatch, name="worker-claims", daemon=True)
+        try:
+            for thread in threads:
+                thread.start()
+            dispatcher.start()
+            code = self._supervise()
+            dispatcher.join(OWN_WAIT)
+            for _ in threads:
+                self._queue.put(None)
+        finally:
+            restore()
+            self._renewals.close()
+            self._watchdog.close()
+            self._close_handles()
+        if self._fatal is not None:
+            raise self._fatal
+        return code
+
+    def _install_signals(self) -> Callable[[], None]:
+        if not self._handle_signals or threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        signals = (signal.SIGTERM, signal.SIGINT)
+        previous = {sig: signal.signal(sig, self._signalled) for sig in signals}
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    def _close_handles(self) -> None:
+        if self._owned:
+            for handle in (self._claimer, self._settler):
+                if handle is not None:
+                    try:
+                        handle.close()
+                    except TransportError as exc:
+                        LOGGER.warning("closing %r: %s", handle, exc)
+
+    def _supervise(self) -> int:
+        while self._requests == 0 and self._fatal is None:
+            self._wake.wait()
+            self._wake.clear()
+        self._stopping.set()
+        if self._owned and self._claimer is not None:
+            self._claimer.close()  # wakes a blocked claim, which then leases nothing
+        deadline = time.monotonic() + self.grace
+        while self._requests < 2:
+            with self._running_lock:
+                running = len(self._running)
+            left = deadline - time.monotonic()
+            if running == 0 or left <= 0:
+                break
+            self._wake.wait(left)
+            self._wake.clear()
+        return self._hand_back()
+
+    def _hand_back(self) -> int:
+        with self._running_lock:
+            self._closing = True
+            running = list(self._running.values())
+        handed = 0
+        for item in running:
+            if not item.take():
+                continue
+            item.ctx.cancel(Cancelled("shutdown"))
+            if not self._settle(item, Settle("nack", "handed_back"), None):
+                continue
+            handed += 1
+        self.handed_back += handed
+        return EXIT_HANDED_BACK if self.handed_back else EXIT_DRAINED
+
+    # -- claiming --------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        claimer = self._claimer
+        assert claimer is not None
+        # At most half a visibility, so that a lease granted late in a long wait is
+        # still confirmed (by its first renewal, due at once) well before its end.
+        wait = min(OWN_WAIT if self._owned else SHARED_WAIT, self.visibility / 2)
+        backoff = CLAIM_BACKOFF[0]
+        try:
+            while True:
+                self._free.acquire()
+                if self._stopping.is_set():
+                    return
+                sent = time.monotonic()
+                try:
+                    lease = claimer.claim(
+                        self.worker_id, self.visibility, self.min_priority, wait=wait
+                    )
+                except EventDecodeError as exc:
+                    self._free.release()
+                    self._bury_undecodable(exc)
+                    continue
+                except TransportError as exc:
+                    self._free.release()
+                    if self._stopping.is_set():
+                        return
+                    LOGGER.warning("claim failed, retrying in %.1fs: %s", backoff, exc)
+                    self._stopping.wait(backoff)
+                    backoff = min(backoff * 2, CLAIM_BACKOFF[1])
+                    continue
+                backoff = CLAIM_BACKOFF[0]
+                if lease is None:
+                    self._free.release()
+                    continue
+                self._queue.put((lease, sent))
+        except BaseException as exc:
+            LOGGER.exception("the claim loop failed")
+            self._fatal = exc
+            self._wake.set()
+
+    def _bury_undecodable(self, exc: EventDecodeError) -> None:
+        delivery = Delivery.of(exc.lease)
+        settler = self._settler
+        assert settler is not None
+        self._hooks.started(delivery)
+        try:
+            settler.bury(exc.lease, failure_reason(exc))
+        except TransportError as error:
+            self._hooks.settled(delivery, "lost", 0.0, error)
+            return
+        self._hooks.settled(delivery, "buried", 0.0, exc)
+
+    # -- handling --------------------------------------------------------------------
+
+    def _slot(self) -> None:
+        while (item := self._queue.get()) is not None:
+            try:
+                self._deliver(*item)
+            except BaseException:
+                LOGGER.exception("delivering %r failed", item[0])
+            finally:
+                self._free.release()
+
+    def _deliver(self, lease: Lease[E], sent: float) -> None:
+        settler = self._settler
+        assert settler is not None
+        with self._running_lock:
+            closing = self._closing
+        if closing:  # claimed as the worker stopped: give it straight back
+            try:
+                settler.nack(lease)
+                self.handed_back += 1
+            except TransportError as exc:
+                LOGGER.warning("handing back message %d: %s", lease.seq, exc)
+            return
+        delivery = Delivery.of(lease)
+        interrupt = threading.Event()
+
+        def lost(error: LeaseLost) -> None:
+            interrupt.set()
+            self._hooks.lost(delivery, error)
+
+        keeper = LeaseKeeper(
+            settler,
+            lease,
+            self.visibility,
+            sent=sent,
+            on_lost=lost,
+            on_renewed=lambda _: self._hooks.renewed(delivery),
+        )
+        ctx = Context(self.worker_id, keeper, self._stopping, interrupt)
+        item = _Running(lease, keeper, ctx, delivery)
+        with self._running_lock:
+            self._running[id(item)] = item
+        try:
+            keeper.start(self._renewals, self._watchdog)
+            if self.timeout is not None:
+                self._watchdog.at(item.started + self.timeout, lambda: self._timed_out(item))
+            self._hooks.started(delivery)
+            error: BaseException | None = None
+            try:
+                self._handler(lease.event, ctx)
+            except Exception as exc:
+                error = exc
+            if item.take():
+                self._settle(item, decide(error, lease.attempt, self.retry), error)
+        finally:
+            keeper.release()
+            with self._running_lock:
+                del self._running[id(item)]
+            if self._stopping.is_set():
+                self._wake.set()
+
+    def _timed_out(self, item: _Running[E]) -> None:
+        if not item.take():
+            return None
+        item.ctx.cancel(Cancelled("timeout"))
+        error = TimeoutError(f"the handler ran past its timeout of {self.timeout:g}s")
+        # Settle off the watchdog thread, which other leases' deadlines depend on.
+        threading.Thread(
+            target=self._settle,
+            args=(item, decide(error, item.lease.attempt, self.retry), error),
+            name="worker-timeout",
+            daemon=True,
+        ).start()
+        return None
+
+    def _settle(self, item: _Running[E], settle: Settle, error: BaseException | None) -> bool:
+        """Carry out ``settle`` once the handler is done (or given up on); report it.
+        Returns whether the transport took it."""
+        settler = self._settler
+        assert settler is not None
+        keeper = item.keeper
+        seconds = time.monotonic() - item.started
+        if keeper.lost or not keeper.release():
+            self._hooks.settled(item.delivery, "lost", seconds, error or keeper_error(keeper))
+            return False
+        lease = keeper.lease
+        try:
+            if settle.action == "ack":
+                settler.ack(lease)
+            elif settle.action == "nack":
+                settler.nack(lease, settle.delay)
+            elif settle.action == "bury":
+                settler.bury(lease, settle.reason)
+        except TransportError as exc:
+            # LeaseLost: someone else settled it; anything else: the lease lapses and the
+            # message comes back. Either way this delivery is over without our settle.
+            self._hooks.settled(item.delivery, "lost", seconds, exc)
+            return False
+        self._hooks.settled(item.delivery, settle.outcome, seconds, error)
+        return settle.action != "none"
+
+
+def keeper_error(keeper: LeaseKeeper[Any]) -> BaseException | None:
+    try:
+        keeper.check()
+    except LeaseLost as exc:
+        return exc
+    return None
