@@ -59,6 +59,14 @@ def targets(results: Results) -> list[dict[str, Any]]:
         0.5,
         True,
     )
+    # The async twin beside the sync twin, in the same interleaved rounds.
+    for sync, bound in (("full", 0.8), ("normal", 0.5)):
+        add(
+            f"async claim+ack vs sync twin, synchronous={sync}",
+            _ratio(results, f"async.{sync}", f"sync.{sync}"),
+            bound,
+            True,
+        )
     for sync in ("full", "normal"):
         add(
             f"publish vs raw INSERT commit, synchronous={sync}",

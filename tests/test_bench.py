@@ -57,5 +57,6 @@ def test_quick_benchmark_runs_and_writes_its_report(tmp_path: Path) -> None:
     names = {t["name"] for t in report["targets"]}
     assert "claim+ack vs floor, synchronous=full" in names
     assert "4 processes vs 1, synchronous=normal" in names
+    assert "async claim+ack vs sync twin, synchronous=full" in names
     assert "claim+ack" in done.stdout  # the table was printed
     assert not list(tmp_path.glob("bench-*")), "the benchmark left its databases behind"
