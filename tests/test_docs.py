@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Pages whose examples run a whole suite or real processes: left out of `-m 'not slow'`.
 SLOW_PAGES = {"conformance.md"}
-# Pages generated from docstrings, with no example of their own.
-GENERATED_PAGES = {"reference.md"}
+# Pages with no example of their own: generated from docstrings, or notes on the design.
+NO_EXAMPLE_PAGES = {"reference.md", "design.md"}
 BLOCK = re.compile(r"(<!-- norun -->\n)?```python\n(.*?)```", re.S)
 
 
@@ -30,7 +30,7 @@ def _blocks(page: Path) -> list[str]:
     [
         pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name in SLOW_PAGES else [])
         for p in PAGES
-        if p.name not in GENERATED_PAGES
+        if p.name not in NO_EXAMPLE_PAGES
     ],
 )
 def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
