@@ -12,6 +12,7 @@ cases, from `transports_cli.bench.cases`; here they only get a fresh file each.
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -260,6 +261,19 @@ def processes(work: Workdir, workers: int, total: int, synchronous: str) -> Resu
 # -- peers -----------------------------------------------------------------------------------
 
 
+def _put_then_take(
+    n: int, put: Callable[[], object], take: Callable[[], object]
+) -> tuple[float, float]:
+    """Rates of ``n`` calls of ``put``, then of ``n`` calls of ``take`` (a get and its ack)."""
+    rates = []
+    for step in (put, take):
+        start = time.perf_counter()
+        for _ in range(n):
+            step()
+        rates.append(n / (time.perf_counter() - start))
+    return rates[0], rates[1]
+
+
 def peer_persist_queue(work: Workdir, n: int) -> Result | None:
     try:
         import persistqueue
@@ -271,15 +285,7 @@ def peer_persist_queue(work: Workdir, n: int) -> Result | None:
             q = persistqueue.SQLiteAckQueue(str(path), multithreading=False, auto_commit=True)
             conn: Any = q._getter  # the queue's own connection, to read its settings
             synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
-            start = time.perf_counter()
-            for _ in range(n):
-                q.put(RAW)
-            put = n / (time.perf_counter() - start)
-            start = time.perf_counter()
-            for _ in range(n):
-                item = q.get(block=False)
-                q.ack(item)
-            get = n / (time.perf_counter() - start)
+            put, get = _put_then_take(n, lambda: q.put(RAW), lambda: q.ack(q.get(block=False)))
             conn.close()
         finally:
             for child in path.iterdir():
@@ -296,15 +302,7 @@ def peer_litequeue(work: Workdir, n: int) -> Result | None:
     with work.db("litequeue") as path:
         q = litequeue.LiteQueue(str(path))
         synchronous = q.conn.execute("PRAGMA synchronous").fetchone()[0]
-        start = time.perf_counter()
-        for _ in range(n):
-            q.put(RAW)
-        put = n / (time.perf_counter() - start)
-        start = time.perf_counter()
-        for _ in range(n):
-            message = q.pop()
-            q.done(message.message_id)
-        get = n / (time.perf_counter() - start)
+        put, get = _put_then_take(n, lambda: q.put(RAW), lambda: q.done(q.pop().message_id))
         q.close()
     return {"put": put, "get_ack": get, "synchronous": _SYNC_NAMES.get(synchronous, synchronous)}
 
@@ -318,14 +316,12 @@ def ours_like_peer(work: Workdir, n: int, synchronous: str) -> Result:
         work.db("ours-peer") as path,
         open_transport(f"sqlite:///{path}", synchronous=synchronous) as t,
     ):
-        start = time.perf_counter()
-        for i in range(n):
-            t.publish(f"group-{i % 10}", EVENT)
-        put = n / (time.perf_counter() - start)
-        start = time.perf_counter()
-        for _ in range(n):
+        groups = itertools.cycle([f"group-{i}" for i in range(10)])
+
+        def claim_ack() -> None:
             lease = t.claim(WORKER, VISIBILITY)
             assert lease is not None
             t.ack(lease)
-        get = n / (time.perf_counter() - start)
+
+        put, get = _put_then_take(n, lambda: t.publish(next(groups), EVENT), claim_ack)
     return {"put": put, "get_ack": get, "synchronous": synchronous}
