@@ -91,6 +91,20 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         click.echo(scrub(line(row)))
 
 
+def count_option(
+    name: str, low: int, high: int | None, help: str, default: int | None = None
+) -> Callable[[FC], FC]:
+    """An option taking a whole number from ``low`` to ``high``; its default, if it has
+    one, is shown in the help (a default that depends on other options says so itself)."""
+    return click.option(
+        name,
+        type=click.IntRange(low, high),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
 def url_argument(*, required: bool = True) -> Callable[[FC], FC]:
     """The ``URL`` argument of a command. Checked by the backend when opened, not here;
     it only records the password, so that nothing printed afterwards can reveal it."""

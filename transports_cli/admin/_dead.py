@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import click
 
-from transports_cli._output import emit_json, print_table, url_argument
+from transports_cli._output import count_option, emit_json, print_table, url_argument
 from transports_cli.admin._access import confirm, open_admin, plural, relative
 from transports_core import RequeueRefused, TransportAdmin, TransportError, redact_url
 
@@ -26,10 +26,8 @@ _EVENT_WIDTH = 60  # characters of the stored event shown in the table (--json: 
     "action", type=click.Choice(["list", "requeue", "purge"]), default="list", required=False
 )
 @click.argument("seqs", nargs=-1, type=click.IntRange(min=1), metavar="[SEQ]...")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    help="list: show at most this many (lowest seq first).  [default: all]",
+@count_option(
+    "--limit", 1, None, "list: show at most this many (lowest seq first).  [default: all]"
 )
 @click.option("--yes", "-y", is_flag=True, help="purge: do not ask for confirmation.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")

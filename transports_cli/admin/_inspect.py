@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from transports_cli._output import emit_json, print_table, url_argument
+from transports_cli._output import count_option, emit_json, print_table, url_argument
 from transports_cli.admin._access import all_groups, open_admin, plural, relative
 from transports_core import GroupInfo, redact_url
 
@@ -41,13 +41,7 @@ def _oldest_json(group: GroupInfo | None) -> dict[str, Any] | None:
 
 @click.command(short_help="Show what a queue holds: totals, deepest groups, oldest message.")
 @url_argument()
-@click.option(
-    "--limit",
-    type=click.IntRange(1, 10_000),
-    default=10,
-    show_default=True,
-    help="How many of the deepest groups to list.",
-)
+@count_option("--limit", 1, 10_000, "How many of the deepest groups to list.", default=10)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def inspect(url: str, limit: int, as_json: bool) -> None:
     """Show how many messages a queue holds (ready, in flight, parked, dead), in total

@@ -21,7 +21,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from transports_cli._output import emit_json, print_table, url_argument
+from transports_cli._output import count_option, emit_json, print_table, url_argument
 from transports_cli.admin import refuse_busy
 from transports_core import (
     Event,
@@ -148,12 +148,12 @@ def _print_table(results: dict[str, Any], skipped: dict[str, str], sizes: cases.
 
 @click.command(short_help="Measure publish, claim+ack and worker processes on a queue.")
 @url_argument(required=False)
-@click.option(
+@count_option(
     "--workers",
-    type=click.IntRange(0, 64),
+    0,
+    64,
+    "Worker processes of the multi-process case (measured against 1 process; 0 skips it).",
     default=4,
-    show_default=True,
-    help="Worker processes of the multi-process case (measured against 1 process; 0 skips it).",
 )
 @click.option("--quick", is_flag=True, help="Small sizes: finishes in seconds.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")

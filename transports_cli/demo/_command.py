@@ -24,7 +24,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
-from transports_cli._output import emit_json, url_argument
+from transports_cli._output import count_option, emit_json, url_argument
 from transports_cli.admin import refuse_busy
 from transports_core import Event, open_transport, redact_url
 
@@ -222,23 +222,14 @@ def verdict_line(verdict: Verdict, workers: int) -> str:
     help="Keep the database (demo.db, unless URL is given) and the workers' journals in "
     "DIRECTORY instead of a temporary directory.",
 )
-@click.option(
+@count_option(
     "--executions",
-    type=click.IntRange(1, 100_000),
-    help="Executions (groups) to publish.  [default: 300, or 24 with --quick]",
+    1,
+    100_000,
+    "Executions (groups) to publish.  [default: 300, or 24 with --quick]",
 )
-@click.option(
-    "--events",
-    type=click.IntRange(1, 1_000),
-    default=8,
-    show_default=True,
-    help="Events per execution.",
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 64),
-    help="Worker processes.  [default: 4, or 2 with --quick]",
-)
+@count_option("--events", 1, 1_000, "Events per execution.", default=8)
+@count_option("--workers", 1, 64, "Worker processes.  [default: 4, or 2 with --quick]")
 @click.option(
     "--seed",
     type=int,
