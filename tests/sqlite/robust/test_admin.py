@@ -3,14 +3,12 @@ nothing."""
 
 from __future__ import annotations
 
-import inspect
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from transports_core import (
-    AsyncTransportAdmin,
     Event,
     PriorityStats,
     QueueStats,
@@ -18,25 +16,6 @@ from transports_core import (
     open_transport,
 )
 from transports_core.conformance import ManualClock
-from transports_sqlite import AsyncSqliteTransport, SqliteTransport
-
-
-def test_both_twins_implement_the_admin_protocols() -> None:
-    assert issubclass(SqliteTransport, TransportAdmin)
-    assert issubclass(AsyncSqliteTransport, AsyncTransportAdmin)
-    for name in ("stats", "groups", "dead_letters", "held_groups", "requeue", "discard"):
-        assert name in AsyncTransportAdmin.__dict__
-        assert name in TransportAdmin.__dict__
-
-
-@pytest.mark.parametrize(
-    "name",
-    ["stats", "groups", "dead_letters", "held_groups", "requeue", "discard", "purge_group"],
-)
-def test_admin_twins_have_equal_signatures(name: str) -> None:
-    sync, async_ = getattr(SqliteTransport, name), getattr(AsyncSqliteTransport, name)
-    assert inspect.iscoroutinefunction(async_)
-    assert inspect.signature(sync) == inspect.signature(async_)
 
 
 def test_stats_count_each_state_per_priority(tmp_path: Path) -> None:
