@@ -24,6 +24,7 @@ from ._output import error_line, scrub
 from .admin import dead, inspect, purge
 from .bench import bench
 from .demo import demo
+from .worker import worker
 
 __all__ = ["cli", "main", "run"]
 
@@ -77,6 +78,7 @@ cli.add_command(dead)
 cli.add_command(demo)
 cli.add_command(inspect)
 cli.add_command(purge)
+cli.add_command(worker)
 
 
 def _describe(exc: BaseException) -> str:

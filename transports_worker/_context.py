@@ -20,6 +20,7 @@ from ._outcomes import Cancelled
 __all__ = ["AsyncContext", "Context"]
 
 E = TypeVar("E")
+HANDLER_LOG = logging.getLogger("transports_worker.handler")
 
 
 class DeliveryLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -38,7 +39,7 @@ class _Base(Generic[E]):
         self._stopping = stopping
         self._cancelled: Cancelled | None = None
         self.logger = DeliveryLog(
-            logging.getLogger("transports_worker.handler"),
+            HANDLER_LOG,
             {"group_id": lease.group_id, "seq": lease.seq, "attempt": lease.attempt},
         )
         self.attempt = lease.attempt

@@ -6,7 +6,7 @@ A lease counts as lost when a renewal raises `LeaseLost`, or when renewals keep 
 compares a server's ``expires_at`` with the local clock. A confirmation is dated from when
 the renewal was *sent*, so the local idea of the expiry is never later than the server's.
 
-`Timers` (a thread with a heap) drives many sync keepers; `AsyncLeaseKeeper` is one task.
+`Schedule` (a thread over a set of jobs) drives many sync keepers; `AsyncLeaseKeeper` is one task.
 Imports only the public contract.
 """
 
@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
 import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
 from transports_core import AsyncTransport, Lease, LeaseLost, Transport, TransportError
@@ -27,7 +26,8 @@ from transports_core import AsyncTransport, Lease, LeaseLost, Transport, Transpo
 __all__ = [
     "AsyncLeaseKeeper",
     "LeaseKeeper",
-    "Timers",
+    "Job",
+    "Schedule",
     "async_lease_keeper",
     "lease_keeper",
 ]
@@ -35,7 +35,6 @@ __all__ = [
 E = TypeVar("E")
 LOGGER: Final = logging.getLogger("transports_worker")
 RENEW_EVERY: Final = 1 / 3  # of the visibility
-Tick = Callable[[], "float | None"]
 
 
 def retry_interval(visibility: float) -> float:
@@ -57,50 +56,73 @@ def _check_visibility(visibility: object) -> float:
     return float(visibility)
 
 
-class Timers:
-    """One daemon thread running ``tick`` callables when they fall due; each returns
-    when it wants to run next (monotonic seconds) or None to stop."""
+@dataclass(eq=False)
+class Job:
+    """Work a `Schedule` runs: ``fire`` once ``due()`` (monotonic seconds) has passed;
+    ``due()`` returning None drops the job."""
+
+    due: Callable[[], float | None]
+    fire: Callable[[], object]
+
+
+class Schedule:
+    """One daemon thread running the jobs of a small, changing set when each falls due.
+
+    The set holds only live work (a worker's running deliveries), so it is scanned
+    whole at each wake instead of keeping a heap of entries that outlive their lease.
+    """
 
     def __init__(self, name: str) -> None:
-        self._heap: list[tuple[float, int, Tick]] = []
-        self._count = itertools.count()
+        self._jobs: set[Job] = set()
         self._cond = threading.Condition()
+        self._planned = float("inf")
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def at(self, due: float, tick: Tick) -> None:
+    def add(self, job: Job) -> None:
+        due = job.due()
         with self._cond:
-            heapq.heappush(self._heap, (due, next(self._count), tick))
-            if self._heap[0][2] is tick:
+            self._jobs.add(job)
+            if due is not None and due < self._planned:
                 self._cond.notify()
+
+    def discard(self, job: Job) -> None:
+        with self._cond:
+            self._jobs.discard(job)
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify()
 
-    def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+    def _ready(self) -> list[Job] | None:
+        """Wait for the jobs that are due; None once closed."""
+        with self._cond:
+            while not self._closed:
+                now, ready, planned = time.monotonic(), [], float("inf")
+                for job in list(self._jobs):
+                    due = job.due()
+                    if due is None:
+                        self._jobs.discard(job)
+                    elif due <= now:
+                        ready.append(job)
+                    else:
+                        planned = min(planned, due)
+                if ready:
+                    self._planned = now
+                    return ready
+                self._planned = planned
+                self._cond.wait(None if planned == float("inf") else planned - now)
+            return None
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closed:
-                    now = time.monotonic()
-                    if self._heap and self._heap[0][0] <= now:
-                        break
-                    self._cond.wait(self._heap[0][0] - now if self._heap else None)
-                if self._closed:
-                    return
-                _, _, tick = heapq.heappop(self._heap)
-            try:
-                due = tick()
-            except Exception:  # a bug in a tick must not stop every other lease's renewals
-                LOGGER.exception("lease keeper tick %r failed", tick)
-                continue
-            if due is not None:
-                self.at(due, tick)
+        while (ready := self._ready()) is not None:
+            for job in ready:
+                try:
+                    job.fire()
+                except Exception:  # a bug in one job must not stop every other lease's
+                    LOGGER.exception("lease keeper job %r failed", job)
 
 
 class LeaseKeeper(Generic[E]):
@@ -132,8 +154,10 @@ class LeaseKeeper(Generic[E]):
         self.renewals = 0
         # ``sent``: when the claim (or last extend) that granted ``lease`` was sent.
         self._confirmed = (time.monotonic() if sent is None else sent) + self.visibility
+        self._next = self._confirmed - self.visibility * (1 - RENEW_EVERY)
         self._margin = safety_margin(self.visibility)
         self._retry = retry_interval(self.visibility)
+        self._schedules: tuple[tuple[Schedule, Job], ...] = ()
 
     @property
     def lease(self) -> Lease[E]:
@@ -177,7 +201,10 @@ class LeaseKeeper(Generic[E]):
         """Stop renewing. Returns False if the lease was already lost."""
         with self._lock:
             self._released = True
-            return not self._lost.is_set()
+            kept = not self._lost.is_set()
+        for schedule, job in self._schedules:
+            schedule.discard(job)
+        return kept
 
     def _lose(self, cause: BaseException | None) -> None:
         with self._lock:
@@ -192,49 +219,61 @@ class LeaseKeeper(Generic[E]):
         if self._on_lost is not None:
             self._on_lost(error)
 
-    def start(self, renewals: Timers, watchdog: Timers) -> None:
-        renewals.at(self._confirmed - self.visibility * (1 - RENEW_EVERY), self.renew)
-        watchdog.at(self.deadline, self.watch)
+    def start(self, renewals: Schedule, watchdog: Schedule) -> None:
+        """Renew on ``renewals``; lose the lease at its deadline on ``watchdog``, which
+        runs no transport call, so a renewal that hangs cannot delay it."""
+        self._schedules = (
+            (renewals, Job(self._renew_due, self.renew)),
+            (watchdog, Job(self._watch_due, self.watch)),
+        )
+        for schedule, job in self._schedules:
+            schedule.add(job)
 
-    def renew(self) -> float | None:
-        """One renewal; returns when the next is due, None when done."""
-        if self._released or self._lost.is_set():
-            return None
+    def _active(self) -> bool:
+        return not self._released and not self._lost.is_set()
+
+    def _renew_due(self) -> float | None:
+        return self._next if self._active() else None
+
+    def _watch_due(self) -> float | None:
+        return self.deadline if self._active() else None
+
+    def renew(self) -> None:
+        """One renewal, then the next is planned (or none, once lost or released)."""
+        if not self._active():
+            return
         sent = time.monotonic()
         try:
             renewed = self._transport.extend(self._lease, self.visibility)
         except LeaseLost as exc:
             self._lose(exc)
-            return None
+            return
         except TransportError as exc:
             now = time.monotonic()
             if now + self._retry >= self.deadline:
                 self._lose(exc)
-                return None
+                return
             LOGGER.debug("renewal of %s failed, retrying: %s", self._lease.seq, exc)
-            return now + self._retry
+            self._next = now + self._retry
+            return
         except Exception as exc:  # not a passing failure: the lease cannot be kept
             LOGGER.exception("renewing the lease on message %d failed", self._lease.seq)
             self._lose(exc)
-            return None
+            return
         with self._lock:
-            if self.released or self._lost.is_set():
-                return None
+            if not self._active():
+                return
             self._lease = renewed
             self._confirmed = sent + self.visibility
+            self._next = sent + self.visibility * RENEW_EVERY
             self.renewals += 1
         if self._on_renewed is not None:
             self._on_renewed(renewed)
-        return sent + self.visibility * RENEW_EVERY
 
-    def watch(self) -> float | None:
-        """The watchdog: loses the lease at its deadline even while a renewal hangs."""
-        if self._released or self._lost.is_set():
-            return None
-        if time.monotonic() >= self.deadline:
+    def watch(self) -> None:
+        """Lose the lease once its deadline has passed without a renewal."""
+        if self._active() and time.monotonic() >= self.deadline:
             self._lose(None)
-            return None
-        return self.deadline
 
 
 @contextlib.contextmanager
@@ -254,7 +293,7 @@ def lease_keeper(
     does not call `check`.
     """
     keeper = LeaseKeeper(transport, lease, visibility)
-    renewals, watchdog = Timers("lease-keeper"), Timers("lease-watchdog")
+    renewals, watchdog = Schedule("lease-keeper"), Schedule("lease-watchdog")
     try:
         keeper.start(renewals, watchdog)
         yield keeper

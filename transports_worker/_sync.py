@@ -8,8 +8,10 @@ the public contract only.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import select
 import signal
 import threading
 import time
@@ -41,7 +43,7 @@ from ._common import (
 )
 from ._context import Context
 from ._hooks import Delivery, Fanout, Hooks, LoggingHooks
-from ._keeper import LeaseKeeper, Timers
+from ._keeper import Job, LeaseKeeper, Schedule
 from ._outcomes import Cancelled, RetryPolicy, failure_reason
 
 __all__ = ["Worker"]
@@ -137,7 +139,7 @@ class Worker(Generic[E]):
         self._handle_signals = handle_signals
         self._stopping = threading.Event()
         self._requests = 0
-        self._wake = threading.Event()
+        self._pipe: tuple[int, int] | None = None
         self._free = threading.Semaphore(concurrency)
         self._queue: SimpleQueue[tuple[Lease[E], float] | None] = SimpleQueue()
         self._running: dict[int, _Running[E]] = {}
@@ -158,11 +160,25 @@ class Worker(Generic[E]):
 
     def stop(self) -> None:
         """Stop claiming and drain (first call); cancel the running handlers and hand
-        their leases back (second call). Safe from any thread and from signal handlers."""
+        their leases back (second call). Safe from any thread and from signal handlers:
+        it takes no lock, it only counts and wakes the thread in `run`."""
         self._requests += 1
-        self._stopping.set()
-        self._free.release()  # wake a dispatcher waiting for a free slot
-        self._wake.set()
+        self._nudge()
+
+    def _nudge(self) -> None:
+        pipe = self._pipe
+        if pipe is not None:
+            with contextlib.suppress(OSError):  # full (a wake is pending anyway) or closed
+                os.write(pipe[1], b"\0")
+
+    def _sleep(self, timeout: float | None) -> None:
+        """Wait for a nudge, at most ``timeout`` seconds."""
+        pipe = self._pipe
+        assert pipe is not None
+        readable, _, _ = select.select([pipe[0]], [], [], timeout)
+        if readable:
+            with contextlib.suppress(BlockingIOError):
+                os.read(pipe[0], 4096)
 
     @property
     def stopping(self) -> bool:
@@ -208,8 +224,13 @@ class Worker(Generic[E]):
             raise RuntimeError(f"{self!r} has already run: make a new Worker")
         self._started = True
         self._open()
+        reader, writer = os.pipe()
+        os.set_blocking(reader, False)
+        os.set_blocking(writer, False)
+        self._pipe = (reader, writer)
         restore = self._install_signals()
-        self._renewals, self._watchdog = Timers("worker-renewals"), Timers("worker-watchdog")
+        self._renewals = Schedule("worker-renewals")
+        self._watchdog = Schedule("worker-watchdog")
         threads = [
             threading.Thread(target=self._slot, name=f"worker-slot-{n}", daemon=True)
             for n in range(self.concurrency)
@@ -228,6 +249,9 @@ class Worker(Generic[E]):
             self._renewals.close()
             self._watchdog.close()
             self._close_handles()
+            self._pipe = None
+            os.close(reader)
+            os.close(writer)
         if self._fatal is not None:
             raise self._fatal
         return code
@@ -255,9 +279,9 @@ class Worker(Generic[E]):
 
     def _supervise(self) -> int:
         while self._requests == 0 and self._fatal is None:
-            self._wake.wait()
-            self._wake.clear()
+            self._sleep(None)
         self._stopping.set()
+        self._free.release()  # wake a dispatcher waiting for a free slot
         if self._owned and self._claimer is not None:
             self._claimer.close()  # wakes a blocked claim, which then leases nothing
         deadline = time.monotonic() + self.grace
@@ -267,8 +291,7 @@ class Worker(Generic[E]):
             left = deadline - time.monotonic()
             if running == 0 or left <= 0:
                 break
-            self._wake.wait(left)
-            self._wake.clear()
+            self._sleep(left)
         return self._hand_back()
 
     def _hand_back(self) -> int:
@@ -325,7 +348,7 @@ class Worker(Generic[E]):
         except BaseException as exc:
             LOGGER.exception("the claim loop failed")
             self._fatal = exc
-            self._wake.set()
+            self._nudge()
 
     def _bury_undecodable(self, exc: EventDecodeError) -> None:
         delivery = Delivery.of(exc.lease)
@@ -379,12 +402,18 @@ class Worker(Generic[E]):
         )
         ctx = Context(self.worker_id, keeper, self._stopping, interrupt)
         item = _Running(lease, keeper, ctx, delivery)
+        limit: Job | None = None
         with self._running_lock:
             self._running[id(item)] = item
         try:
             keeper.start(self._renewals, self._watchdog)
             if self.timeout is not None:
-                self._watchdog.at(item.started + self.timeout, lambda: self._timed_out(item))
+                timeout = self.timeout
+                limit = Job(
+                    lambda: None if item.taken else item.started + timeout,
+                    lambda: self._timed_out(item),
+                )
+                self._watchdog.add(limit)
             self._hooks.started(delivery)
             error: BaseException | None = None
             try:
@@ -395,14 +424,16 @@ class Worker(Generic[E]):
                 self._settle(item, decide(error, lease.attempt, self.retry), error)
         finally:
             keeper.release()
+            if limit is not None:
+                self._watchdog.discard(limit)
             with self._running_lock:
                 del self._running[id(item)]
             if self._stopping.is_set():
-                self._wake.set()
+                self._nudge()
 
     def _timed_out(self, item: _Running[E]) -> None:
         if not item.take():
-            return None
+            return
         item.ctx.cancel(Cancelled("timeout"))
         error = TimeoutError(f"the handler ran past its timeout of {self.timeout:g}s")
         # Settle off the watchdog thread, which other leases' deadlines depend on.
@@ -412,7 +443,6 @@ class Worker(Generic[E]):
             name="worker-timeout",
             daemon=True,
         ).start()
-        return None
 
     def _settle(self, item: _Running[E], settle: Settle, error: BaseException | None) -> bool:
         """Carry out ``settle`` once the handler is done (or given up on); report it.

@@ -1,0 +1,166 @@
+"""``python -m bench.worker``: what the worker runtime costs, on a SQLite file.
+
+    python -m bench.worker                # a short run (well under a minute)
+    python -m bench.worker --quick        # seconds: checks the command works
+    python -m bench.worker --out r.json
+
+Two measurements:
+
+* idle: the CPU time (user + system, every thread) a `Worker` spends per second of wall
+  time on an empty queue, as a share of one core; the target is under 1 %.
+* claim+ack: messages per second drained by the runtime with a no-op handler, against
+  the bare loop (``claim`` then ``ack``, one handle per thread) on the same backend, at
+  concurrency 1 and 8; the target is a ratio of at least 0.8. Each is the median of
+  several rounds, taken in alternation so that a noisy moment hits both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from transports_core import Event, Transport, open_transport
+from transports_worker import Context, Delivery, Hooks, Outcome, Worker
+
+GROUPS = 64
+TARGET_IDLE = 0.01
+TARGET_RATIO = 0.8
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _noop(event: Event, ctx: Context[Event]) -> None:
+    pass
+
+
+class _Count(Hooks):
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.all = total, 0, threading.Event()
+        self._lock = threading.Lock()
+
+    def settled(
+        self, delivery: Delivery, outcome: Outcome, seconds: float, error: BaseException | None
+    ) -> None:
+        with self._lock:
+            self.done += 1
+            if self.done >= self.total:
+                self.all.set()
+
+
+def _fill(url: str, n: int) -> None:
+    with open_transport(url) as handle:
+        batch = [(f"g{i % GROUPS}", Event(i=i), 0) for i in range(n)]
+        for start in range(0, n, 500):
+            handle.publish_many(batch[start : start + 500])
+
+
+def idle(url: str, seconds: float) -> float:
+    """Share of one core used by a worker waiting on an empty queue."""
+    worker = Worker(url, _noop, handle_signals=False, hooks=[])
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    time.sleep(1.0)  # past start-up: opening handles is not idling
+    cpu, wall = _cpu(), time.monotonic()
+    time.sleep(seconds)
+    used = (_cpu() - cpu) / (time.monotonic() - wall)
+    worker.stop()
+    thread.join()
+    return used
+
+
+def bare(url: str, n: int, concurrency: int) -> float:
+    """Messages per second drained by ``concurrency`` threads looping claim, ack."""
+    _fill(url, n)
+    handles = [open_transport(url) for _ in range(concurrency)]
+
+    def drain(handle: Transport[Event]) -> None:
+        while (lease := handle.claim("bare", 30.0)) is not None:
+            handle.ack(lease)
+
+    threads = [threading.Thread(target=drain, args=(h,)) for h in handles]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    for handle in handles:
+        handle.close()
+    return n / elapsed
+
+
+def runtime(url: str, n: int, concurrency: int) -> float:
+    """Messages per second drained by a `Worker` with a no-op handler."""
+    _fill(url, n)
+    count = _Count(n)
+    worker = Worker(url, _noop, concurrency=concurrency, handle_signals=False, hooks=[count])
+    thread = threading.Thread(target=worker.run, daemon=True)
+    began = time.perf_counter()
+    thread.start()
+    if not count.all.wait(600):
+        raise RuntimeError(f"the worker settled only {count.done} of {n}")
+    elapsed = time.perf_counter() - began
+    worker.stop()
+    thread.join()
+    return n / elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.worker", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: seconds")
+    parser.add_argument("--messages", type=int, default=None, help="per round (default 3000)")
+    parser.add_argument("--rounds", type=int, default=None, help="per case (default 5)")
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+    args = parser.parse_args(argv)
+    n = args.messages or (200 if args.quick else 3000)
+    rounds = args.rounds or (1 if args.quick else 5)
+    idle_seconds = 1.0 if args.quick else 10.0
+    results: dict[str, object] = {"messages": n, "rounds": rounds}
+    with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
+        counter = iter(range(10**6))
+
+        def fresh() -> str:
+            return f"sqlite:///{Path(tmp) / f'q{next(counter)}.db'}"
+
+        share = idle(fresh(), idle_seconds)
+        results["idle_core_share"] = share
+        verdict = "ok" if share < TARGET_IDLE else "MISSED"
+        print(f"idle worker: {share:.3%} of a core (target < {TARGET_IDLE:.0%}) {verdict}")
+        for concurrency in (1, 8):
+            cases: dict[str, Callable[[str, int, int], float]] = {
+                "bare": bare,
+                "runtime": runtime,
+            }
+            rates: dict[str, list[float]] = {name: [] for name in cases}
+            for _ in range(rounds):
+                for name, case in cases.items():
+                    rates[name].append(case(fresh(), n, concurrency))
+            medians = {name: statistics.median(values) for name, values in rates.items()}
+            ratio = medians["runtime"] / medians["bare"]
+            results[f"concurrency_{concurrency}"] = {**medians, "ratio": ratio, "all": rates}
+            verdict = "ok" if ratio >= TARGET_RATIO else "MISSED"
+            print(
+                f"claim+ack, concurrency {concurrency}: bare {medians['bare']:,.0f}/s, "
+                f"runtime {medians['runtime']:,.0f}/s, ratio {ratio:.2f} "
+                f"(target >= {TARGET_RATIO}) {verdict}"
+            )
+    results["cpus"] = os.cpu_count()
+    if args.out is not None:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

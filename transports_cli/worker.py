@@ -1,0 +1,214 @@
+"""``transports worker MODULE:FUNCTION URL``: run a handler on the worker runtime.
+
+The handler is imported (the current directory first on the path, as other Python
+worker commands do) and checked before anything is opened or claimed: a module that
+does not import, a missing function or class, or a handler with the wrong signature is
+a one-line usage error, exit 2. Exit codes are the runtime's: 0 when everything drained,
+75 when leases were handed back at shutdown (see docs/worker.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ._output import scrub, url_argument
+
+if TYPE_CHECKING:
+    from transports_worker import AsyncWorker, Worker
+
+__all__ = ["worker"]
+
+HEALTH_EVERY = 5.0
+
+
+def _load(target: str, what: str, hint: str) -> object:
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise click.BadParameter(f"expected {what}, got {target!r}", param_hint=hint)
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: object = importlib.import_module(module_name)
+    except Exception as exc:  # any failure while importing user code is the user's to fix
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {type(exc).__name__}: {exc}", param_hint=hint
+        ) from exc
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise click.BadParameter(
+                f"module {module_name!r} has no {attribute!r}", param_hint=hint
+            ) from None
+    return found
+
+
+class _Health:
+    """Touches ``path`` every few seconds while the worker runs; removes it at the end."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="health-file", daemon=True)
+
+    def _beat(self) -> None:
+        while True:
+            self.path.touch()
+            if self._done.wait(HEALTH_EVERY):
+                return
+
+    def __enter__(self) -> _Health:
+        self.path.touch()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.path.unlink(missing_ok=True)
+
+
+@click.command()
+@click.argument("handler_target", metavar="MODULE:FUNCTION")
+@url_argument()
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Handlers running at once (threads, or tasks for an async handler).",
+)
+@click.option(
+    "--visibility",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Lease length in seconds; renewed at a third of it.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Cancel a handler after this many seconds; it counts as a failure.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=25.0,
+    show_default=True,
+    help="Seconds running handlers get to finish after SIGTERM.",
+)
+@click.option(
+    "--event-type",
+    metavar="MODULE:CLASS",
+    default=None,
+    help="The pydantic model events decode as (default: any fields).",
+)
+@click.option(
+    "--min-priority",
+    type=click.IntRange(0, 4),
+    default=0,
+    show_default=True,
+    help="Only claim groups of at least this priority.",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Deliveries of a failing message before it is buried.",
+)
+@click.option("--worker-id", default=None, help="The id leases are taken under.")
+@click.option(
+    "--health-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help=f"Touch this file every {HEALTH_EVERY:g}s while running (a liveness probe).",
+)
+@click.option("--quiet", is_flag=True, help="Do not log each settled delivery.")
+def worker(
+    handler_target: str,
+    url: str,
+    concurrency: int,
+    visibility: float,
+    timeout: float | None,
+    grace: float,
+    event_type: str | None,
+    min_priority: int,
+    max_attempts: int,
+    worker_id: str | None,
+    health_file: Path | None,
+    quiet: bool,
+) -> int:
+    """Run MODULE:FUNCTION as the handler of every message of the queue at URL.
+
+    The handler is called as handler(event, ctx); an async def runs on AsyncWorker.
+    Returning acks; raising Retry(delay) retries; raising Bury(reason) dead-letters;
+    other exceptions retry with backoff until the last attempt. The first SIGTERM or
+    SIGINT drains within --grace, a second hands leases back, a third exits at once.
+
+    \b
+    Exit codes:
+      0   stopped with every running handler finished
+      75  stopped with leases handed back for another worker
+      2   the handler, event type or an option is wrong (nothing was claimed)
+
+    \b
+    Example:
+      transports worker jobs:handle sqlite:///jobs.db --concurrency 8
+    """
+    # Imported here, so that the other commands never depend on the runtime's import.
+    from transports_worker import AsyncWorker, RetryPolicy, Worker
+
+    handler = _load(handler_target, "MODULE:FUNCTION", "MODULE:FUNCTION")
+    model = None
+    if event_type is not None:
+        model = _load(event_type, "MODULE:CLASS", "'--event-type'")
+        if not isinstance(model, type):
+            raise click.BadParameter(f"{event_type} is not a class", param_hint="'--event-type'")
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    options: dict[str, object] = {
+        "event_type": model,
+        "concurrency": concurrency,
+        "visibility": visibility,
+        "timeout": timeout,
+        "grace": grace,
+        "min_priority": min_priority,
+        "worker_id": worker_id,
+        "retry": RetryPolicy(max_attempts=max_attempts),
+    }
+    runner: AsyncWorker[Any] | Worker[Any]
+    try:
+        if inspect.iscoroutinefunction(handler):
+            runner = AsyncWorker(url, handler, **options)  # type: ignore[arg-type]
+        else:
+            runner = Worker(url, handler, **options)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(scrub(str(exc))) from exc
+    logging.getLogger("transports_worker").info("%r started", runner)
+    if health_file is None:
+        return _run(runner)
+    with _Health(health_file):
+        return _run(runner)
+
+
+def _run(runner: AsyncWorker[Any] | Worker[Any]) -> int:
+    from transports_worker import AsyncWorker
+
+    if isinstance(runner, AsyncWorker):
+        return asyncio.run(runner.run())
+    return runner.run()
