@@ -1,0 +1,355 @@
+"""`AsyncPostgresTransport`: the operations of `_ops` run over psycopg's
+`AsyncConnectionPool`, with the same statements and round trips as the sync twin.
+
+The pool is opened lazily, on first use (an event loop must be running). A blocked
+``claim(wait=)`` awaits an event that a listener task, on its own LISTEN connection, sets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+import psycopg
+from psycopg.pq import ConnStatus, TransactionStatus
+from psycopg_pool import AsyncConnectionPool
+
+from transports_core import (
+    DeadLetter,
+    Event,
+    GroupInfo,
+    HeldGroup,
+    Lease,
+    QueueStats,
+    TransportError,
+)
+from transports_core.backend import EventCodec, check_wait
+
+try:
+    from typing import Self
+except ImportError:  # Python 3.10
+    from typing_extensions import Self
+
+from . import _ops
+from . import _sql as sql
+from ._errors import Call, postgres_errors
+from ._sync import LISTEN_TICK, RECHECK, RECHECK_INJECTED_CLOCK
+from ._url import PostgresOptions
+
+E = TypeVar("E")
+T = TypeVar("T")
+
+AConn = psycopg.AsyncConnection[Any]
+
+
+def _bind(stmt: _ops.Stmt) -> dict[str, Any]:
+    return dict(zip(stmt.statement.names, stmt.params, strict=True))
+
+
+async def _result(cursor: psycopg.AsyncCursor[Any]) -> _ops.Result:
+    rows = await cursor.fetchall() if cursor.description else []
+    return _ops.Result(rows, cursor.rowcount)
+
+
+async def run_batch(conn: AConn, schema: str, batch: _ops.Batch, call: Call) -> list[_ops.Result]:
+    call.sent = True
+    if len(batch) == 1:
+        stmt = batch[0]
+        return [await _result(await conn.execute(stmt.statement.render(schema), _bind(stmt)))]
+    async with conn.pipeline():
+        cursors = [await conn.execute(s.statement.render(schema), _bind(s)) for s in batch]
+    return [await _result(cursor) for cursor in cursors]
+
+
+async def perform(
+    conn: AConn, schema: str, op: _ops.Operation[T], now: float | None, call: Call
+) -> T:
+    """The sync twin's `perform`, awaited."""
+    batch = op.fast(now)
+    if batch is not None:
+        value = op.done(await run_batch(conn, schema, batch, call) if batch else [], now)
+        if not isinstance(value, _ops.More):
+            return value
+        op = value.then or op
+    steps = op.steps(now)
+    try:
+        first = (_ops.Stmt(op.begin), *next(steps))
+        results = (await run_batch(conn, schema, first, call))[1:]
+        try:
+            while True:
+                results = await run_batch(conn, schema, steps.send(results), call)
+        except StopIteration as stop:
+            value = stop.value
+        await run_batch(conn, schema, (_ops.Stmt(sql.COMMIT),), call)
+    except Exception:
+        if conn.info.transaction_status != TransactionStatus.IDLE and not conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                await conn.execute("ROLLBACK")
+        raise
+    return value  # type: ignore[no-any-return]
+
+
+async def alive(conn: AConn) -> None:
+    """See the sync twin's `alive`: no round trip."""
+    pgconn = conn.pgconn
+    if pgconn.status == ConnStatus.OK:
+        pgconn.consume_input()
+    if pgconn.status != ConnStatus.OK or conn.closed:
+        raise psycopg.OperationalError("the connection was closed while idle")
+
+
+class _AsyncWaker:
+    """The LISTEN connection's task, and the event blocked claims await."""
+
+    def __init__(self, options: PostgresOptions) -> None:
+        self._options = options
+        self.event = asyncio.Event()
+        self.closed = False
+        self.pid: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        self._waiting = 0
+        self._count = asyncio.Lock()
+        self._chores: set[asyncio.Task[Any]] = set()
+
+    def _bump(self) -> None:
+        event, self.event = self.event, asyncio.Event()
+        event.set()
+
+    async def _listen(self, ready: asyncio.Event) -> None:
+        conn: AConn | None = None
+        try:
+            conn = await psycopg.AsyncConnection.connect(self._options.conninfo, autocommit=True)
+            await conn.execute(f"LISTEN {sql.quote_ident(self._options.schema)}")
+            self.pid = conn.info.backend_pid
+            ready.set()
+            while not self.closed:
+                async for _ in conn.notifies(timeout=LISTEN_TICK):
+                    self._bump()
+        except Exception as exc:
+            self._error = exc
+        finally:
+            self.pid = None
+            ready.set()
+            self._bump()
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error, asyncio.CancelledError):
+                    await conn.execute(
+                        sql.UNREGISTER_WAITER.render(self._options.schema),
+                        {"pid": conn.info.backend_pid},
+                    )
+                await conn.close()
+
+    async def _start(self) -> int:
+        task = self._task
+        if task is None or task.done() or self.pid is None:
+            ready = asyncio.Event()
+            self._error = None
+            self._task = asyncio.get_running_loop().create_task(self._listen(ready))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ready.wait(), self._options.pool_timeout)
+        pid = self.pid
+        if pid is None:
+            with postgres_errors(self._options.display, Call("claim", writes=False)):
+                if self._error is not None:
+                    raise self._error
+            raise TransportError(f"{self._options.display}: claim: cannot LISTEN for wake-ups")
+        return pid
+
+    @contextlib.asynccontextmanager
+    async def waiting(self, run: Callable[[_ops.Waiter], Awaitable[None]]) -> AsyncIterator[None]:
+        async with self._count:
+            pid = await self._start()
+            if self._waiting == 0:
+                await run(_ops.Waiter(pid, True))
+            self._waiting += 1
+        try:
+            yield
+        finally:
+            self._waiting -= 1
+            if self._waiting == 0 and not self.closed:
+                # In a task: this claim may be finishing because it was cancelled.
+                chore = asyncio.get_running_loop().create_task(self._unregister(run, pid))
+                self._chores.add(chore)
+                chore.add_done_callback(self._chores.discard)
+
+    async def _unregister(self, run: Callable[[_ops.Waiter], Awaitable[None]], pid: int) -> None:
+        async with self._count:
+            if self._waiting == 0 and not self.closed:
+                with contextlib.suppress(TransportError):
+                    await run(_ops.Waiter(pid, False))
+
+    async def wait(self, event: asyncio.Event, timeout: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+
+    async def close(self) -> None:
+        self.closed = True
+        self._bump()
+        task = self._task
+        if task is not None and not task.done():
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), LISTEN_TICK * 4)
+        for chore in list(self._chores):
+            chore.cancel()
+
+
+class AsyncPostgresTransport(Generic[E]):
+    """A durable transport in one PostgreSQL schema, over psycopg's async pool."""
+
+    def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
+        self._options = options
+        self._schema = options.schema
+        self._where = f"{options.display} (schema {options.schema})"
+        self._codec: EventCodec[E] = EventCodec(event_type)
+        self._claims = _ops.Claims(options.max_attempts, options.on_dead)
+        self._clock = options.clock
+        self._closed = False
+        self._recheck = RECHECK if options.server_clock else RECHECK_INJECTED_CLOCK
+        self._pool: AsyncConnectionPool[AConn] | None = None
+        self._opening: asyncio.Lock | None = None
+        self._waker: _AsyncWaker | None = None
+
+    async def _open(self) -> AsyncConnectionPool[AConn]:
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._pool is not None:
+                return self._pool
+            if self._closed:
+                raise TransportError(f"{self!r} is closed")
+            options = self._options
+            pool: AsyncConnectionPool[AConn] = AsyncConnectionPool(
+                options.conninfo,
+                min_size=options.pool_min_size,
+                max_size=options.pool_max_size,
+                timeout=options.pool_timeout,
+                kwargs={"autocommit": True},
+                check=alive,
+                open=False,
+                num_workers=1,
+                name=f"transports-{options.schema}",
+            )
+            try:
+                with postgres_errors(self._where, Call("open", writes=False)):
+                    await pool.open(wait=True, timeout=options.pool_timeout)
+                await self._perform(pool, _ops.Setup(self._schema))
+            except BaseException:
+                await pool.close()
+                raise
+            self._pool = pool
+            self._waker = _AsyncWaker(options)
+            return pool
+
+    async def _perform(self, pool: AsyncConnectionPool[AConn], op: _ops.Operation[T]) -> T:
+        call = Call(op.call, op.writes)
+        with postgres_errors(self._where, call):
+            async with pool.connection() as conn:
+                return await perform(conn, self._schema, op, self._clock(), call)
+
+    async def _run(self, op: _ops.Operation[T]) -> T:
+        if self._closed:
+            raise TransportError(f"{self!r} is closed")
+        pool = self._pool or await self._open()
+        return await self._perform(pool, op)
+
+    async def publish(self, group_id: str, event: E, priority: int = 0) -> int:
+        return await self._run(_ops.Publish(self._codec, group_id, event, priority))
+
+    async def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
+        return await self._run(_ops.PublishMany(self._codec, items))
+
+    async def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
+    ) -> Lease[E] | None:
+        op = self._claims(worker_id, visibility, min_priority)
+        wait = check_wait(wait)
+        claimed = await self._run(op)
+        if claimed is None and wait > 0:
+            claimed = await self._wait(op, wait)
+        return None if claimed is None else claimed.lease(self._codec)
+
+    async def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
+        deadline = time.monotonic() + wait
+        waker = self._waker
+        assert waker is not None  # the first claim opened the pool
+        try:
+            async with waker.waiting(self._run):
+                while not waker.closed:
+                    event = waker.event
+                    claimed = await self._run(op)
+                    left = deadline - time.monotonic()
+                    if claimed is not None or left <= 0:
+                        return claimed
+                    timeout = min(left, self._recheck)
+                    due = await self._run(_ops.NextDue())
+                    if due is not None:
+                        timeout = min(timeout, max(due, 0.01))
+                    await waker.wait(event, timeout)
+        except TransportError:
+            if self._closed:
+                return None
+            raise
+        return None
+
+    async def ack(self, lease: Lease[object]) -> None:
+        await self._run(_ops.Ack(lease))
+
+    async def nack(self, lease: Lease[object], delay: float = 0) -> None:
+        await self._run(_ops.Nack(lease, delay))
+
+    async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
+        return await self._run(_ops.Extend(lease, visibility))
+
+    async def bury(self, lease: Lease[object], reason: str) -> None:
+        await self._run(_ops.Bury(lease, reason, self._options.on_dead))
+
+    async def stats(self) -> QueueStats:
+        return await self._run(_ops.Stats())
+
+    async def groups(self, limit: int = 10) -> list[GroupInfo]:
+        return await self._run(_ops.Groups(limit))
+
+    async def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        return await self._run(_ops.DeadLetters(limit))
+
+    async def held_groups(self) -> list[HeldGroup]:
+        return await self._run(_ops.HeldGroups())
+
+    async def requeue(self, seq: int) -> bool:
+        return await self._run(_ops.Requeue(seq))
+
+    async def discard(self, seq: int) -> bool:
+        return await self._run(_ops.Discard(seq))
+
+    async def purge_group(self, group_id: str) -> int:
+        return await self._run(_ops.PurgeGroup(group_id))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._waker is not None:
+            await self._waker.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        t: type[BaseException] | None,
+        e: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._where}>"

@@ -1,0 +1,73 @@
+"""Translating psycopg errors into `TransportError`s that name the queue, never a password.
+
+    psycopg / psycopg_pool error                 what the caller gets
+    ├── PoolTimeout (no connection in time)      TransportError: server unreachable or pool full
+    ├── connection lost before anything was sent TransportError: the call did nothing
+    ├── connection lost mid-call                 OutcomeUnknown for a call that writes
+    │                                            (publish, ack, ...), TransportError for a read
+    ├── UndefinedTable                           TransportError: the queue's schema is gone
+    └── other DatabaseError (not a bug of ours)  TransportError with the server's message
+
+Programming errors (a syntax error would be ours) pass through. Used by both runners;
+imports psycopg only for its exception classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg_pool import PoolClosed, PoolTimeout
+
+from transports_core import OutcomeUnknown, TransportError
+
+
+class Call:
+    """What `postgres_errors` needs to know of the call in flight: its name, whether it
+    writes, and whether any statement has been sent yet (the runner sets ``sent``)."""
+
+    __slots__ = ("name", "sent", "writes")
+
+    def __init__(self, name: str, writes: bool) -> None:
+        self.name, self.writes, self.sent = name, writes, False
+
+
+def _lost(exc: psycopg.Error) -> bool:
+    """True if the connection broke (not a statement that failed on a healthy one)."""
+    if isinstance(exc, (pgerrors.AdminShutdown, pgerrors.CrashShutdown)):
+        return True
+    sqlstate = exc.sqlstate or ""
+    return isinstance(exc, psycopg.OperationalError) and (not sqlstate or sqlstate[:2] == "08")
+
+
+@contextmanager
+def postgres_errors(where: str, call: Call) -> Iterator[None]:
+    try:
+        yield
+    except PoolClosed as exc:
+        raise TransportError(f"{where}: {call.name}: the transport is closed") from exc
+    except PoolTimeout as exc:
+        raise TransportError(
+            f"{where}: {call.name}: no connection to the server within the pool timeout "
+            f"(server unreachable, or every pooled connection busy): {exc}"
+        ) from exc
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if _lost(exc):
+            if call.sent and call.writes:
+                raise OutcomeUnknown(f"{where}: {call.name}", reason) from exc
+            raise TransportError(
+                f"{where}: {call.name}: the connection was lost ({reason}); nothing was "
+                "changed, and the next call reconnects"
+            ) from exc
+        if isinstance(exc, pgerrors.UndefinedTable):
+            raise TransportError(
+                f"{where}: the queue's tables are gone (was its schema dropped?): {reason}"
+            ) from exc
+        if isinstance(exc, psycopg.ProgrammingError) and not isinstance(
+            exc, pgerrors.InsufficientPrivilege
+        ):
+            raise
+        raise TransportError(f"{where}: {call.name}: PostgreSQL error: {reason}") from exc

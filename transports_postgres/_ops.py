@@ -1,0 +1,658 @@
+"""Every PostgreSQL operation, sans-I/O, shared by the sync and async runners.
+
+An operation checks its arguments when it is built, so bad input never reaches the
+server. It is one slotted type, `Operation`: an optional fast path, `fast`, which is one
+pipelined batch of statements (one round trip), and what to make of its results, `done`;
+when there is no fast path or `done` answers `MORE` (not finished), the runner runs
+`steps`, a generator that yields batches and receives their results, inside one
+transaction, and commits once it returns. No I/O, no clock (the runner passes ``now``:
+the injected clock's reading, or None for the server's clock), no driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Sequence
+from typing import Any, ClassVar, Final, Generic, Literal, NamedTuple, TypeVar
+
+from transports_core import (
+    DeadLetter,
+    GroupInfo,
+    GroupState,
+    HeldGroup,
+    Lease,
+    LeaseLost,
+    PriorityStats,
+    QueueStats,
+    RequeueRefused,
+    TransportError,
+)
+from transports_core.backend import (
+    EventCodec,
+    buried_reason,
+    check_delay,
+    check_group_id,
+    check_lease,
+    check_limit,
+    check_priority,
+    check_reason,
+    check_seq,
+    check_visibility,
+    check_worker_id,
+    exhausted_reason,
+)
+
+from . import _sql as sql
+from ._sql import Statement
+
+T = TypeVar("T")
+
+
+class Stmt(NamedTuple):
+    """A statement and its parameter values, in the order of ``statement.names``."""
+
+    statement: Statement
+    params: Sequence[Any] = ()
+
+
+class Result(NamedTuple):
+    rows: list[Any]
+    rowcount: int
+
+
+Batch = tuple[Stmt, ...]
+Steps = Generator[Batch, list[Result], T]
+
+
+class More:
+    """`Operation.done`'s answer when the fast path did not finish the operation: the
+    runner goes on with the steps of ``then`` (None: of the operation itself). Operations
+    are shared between threads, so what the fast path learnt travels here, not on them."""
+
+    __slots__ = ("then",)
+
+    def __init__(self, then: Operation[Any] | None = None) -> None:
+        self.then = then
+
+    def __repr__(self) -> str:
+        return f"More({self.then!r})"
+
+
+MORE: Final = More()
+
+_BEGIN: Final = Stmt(sql.BEGIN)
+_COMMIT: Final = Stmt(sql.COMMIT)
+
+
+class Operation(Generic[T]):
+    """One call, checked and ready to run. ``call`` names it in errors; ``writes`` says
+    whether a lost connection leaves its outcome unknown; ``begin`` opens the transaction
+    `steps` runs in."""
+
+    __slots__ = ()
+    call: ClassVar[str] = "call"
+    writes: ClassVar[bool] = True
+    begin: ClassVar[Statement] = sql.BEGIN
+
+    def fast(self, now: float | None) -> Batch | None:
+        return None
+
+    def done(self, results: list[Result], now: float | None) -> T | More:
+        return MORE
+
+    def steps(self, now: float | None) -> Steps[T]:
+        raise NotImplementedError(f"{type(self).__name__} has no steps")
+
+
+class Claimed(NamedTuple):
+    """A leased row, before its event is decoded (outside the transaction)."""
+
+    seq: int
+    group_id: str
+    raw: str
+    worker_id: str
+    attempt: int
+    expires_at: float
+
+    def lease(self, codec: EventCodec[T]) -> Lease[T]:
+        return codec.lease(*self)
+
+
+# --- the schema -----------------------------------------------------------------------------
+
+
+def _is_ours(schema: str, identity: Result) -> bool | None:
+    """True: our schema at our version; None: nothing there yet (or an empty schema);
+    otherwise raise, naming the schema."""
+    ((exists, relations, has_meta),) = identity.rows
+    if not exists or (relations == 0):
+        return None
+    if not has_meta:
+        raise TransportError(
+            f"schema {schema!r} holds {relations} relations that are not a durable-transports "
+            "queue; refusing to touch it (choose another with ?schema=NAME)"
+        )
+    return True
+
+
+def _check_meta(schema: str, rows: list[Any]) -> None:
+    meta = dict(rows)
+    if meta.get("owner") != sql.OWNER:
+        raise TransportError(
+            f"schema {schema!r} is not a durable-transports queue (its meta table belongs "
+            "to something else); refusing to touch it"
+        )
+    if meta.get("version") != str(sql.SCHEMA_VERSION):
+        raise TransportError(
+            f"schema {schema!r} has queue schema version {meta.get('version')}; this "
+            f"version of durable-transports knows version {sql.SCHEMA_VERSION}"
+        )
+
+
+class Setup(Operation[None]):
+    """Check the schema, and create it under the advisory lock if it is not there."""
+
+    __slots__ = ("schema",)
+    call = "open"
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+
+    def fast(self, now: float | None) -> Batch:
+        return (Stmt(sql.READ_IDENTITY, (self.schema,)),)
+
+    def done(self, results: list[Result], now: float | None) -> More | None:
+        return MORE
+
+    def steps(self, now: float | None) -> Steps[None]:
+        (_, identity) = yield (
+            Stmt(sql.SETUP_LOCK, (self.schema,)),
+            Stmt(sql.READ_IDENTITY, (self.schema,)),
+        )
+        if _is_ours(self.schema, identity):
+            (meta,) = yield (Stmt(sql.READ_META),)
+            _check_meta(self.schema, meta.rows)
+            return
+        yield (
+            Stmt(sql.CREATE_SCHEMA),
+            *(Stmt(s, (sql.OWNER, str(sql.SCHEMA_VERSION)) if s.names else ()) for s in sql.SCHEMA),
+        )
+
+
+# --- publish --------------------------------------------------------------------------------
+
+
+class Publish(Operation[int]):
+    """Lock the group, then draw the seq and append under that lock: one round trip."""
+
+    __slots__ = ("group_id", "params")
+    call = "publish"
+
+    def __init__(self, codec: EventCodec[Any], group_id: str, event: object, priority: int) -> None:
+        self.group_id = check_group_id(group_id)
+        priority = check_priority(priority)
+        self.params = (self.group_id, priority, codec.encode(event))
+
+    def fast(self, now: float | None) -> Batch:
+        return (
+            _BEGIN,
+            Stmt(sql.LOCK_GROUP, self.params[:2]),
+            Stmt(sql.APPEND, self.params),
+            _COMMIT,
+        )
+
+    def done(self, results: list[Result], now: float | None) -> int:
+        seq: int = results[2].rows[0][0]
+        return seq
+
+
+class PublishMany(Operation[list[int]]):
+    """Lock every group of the batch, draw its seqs under those locks, then append it
+    all: two round trips whatever its size."""
+
+    __slots__ = ("encoded",)
+    call = "publish_many"
+
+    def __init__(self, codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> None:
+        self.encoded = codec.encode_items(items)
+
+    def fast(self, now: float | None) -> Batch | None:
+        return () if not self.encoded else None
+
+    def done(self, results: list[Result], now: float | None) -> list[int] | More:
+        return [] if not self.encoded else MORE
+
+    def steps(self, now: float | None) -> Steps[list[int]]:
+        encoded = self.encoded
+        first_priority: dict[str, int] = {}
+        for group_id, _, priority in encoded:
+            first_priority.setdefault(group_id, priority)
+        _, drawn = yield (
+            Stmt(sql.LOCK_GROUPS, (list(first_priority), list(first_priority.values()))),
+            Stmt(sql.DRAW_SEQS, (len(encoded),)),
+        )
+        seqs = sorted(row[0] for row in drawn.rows)
+        counts: dict[str, int] = {}
+        firsts: dict[str, int] = {}
+        for (group_id, _, _), seq in zip(encoded, seqs, strict=True):
+            counts[group_id] = counts.get(group_id, 0) + 1
+            firsts.setdefault(group_id, seq)
+        yield (
+            Stmt(
+                sql.APPEND_MANY,
+                (
+                    [item[0] for item in encoded],
+                    seqs,
+                    [item[2] for item in encoded],
+                    [item[1] for item in encoded],
+                ),
+            ),
+            Stmt(sql.COUNT_IN_MANY, (list(counts), list(counts.values()), list(firsts.values()))),
+        )
+        return seqs
+
+
+# --- claim --------------------------------------------------------------------------------------
+
+
+class Claim(Operation[Claimed | None]):
+    """Wake lapsed groups and lease the next ready head: one round trip, each statement
+    its own transaction. With ``max_attempts``, a head that has had its deliveries is
+    buried instead (in `steps`, fenced by the lease just taken) and the claim goes on."""
+
+    __slots__ = ("max_attempts", "min_priority", "on_dead", "visibility", "worker_id")
+    call = "claim"
+
+    def __init__(
+        self,
+        worker_id: str,
+        visibility: float,
+        min_priority: int,
+        max_attempts: int | None = None,
+        on_dead: str = "release",
+    ) -> None:
+        self.worker_id = check_worker_id(worker_id)
+        self.visibility = check_visibility(visibility)
+        self.min_priority = check_priority(min_priority, "min_priority")
+        self.max_attempts = max_attempts
+        self.on_dead = on_dead
+
+    def _claim(self, now: float | None) -> Stmt:
+        return Stmt(sql.CLAIM, (self.min_priority, now, self.worker_id, self.visibility))
+
+    def fast(self, now: float | None) -> Batch:
+        return (Stmt(sql.WAKE_LAPSED, (now,)), self._claim(now))
+
+    def _due(self, row: Sequence[Any]) -> bool:
+        # The claim's own increment of attempt is not a delivery.
+        return self.max_attempts is not None and row[3] - 1 - row[5] >= self.max_attempts
+
+    def done(self, results: list[Result], now: float | None) -> Claimed | More | None:
+        rows = results[-1].rows
+        if not rows:
+            return None
+        if self._due(rows[0]):
+            return More(ClaimAfterBurial(self, rows[0]))
+        return self._claimed(rows[0])
+
+    def _claimed(self, row: Sequence[Any]) -> Claimed:
+        seq, group_id, raw, attempt, expires_at, _, _ = row
+        return Claimed(seq, group_id, raw, self.worker_id, attempt, expires_at)
+
+
+class ClaimAfterBurial(Operation[Claimed | None]):
+    """The rest of a `Claim` whose fast path leased a head due for burial."""
+
+    __slots__ = ("claim", "row")
+    call = "claim"
+
+    def __init__(self, claim: Claim, row: Sequence[Any]) -> None:
+        self.claim, self.row = claim, row
+
+    def steps(self, now: float | None) -> Steps[Claimed | None]:
+        claim, row = self.claim, self.row
+        assert claim.max_attempts is not None
+        while True:
+            seq, group_id, _, attempt, _, base, before = row
+            delivered = attempt - 1
+            last: Literal["lapsed", "nacked"] = (
+                "nacked" if before is None or before == sql.PARKED else "lapsed"
+            )
+            reason = exhausted_reason(delivered - base, claim.max_attempts, last)
+            fence = (group_id, seq, claim.worker_id, attempt)
+            yield from _bury(fence, delivered, reason, claim.on_dead, now)
+            (result,) = yield (claim._claim(now),)
+            if not result.rows:
+                return None
+            row = result.rows[0]
+            if not claim._due(row):
+                return claim._claimed(row)
+
+
+def _bury(
+    fence: tuple[str, int, str, int], attempts: int, reason: str, on_dead: str, now: float | None
+) -> Steps[bool]:
+    """Make the fenced head a dead letter (in a transaction); False if not current."""
+    (_, buried) = yield (
+        Stmt(sql.LOCK_LEASE, fence),
+        Stmt(sql.BURY, (*fence, attempts, reason, now)),
+    )
+    if buried.rowcount != 1:
+        return False
+    if on_dead == "hold":
+        yield (Stmt(sql.HOLD_GROUP, (*fence, sql.PARKED, attempts)),)
+    else:
+        yield (Stmt(sql.ACK, fence),)
+    return True
+
+
+class Claims:
+    """Builds the `Claim` for each call of one transport's ``claim``, and keeps the last
+    while the arguments are the very same objects (identity, so nothing escapes its
+    checks). The op holds only checked arguments, so threads may share it."""
+
+    __slots__ = ("_last", "max_attempts", "on_dead")
+
+    def __init__(self, max_attempts: int | None, on_dead: str) -> None:
+        self.max_attempts = max_attempts
+        self.on_dead = on_dead
+        self._last: tuple[object, object, object, Claim] | None = None
+
+    def __call__(self, worker_id: str, visibility: float, min_priority: int) -> Claim:
+        last = self._last
+        if (
+            last is not None
+            and last[0] is worker_id
+            and last[1] is visibility
+            and last[2] is min_priority
+        ):
+            return last[3]
+        op = Claim(worker_id, visibility, min_priority, self.max_attempts, self.on_dead)
+        self._last = (worker_id, visibility, min_priority, op)
+        return op
+
+
+class NextDue(Operation[float | None]):
+    """Seconds until the next lease or park ends (None: none is running)."""
+
+    __slots__ = ()
+    call = "claim"
+    writes = False
+
+    def fast(self, now: float | None) -> Batch:
+        return (Stmt(sql.NEXT_DUE, (now,)),)
+
+    def done(self, results: list[Result], now: float | None) -> float | None:
+        due: float | None = results[0].rows[0][0]
+        return due
+
+
+class Waiter(Operation[None]):
+    """Register (or unregister) a listener's backend as having a claim blocked."""
+
+    __slots__ = ("pid", "present")
+    call = "claim"
+    writes = False
+
+    def __init__(self, pid: int, present: bool) -> None:
+        self.pid, self.present = pid, present
+
+    def fast(self, now: float | None) -> Batch:
+        return (Stmt(sql.REGISTER_WAITER if self.present else sql.UNREGISTER_WAITER, (self.pid,)),)
+
+    def done(self, results: list[Result], now: float | None) -> None:
+        return None
+
+
+# --- settle ------------------------------------------------------------------------------------
+
+
+def _fence(lease: Lease[object]) -> tuple[str, int, str, int]:
+    return (lease.group_id, lease.seq, lease.worker_id, lease.attempt)  # FENCE_NAMES
+
+
+class _Settle(Operation[T]):
+    __slots__ = ("fence", "lease")
+
+    def __init__(self, lease: Lease[Any]) -> None:
+        self.lease = check_lease(lease)
+        self.fence = _fence(lease)
+
+    def _held(self, changed: int) -> None:
+        # Nothing matched the fence: the lease lapsed and the message was claimed again,
+        # or it was settled already.
+        if changed != 1:
+            raise LeaseLost(self.lease)
+
+
+class Ack(_Settle[None]):
+    """Lock the group first, then remove the head in a fresh statement (whose snapshot
+    includes a publish to the group that committed meanwhile): one round trip."""
+
+    __slots__ = ()
+    call = "ack"
+
+    def fast(self, now: float | None) -> Batch:
+        return (_BEGIN, Stmt(sql.LOCK_LEASE, self.fence), Stmt(sql.ACK, self.fence), _COMMIT)
+
+    def done(self, results: list[Result], now: float | None) -> None:
+        self._held(results[2].rows[0][0])
+
+
+class Nack(_Settle[None]):
+    __slots__ = ("delay",)
+    call = "nack"
+
+    def __init__(self, lease: Lease[Any], delay: float) -> None:
+        super().__init__(lease)
+        self.delay = check_delay(delay)
+
+    def fast(self, now: float | None) -> Batch:
+        if self.delay > 0:  # park: the group stays held until the delay has passed
+            return (Stmt(sql.RELEASE, (*self.fence, sql.PARKED, now, self.delay)),)
+        return (Stmt(sql.FREE, self.fence),)
+
+    def done(self, results: list[Result], now: float | None) -> None:
+        self._held(results[0].rows[0][0])
+
+
+class Extend(_Settle[Lease[T]]):
+    __slots__ = ("visibility",)
+    call = "extend"
+    lease: Lease[T]
+
+    def __init__(self, lease: Lease[T], visibility: float) -> None:
+        super().__init__(lease)
+        self.visibility = check_visibility(visibility)
+
+    def fast(self, now: float | None) -> Batch:
+        return (Stmt(sql.EXTEND, (*self.fence, now, self.visibility)),)
+
+    def done(self, results: list[Result], now: float | None) -> Lease[T]:
+        rows = results[0].rows
+        self._held(len(rows))
+        lease = self.lease
+        return Lease(
+            lease.seq, lease.group_id, lease.event, lease.worker_id, lease.attempt, rows[0][0]
+        )
+
+
+class Bury(_Settle[None]):
+    """A dead letter now, fenced like an ack, under ``on_dead``."""
+
+    __slots__ = ("on_dead", "reason")
+    call = "bury"
+
+    def __init__(self, lease: Lease[Any], reason: str, on_dead: str) -> None:
+        super().__init__(lease)
+        self.reason = buried_reason(check_reason(reason))
+        self.on_dead = on_dead
+
+    def steps(self, now: float | None) -> Steps[None]:
+        buried = yield from _bury(self.fence, self.lease.attempt, self.reason, self.on_dead, now)
+        self._held(int(buried))
+
+
+# --- admin ------------------------------------------------------------------------------------
+
+
+class _Read(Operation[T]):
+    __slots__ = ()
+    call = "admin"
+    writes = False
+    begin = sql.BEGIN_READ
+
+
+class Stats(_Read[QueueStats]):
+    __slots__ = ()
+    call = "stats"
+
+    def steps(self, now: float | None) -> Steps[QueueStats]:
+        live, dead_rows = yield (
+            Stmt(sql.MESSAGE_COUNTS, (sql.PARKED, now)),
+            Stmt(sql.DEAD_COUNTS),
+        )
+        counts = {
+            p: (int(ready), int(leased), int(parked)) for p, ready, leased, parked in live.rows
+        }
+        dead = {p: int(n) for p, n in dead_rows.rows}
+        by_priority = tuple(
+            PriorityStats(p, *counts.get(p, (0, 0, 0)), dead=dead.get(p, 0))
+            for p in sorted(counts.keys() | dead.keys())
+        )
+        return QueueStats(
+            ready=sum(p.ready for p in by_priority),
+            in_flight=sum(p.in_flight for p in by_priority),
+            parked=sum(p.parked for p in by_priority),
+            dead=sum(p.dead for p in by_priority),
+            by_priority=by_priority,
+        )
+
+
+def _group_info(row: Sequence[Any], now: float) -> GroupInfo:
+    group_id, priority, head_seq, last_claimed_at, locked_by, lock_expiry, depth = row
+    state: GroupState
+    if lock_expiry == sql.HELD:
+        state, depth = "held", depth - 1
+    elif locked_by is None or lock_expiry < now:
+        state = "ready"
+    else:
+        state = "parked" if locked_by == sql.PARKED else "in_flight"
+    return GroupInfo(
+        group_id=group_id,
+        priority=priority,
+        depth=depth,
+        head_seq=head_seq,
+        state=state,
+        busy_until=lock_expiry if state in ("parked", "in_flight") else None,
+        last_claimed_at=last_claimed_at or None,
+    )
+
+
+class Groups(_Read[list[GroupInfo]]):
+    __slots__ = ("limit",)
+    call = "groups"
+
+    def __init__(self, limit: int) -> None:
+        self.limit = check_limit(limit)
+
+    def steps(self, now: float | None) -> Steps[list[GroupInfo]]:
+        clock, rows = yield (Stmt(sql.SERVER_NOW, (now,)), Stmt(sql.DEEPEST_GROUPS, (self.limit,)))
+        at = clock.rows[0][0]
+        return [_group_info(row, at) for row in rows.rows]
+
+
+class DeadLetters(_Read[list[DeadLetter]]):
+    __slots__ = ("limit",)
+    call = "dead_letters"
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = None if limit is None else check_limit(limit)
+
+    def steps(self, now: float | None) -> Steps[list[DeadLetter]]:
+        (result,) = yield (Stmt(sql.LIST_DEAD_LETTERS, (self.limit,)),)
+        return [
+            DeadLetter(seq, group_id, priority, event, attempts, reason, dead_at, bool(held))
+            for seq, group_id, priority, event, attempts, reason, dead_at, held in result.rows
+        ]
+
+
+class HeldGroups(_Read[list[HeldGroup]]):
+    __slots__ = ()
+    call = "held_groups"
+
+    def steps(self, now: float | None) -> Steps[list[HeldGroup]]:
+        (result,) = yield (Stmt(sql.LIST_HELD_GROUPS),)
+        return [
+            HeldGroup(group_id=group_id, seq=seq, waiting=waiting, since=dead_at)
+            for group_id, seq, dead_at, waiting in result.rows
+        ]
+
+
+class Requeue(Operation[bool]):
+    __slots__ = ("seq",)
+    call = "requeue"
+
+    def __init__(self, seq: int) -> None:
+        self.seq = check_seq(seq)
+
+    def steps(self, now: float | None) -> Steps[bool]:
+        seq = self.seq
+        (found,) = yield (Stmt(sql.DEAD_LETTER, (seq,)),)
+        if not found.rows:
+            return False
+        group_id, _, held = found.rows[0]
+        if held:
+            yield (Stmt(sql.UNHOLD_GROUP, (group_id, seq)), Stmt(sql.FORGET_DEAD_LETTER, (seq,)))
+            return True
+        (holder,) = yield (Stmt(sql.GROUP_HOLDER, (group_id, sql.PARKED)),)
+        if holder.rows:
+            locked_by, head, is_held = holder.rows[0]
+            if is_held:
+                raise RequeueRefused(seq, group_id, None, head)
+            raise RequeueRefused(seq, group_id, locked_by)
+        yield (
+            Stmt(sql.STASH_HEAD_ATTEMPT, (group_id, seq)),
+            Stmt(sql.RESTORE_MESSAGE, (seq,)),
+            Stmt(sql.RESTORE_HEAD, (seq,)),
+            Stmt(sql.FORGET_DEAD_LETTER, (seq,)),
+        )
+        return True
+
+
+class Discard(Operation[bool]):
+    __slots__ = ("seq",)
+    call = "discard"
+
+    def __init__(self, seq: int) -> None:
+        self.seq = check_seq(seq)
+
+    def steps(self, now: float | None) -> Steps[bool]:
+        seq = self.seq
+        (found,) = yield (Stmt(sql.DEAD_LETTER, (seq,)),)
+        if not found.rows:
+            return False
+        group_id, _, held = found.rows[0]
+        if held:  # its row in `messages` goes too, which frees the group
+            yield (Stmt(sql.LOCK_GROUP_ROW, (group_id,)),)
+            yield (Stmt(sql.DROP_HELD_HEAD, (group_id, seq)),)
+        yield (Stmt(sql.FORGET_DEAD_LETTER, (seq,)),)
+        return True
+
+
+class PurgeGroup(Operation[int]):
+    __slots__ = ("group_id",)
+    call = "purge_group"
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = check_group_id(group_id)
+
+    def steps(self, now: float | None) -> Steps[int]:
+        g = (self.group_id,)
+        yield (Stmt(sql.LOCK_GROUP_ROW, g),)
+        _, messages, dead = yield (
+            Stmt(sql.DROP_GROUP, g),
+            Stmt(sql.PURGE_MESSAGES, g),
+            Stmt(sql.PURGE_DEAD_LETTERS, g),
+        )
+        # A held dead letter is in both tables; count it once.
+        return len({row[0] for row in messages.rows} | {row[0] for row in dead.rows})

@@ -1,0 +1,575 @@
+"""The PostgreSQL schema and every statement the backend runs; nothing else.
+
+One schema is one queue. `groups` holds one row per group that has messages: its head,
+depth, the head's lease or park, and its turn in the round-robin. `messages` holds every
+unacked message under its group. A claim picks a group row through a small partial index
+of free groups and locks it (`FOR NO KEY UPDATE SKIP LOCKED`), so claims on different
+groups never wait for each other and never look at the backlog.
+
+Each statement is a `Statement`: its text, with ``{s}`` where the schema goes and
+``:name`` for each parameter, and the names of its parameters, declared once. Imports no
+driver.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+from transports_core.backend import RESERVED_PREFIX
+
+# Stored in `meta`: a schema with another version is refused (or, one day, migrated).
+SCHEMA_VERSION: Final = 1
+# Written beside the version, so that a schema holding someone else's `meta` is refused too.
+OWNER: Final = "durable-transports"
+
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A statement as data: ``text`` and the ``names`` of its parameters, in the order an
+    operation binds them. Raises ``ValueError`` unless the names are exactly the text's."""
+
+    text: str
+    names: tuple[str, ...] = ()
+    _rendered: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        used = set(_NAMED.findall(self.text))
+        if len(set(self.names)) != len(self.names) or used != set(self.names):
+            raise ValueError(f"parameters {sorted(used)} of the statement, named {self.names}")
+
+    def render(self, schema: str) -> str:
+        """The text psycopg runs for the queue in ``schema`` (its plain name); the
+        notification channel is named after the schema too."""
+        text = self._rendered.get(schema)
+        if text is None:
+            text = self.text.replace("%", "%%").replace("{s}", quote_ident(schema))
+            text = text.replace("{channel}", quote_literal(schema))
+            text = _NAMED.sub(lambda match: f"%({match[1]})s", text)
+            self._rendered[schema] = text
+        return text
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a quoted SQL identifier (the URL parser has whitelisted it already)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(text: str) -> str:
+    """``text`` as a SQL string literal (a whitelisted schema name)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+# The holder of a parked head, where a worker's id would be: inside core's reserved prefix.
+PARKED: Final = RESERVED_PREFIX + "parked__"
+# A held dead letter's lock_expiry: later than any clock, so its group is never ready.
+HELD: Final = float("inf")
+
+# The transaction's "now": the injected clock's reading, else the server's clock, which is
+# one clock for every host. date_part gives double precision (extract gives numeric).
+_NOW = "coalesce(:now::float8, date_part('epoch', statement_timestamp()))"
+
+BEGIN: Final = Statement("BEGIN")
+# Admin reads: one consistent snapshot, and never a write.
+BEGIN_READ: Final = Statement("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+COMMIT: Final = Statement("COMMIT")
+ROLLBACK: Final = Statement("ROLLBACK")
+
+# --- the schema ---------------------------------------------------------------------------
+
+# What the schema holds now: whether it exists, how many relations it has, and whether
+# it has a `meta` table (read without locking, then again under the advisory lock before
+# anything is created).
+READ_IDENTITY: Final = Statement(
+    """
+SELECT n.oid IS NOT NULL,
+       (SELECT count(*) FROM pg_class c WHERE c.relnamespace = n.oid),
+       to_regclass(quote_ident(:schema) || '.meta') IS NOT NULL
+  FROM (SELECT :schema::text AS name) want
+  LEFT JOIN pg_namespace n ON n.nspname = want.name
+""",
+    ("schema",),
+)
+READ_META: Final = Statement("SELECT key, value FROM {s}.meta")
+
+# Two openers of a new queue on any hosts: the second waits here, then finds the schema.
+SETUP_LOCK: Final = Statement(
+    "SELECT pg_advisory_xact_lock(hashtext('durable-transports'), hashtext(:schema))",
+    ("schema",),
+)
+
+CREATE_SCHEMA: Final = Statement("CREATE SCHEMA IF NOT EXISTS {s}")
+
+SCHEMA: Final = (
+    Statement("CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)"),
+    Statement(
+        "INSERT INTO {s}.meta (key, value) VALUES ('owner', :owner), ('version', :version)",
+        ("owner", "version"),
+    ),
+    # Seqs are drawn from a sequence, which never hands a value out twice (not even after
+    # a crash), and always under the group's row lock, so a group's seq order is its
+    # commit order.
+    Statement("CREATE SEQUENCE {s}.seqs AS bigint"),
+    # A group's messages in seq order, found by the primary key: the next head is the
+    # first seq above the acked one. Events are text, byte for byte (jsonb rewrites them).
+    # `attempt`: deliveries before it became a head again (a requeued or displaced head);
+    # `base`: deliveries it had when last requeued (max_attempts counts from there).
+    Statement(
+        """
+CREATE TABLE {s}.messages (
+    group_id text     NOT NULL,
+    seq      bigint   NOT NULL,
+    priority smallint NOT NULL,
+    event    text     NOT NULL,
+    attempt  integer  NOT NULL DEFAULT 0,
+    base     integer  NOT NULL DEFAULT 0,
+    PRIMARY KEY (group_id, seq)
+)"""
+    ),
+    # One row per group with messages. `locked_by` is the worker holding the head's lease,
+    # PARKED, or NULL; `lock_expiry` when that lease or park ends (HELD: a held dead
+    # letter); `busy_until` is lock_expiry while it runs, NULL once free or lapsed.
+    Statement(
+        """
+CREATE TABLE {s}.groups (
+    group_id        text     PRIMARY KEY,
+    priority        smallint NOT NULL,
+    head_seq        bigint   NOT NULL,
+    depth           integer  NOT NULL,
+    attempt         integer  NOT NULL DEFAULT 0,
+    locked_by       text,
+    lock_expiry     float8,
+    busy_until      float8,
+    last_claimed_at float8   NOT NULL DEFAULT 0
+)"""
+    ),
+    # The free groups in round-robin order (0: never claimed, so first): a claim reads the
+    # front of this index and nothing else.
+    Statement(
+        "CREATE INDEX groups_ready ON {s}.groups (last_claimed_at, head_seq) "
+        "WHERE busy_until IS NULL"
+    ),
+    # The busy groups by when they come free: the wake-up and a waiting claim's timer.
+    Statement("CREATE INDEX groups_busy ON {s}.groups (busy_until) WHERE busy_until IS NOT NULL"),
+    Statement(
+        """
+CREATE TABLE {s}.dead_letters (
+    seq      bigint   PRIMARY KEY,
+    group_id text     NOT NULL,
+    priority smallint NOT NULL,
+    event    text     NOT NULL,
+    attempts integer  NOT NULL,
+    reason   text     NOT NULL,
+    dead_at  float8   NOT NULL
+)"""
+    ),
+    Statement("CREATE INDEX dead_letters_by_group ON {s}.dead_letters (group_id, seq)"),
+    # Backends (by pid) of listeners with a claim blocked right now. A change that makes a
+    # group ready notifies only while this is not empty: a NOTIFY serializes commits
+    # database-wide, so a queue nobody waits on must never pay for one.
+    Statement("CREATE UNLOGGED TABLE {s}.waiters (pid integer PRIMARY KEY)"),
+    # Every claim and ack rewrites a group row and both its index entries: vacuum the
+    # small, hot table after a fixed number of dead rows, not a fraction of its size.
+    Statement(
+        "ALTER TABLE {s}.groups SET (autovacuum_vacuum_scale_factor = 0, "
+        "autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0)"
+    ),
+    Statement(
+        "ALTER TABLE {s}.messages SET (autovacuum_vacuum_scale_factor = 0.02, "
+        "autovacuum_vacuum_insert_scale_factor = 0.05)"
+    ),
+)
+
+# --- notifications ------------------------------------------------------------------------
+
+# A NOTIFY, sent at commit, only when some listener has a claim blocked.
+_NOTIFY = "pg_notify({channel}, '')"
+_ANY_WAITER = "EXISTS (SELECT 1 FROM {s}.waiters)"
+
+LISTEN_PID: Final = Statement("SELECT pg_backend_pid()")
+
+# Stale rows (a killed process) are cleared by the next registration.
+REGISTER_WAITER: Final = Statement(
+    """
+WITH stale AS (
+    DELETE FROM {s}.waiters w
+     WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.pid)
+)
+INSERT INTO {s}.waiters (pid) VALUES (:pid) ON CONFLICT DO NOTHING
+""",
+    ("pid",),
+)
+UNREGISTER_WAITER: Final = Statement("DELETE FROM {s}.waiters WHERE pid = :pid", ("pid",))
+
+# When the next lease or park ends (seconds from now), for a blocked claim's timer.
+NEXT_DUE: Final = Statement(
+    f"""
+SELECT min(busy_until) - {_NOW} FROM {{s}}.groups
+ WHERE busy_until IS NOT NULL AND busy_until < 'Infinity'
+""",
+    ("now",),
+)
+
+# --- publish --------------------------------------------------------------------------------
+
+# Lock the group row first (creating it, empty, if it is new): a conflicting row is
+# locked even though the WHERE updates nothing. Everything after runs under that lock.
+LOCK_GROUP: Final = Statement(
+    """
+INSERT INTO {s}.groups (group_id, priority, head_seq, depth) VALUES (:group_id, :priority, 0, 0)
+ON CONFLICT (group_id) DO UPDATE SET depth = {s}.groups.depth WHERE false
+""",
+    ("group_id", "priority"),
+)
+
+# In a fresh statement, under the lock: draw the seq, store the message, count it in; a
+# group that was empty (new) gets it as its head, and a blocked claim is woken.
+APPEND: Final = Statement(
+    f"""
+WITH m AS (
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event)
+    VALUES (:group_id, nextval('{{s}}.seqs'), :priority, :event)
+    RETURNING seq
+), g AS (
+    UPDATE {{s}}.groups g
+       SET depth = g.depth + 1,
+           head_seq = CASE WHEN g.depth = 0 THEN m.seq ELSE g.head_seq END
+      FROM m
+     WHERE g.group_id = :group_id
+    RETURNING m.seq, g.depth
+)
+SELECT seq, CASE WHEN depth = 1 AND {_ANY_WAITER} THEN {_NOTIFY} END FROM g
+""",
+    ("group_id", "priority", "event"),
+)
+
+# publish_many: lock every group of the batch (in group order, so two batches never
+# deadlock), then draw the batch's seqs under those locks.
+LOCK_GROUPS: Final = Statement(
+    """
+INSERT INTO {s}.groups (group_id, priority, head_seq, depth)
+SELECT g, p, 0, 0 FROM unnest(:group_ids::text[], :priorities::smallint[]) AS b (g, p)
+ ORDER BY g
+ON CONFLICT (group_id) DO UPDATE SET depth = {s}.groups.depth WHERE false
+""",
+    ("group_ids", "priorities"),
+)
+DRAW_SEQS: Final = Statement(
+    "SELECT nextval('{s}.seqs') FROM generate_series(1, :count)", ("count",)
+)
+APPEND_MANY: Final = Statement(
+    """
+INSERT INTO {s}.messages (group_id, seq, priority, event)
+SELECT * FROM unnest(:group_ids::text[], :seqs::bigint[], :priorities::smallint[],
+                     :events::text[])
+""",
+    ("group_ids", "seqs", "priorities", "events"),
+)
+# Each group of the batch: how many it gained and its first seq (the head of a new one).
+COUNT_IN_MANY: Final = Statement(
+    f"""
+WITH g AS (
+    UPDATE {{s}}.groups g
+       SET depth = g.depth + b.n,
+           head_seq = CASE WHEN g.depth = 0 THEN b.first ELSE g.head_seq END
+      FROM unnest(:group_ids::text[], :counts::integer[], :firsts::bigint[]) AS b (g, n, first)
+     WHERE g.group_id = b.g
+    RETURNING g.depth = b.n AS created
+)
+SELECT CASE WHEN bool_or(created) AND {_ANY_WAITER} THEN {_NOTIFY} END FROM g
+""",
+    ("group_ids", "counts", "firsts"),
+)
+
+# --- claim ------------------------------------------------------------------------------------
+
+# Lapsed leases and ended parks make their groups free again. Only busy_until changes: the
+# lease columns stay, so the lapsed worker's ack, nack or extend still matches until the
+# group is claimed again. Groups another claimer is waking are skipped, not waited for.
+WAKE_LAPSED: Final = Statement(
+    f"""
+UPDATE {{s}}.groups SET busy_until = NULL
+ WHERE group_id IN (SELECT group_id FROM {{s}}.groups WHERE busy_until < {_NOW}
+                    FOR NO KEY UPDATE SKIP LOCKED)
+""",
+    ("now",),
+)
+
+# The oldest-served free group at or above the floor, locked, or skipped if another
+# claimer holds it: exclusivity is the row lock, never a unique violation or an advisory
+# lock. Its head is leased and the group goes to the back of the round-robin. What comes
+# back: the lease, the head's event and requeue base, and who held the group before (a
+# worker whose lease lapsed, or not), for the dead-letter reason.
+CLAIM: Final = Statement(
+    f"""
+WITH c AS (
+    SELECT group_id, locked_by FROM {{s}}.groups
+     WHERE busy_until IS NULL AND priority >= :min_priority
+     ORDER BY last_claimed_at, head_seq
+     LIMIT 1
+     FOR NO KEY UPDATE SKIP LOCKED
+), t AS (SELECT {_NOW} AS now)
+UPDATE {{s}}.groups g
+   SET locked_by = :worker_id, lock_expiry = t.now + :visibility,
+       busy_until = t.now + :visibility, attempt = g.attempt + 1, last_claimed_at = t.now
+  FROM c, t, {{s}}.messages m
+ WHERE g.group_id = c.group_id AND m.group_id = g.group_id AND m.seq = g.head_seq
+RETURNING g.head_seq, g.group_id, m.event, g.attempt, g.lock_expiry, m.base, c.locked_by
+""",
+    ("min_priority", "now", "worker_id", "visibility"),
+)
+
+# --- settle -------------------------------------------------------------------------------------
+
+# ack, nack, extend and bury act only on the current lease: the group's head is that seq,
+# held by the same worker with the same attempt. A re-claim bumps attempt, so a stale
+# worker matches no row.
+_FENCE = (
+    "group_id = :group_id AND head_seq = :seq AND locked_by = :worker_id AND attempt = :attempt"
+)
+FENCE_NAMES: Final = ("group_id", "seq", "worker_id", "attempt")
+
+# First lock the group, fenced: a publish to it that is committing now finishes first.
+LOCK_LEASE: Final = Statement(f"SELECT 1 FROM {{s}}.groups WHERE {_FENCE} FOR UPDATE", FENCE_NAMES)
+
+
+def _remove_head(holds: str, names: tuple[str, ...]) -> Statement:
+    # Run in a fresh statement once the group row is locked, so its snapshot includes any
+    # publish that committed meanwhile: the head goes, and the next message (the first seq
+    # above it) becomes the head, free, with the deliveries it had; a group with none left
+    # goes too. A blocked claim is woken when a group becomes ready.
+    return Statement(
+        f"""
+WITH lease AS (
+    SELECT group_id, head_seq FROM {{s}}.groups WHERE {holds}
+), gone AS (
+    DELETE FROM {{s}}.messages m USING lease
+     WHERE m.group_id = lease.group_id AND m.seq = lease.head_seq
+    RETURNING m.seq
+), nxt AS (
+    SELECT m.seq, m.attempt FROM {{s}}.messages m, lease
+     WHERE m.group_id = lease.group_id AND m.seq > lease.head_seq
+     ORDER BY m.seq LIMIT 1
+), moved AS (
+    UPDATE {{s}}.groups g
+       SET head_seq = nxt.seq, attempt = nxt.attempt, depth = g.depth - 1,
+           locked_by = NULL, lock_expiry = NULL, busy_until = NULL
+      FROM nxt, lease
+     WHERE g.group_id = lease.group_id
+    RETURNING 1
+), dropped AS (
+    DELETE FROM {{s}}.groups g USING lease
+     WHERE g.group_id = lease.group_id AND NOT EXISTS (SELECT 1 FROM nxt)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone),
+       (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM moved) AND {_ANY_WAITER}),
+       (SELECT count(*) FROM dropped)
+""",
+        names,
+    )
+
+
+ACK: Final = _remove_head(_FENCE, FENCE_NAMES)
+
+# A nack frees the head at once (locked_by NULL) or parks it until :lock_expiry.
+RELEASE: Final = Statement(
+    f"""
+WITH r AS (
+    UPDATE {{s}}.groups SET locked_by = :locked_by, lock_expiry = {_NOW} + :delay,
+           busy_until = {_NOW} + :delay
+     WHERE {_FENCE}
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM r),
+       (SELECT {_NOTIFY} WHERE :delay = 0 AND EXISTS (SELECT 1 FROM r) AND {_ANY_WAITER})
+""",
+    (*FENCE_NAMES, "locked_by", "now", "delay"),
+)
+# A nack with no delay frees the group: lock_expiry and busy_until go NULL.
+FREE: Final = Statement(
+    f"""
+WITH r AS (
+    UPDATE {{s}}.groups SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL
+     WHERE {_FENCE}
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM r),
+       (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM r) AND {_ANY_WAITER})
+""",
+    FENCE_NAMES,
+)
+
+EXTEND: Final = Statement(
+    f"""
+UPDATE {{s}}.groups SET lock_expiry = {_NOW} + :visibility, busy_until = {_NOW} + :visibility
+ WHERE {_FENCE}
+RETURNING lock_expiry
+""",
+    (*FENCE_NAMES, "now", "visibility"),
+)
+
+# --- dead letters -----------------------------------------------------------------------------
+
+# The head, fenced by the lease that delivered it, copied to the dead letters.
+BURY: Final = Statement(
+    f"""
+INSERT INTO {{s}}.dead_letters (seq, group_id, priority, event, attempts, reason, dead_at)
+SELECT m.seq, m.group_id, m.priority, m.event, :attempts, :reason, {_NOW}
+  FROM {{s}}.messages m JOIN {{s}}.groups g ON g.group_id = m.group_id AND g.head_seq = m.seq
+ WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+""",
+    (*FENCE_NAMES, "attempts", "reason", "now"),
+)
+
+# on_dead=hold: the dead letter stays its group's head, parked for ever, so nothing later
+# in the group is delivered. Its attempt is the deliveries it really had.
+HOLD_GROUP: Final = Statement(
+    f"""
+UPDATE {{s}}.groups SET locked_by = :parked, lock_expiry = 'Infinity',
+       busy_until = 'Infinity', attempt = :attempts
+ WHERE {_FENCE}
+""",
+    (*FENCE_NAMES, "parked", "attempts"),
+)
+
+_HELD_HEAD = "group_id = :group_id AND head_seq = :seq AND lock_expiry = 'Infinity'"
+# A discarded held dead letter leaves its group, which goes on with its next message.
+DROP_HELD_HEAD: Final = _remove_head(_HELD_HEAD, ("group_id", "seq"))
+
+# A requeued held dead letter is still its group's head: freed, with a fresh allowance.
+UNHOLD_GROUP: Final = Statement(
+    f"""
+WITH g AS (
+    UPDATE {{s}}.groups SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL
+     WHERE {_HELD_HEAD}
+    RETURNING group_id, head_seq, attempt
+), m AS (
+    UPDATE {{s}}.messages m SET base = g.attempt FROM g
+     WHERE m.group_id = g.group_id AND m.seq = g.head_seq
+)
+SELECT (SELECT count(*) FROM g),
+       (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM g) AND {_ANY_WAITER})
+""",
+    ("group_id", "seq"),
+)
+
+# The dead letter, locked, and whether it holds its group (it is still in `messages`).
+DEAD_LETTER: Final = Statement(
+    """
+SELECT d.group_id, d.attempts,
+       EXISTS (SELECT 1 FROM {s}.messages m WHERE m.group_id = d.group_id AND m.seq = d.seq)
+  FROM {s}.dead_letters d WHERE d.seq = :seq
+   FOR UPDATE
+""",
+    ("seq",),
+)
+
+# Who holds the group, locked: a worker's lease (lapsed ones included: they can still be
+# acked, which would act on the new head) or a held dead letter. A park is fine.
+GROUP_HOLDER: Final = Statement(
+    """
+SELECT locked_by, head_seq, lock_expiry = 'Infinity' FROM {s}.groups
+ WHERE group_id = :group_id
+   AND (locked_by <> :parked OR lock_expiry = 'Infinity')
+   FOR UPDATE
+""",
+    ("group_id", "parked"),
+)
+LOCK_GROUP_ROW: Final = Statement(
+    "SELECT 1 FROM {s}.groups WHERE group_id = :group_id FOR UPDATE", ("group_id",)
+)
+
+# A displaced head keeps its deliveries in its own row, for when it is the head again.
+STASH_HEAD_ATTEMPT: Final = Statement(
+    """
+UPDATE {s}.messages m SET attempt = g.attempt
+  FROM {s}.groups g
+ WHERE g.group_id = :group_id AND g.head_seq > :seq
+   AND m.group_id = g.group_id AND m.seq = g.head_seq
+""",
+    ("group_id", "seq"),
+)
+# The dead letter back under its own seq, in its place; the group (re)opened around it.
+RESTORE_MESSAGE: Final = Statement(
+    """
+INSERT INTO {s}.messages (group_id, seq, priority, event, attempt, base)
+SELECT group_id, seq, priority, event, attempts, attempts FROM {s}.dead_letters
+ WHERE seq = :seq
+""",
+    ("seq",),
+)
+RESTORE_HEAD: Final = Statement(
+    f"""
+WITH g AS (
+    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth, attempt)
+    SELECT group_id, priority, seq, 1, attempts FROM {{s}}.dead_letters WHERE seq = :seq
+    ON CONFLICT (group_id) DO UPDATE
+    SET head_seq = least({{s}}.groups.head_seq, excluded.head_seq),
+        attempt = CASE WHEN excluded.head_seq < {{s}}.groups.head_seq
+                       THEN excluded.attempt ELSE {{s}}.groups.attempt END,
+        depth = {{s}}.groups.depth + 1
+    RETURNING busy_until IS NULL AS ready
+)
+SELECT (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM g WHERE ready) AND {_ANY_WAITER})
+""",
+    ("seq",),
+)
+FORGET_DEAD_LETTER: Final = Statement("DELETE FROM {s}.dead_letters WHERE seq = :seq", ("seq",))
+
+# --- admin ------------------------------------------------------------------------------------
+
+# Per group priority. Only a head can be leased or parked; the messages behind it count as
+# ready. A held dead letter is counted as dead only.
+MESSAGE_COUNTS: Final = Statement(
+    f"""
+SELECT priority,
+       sum(depth - (locked_by IS NOT NULL AND lock_expiry >= t.now)::int)::bigint,
+       count(*) FILTER (WHERE locked_by <> :parked AND lock_expiry >= t.now),
+       count(*) FILTER (WHERE locked_by = :parked AND lock_expiry >= t.now
+                          AND lock_expiry < 'Infinity')
+  FROM {{s}}.groups, (SELECT {_NOW} AS now) t
+ GROUP BY priority
+""",
+    ("parked", "now"),
+)
+DEAD_COUNTS: Final = Statement("SELECT priority, count(*) FROM {s}.dead_letters GROUP BY priority")
+SERVER_NOW: Final = Statement(f"SELECT {_NOW}", ("now",))
+DEEPEST_GROUPS: Final = Statement(
+    """
+SELECT group_id, priority, head_seq, last_claimed_at, locked_by, lock_expiry, depth
+  FROM {s}.groups
+ ORDER BY depth DESC, head_seq
+ LIMIT :limit
+""",
+    ("limit",),
+)
+LIST_DEAD_LETTERS: Final = Statement(
+    """
+SELECT d.seq, d.group_id, d.priority, d.event, d.attempts, d.reason, d.dead_at,
+       EXISTS (SELECT 1 FROM {s}.messages m WHERE m.group_id = d.group_id AND m.seq = d.seq)
+  FROM {s}.dead_letters d
+ ORDER BY d.seq
+ LIMIT :limit
+""",
+    ("limit",),
+)
+LIST_HELD_GROUPS: Final = Statement(
+    """
+SELECT d.group_id, d.seq, d.dead_at, g.depth - 1
+  FROM {s}.dead_letters d
+  JOIN {s}.groups g ON g.group_id = d.group_id AND g.head_seq = d.seq
+ WHERE g.lock_expiry = 'Infinity'
+ ORDER BY d.seq
+""",
+)
+PURGE_MESSAGES: Final = Statement(
+    "DELETE FROM {s}.messages WHERE group_id = :group_id RETURNING seq", ("group_id",)
+)
+PURGE_DEAD_LETTERS: Final = Statement(
+    "DELETE FROM {s}.dead_letters WHERE group_id = :group_id RETURNING seq", ("group_id",)
+)
+DROP_GROUP: Final = Statement("DELETE FROM {s}.groups WHERE group_id = :group_id", ("group_id",))

@@ -1,0 +1,337 @@
+"""`PostgresTransport`: the operations of `_ops` run over a psycopg `ConnectionPool`.
+
+Each call borrows a pooled connection (autocommit: the operations write their own BEGIN
+and COMMIT, so a batch and its transaction go in one pipelined round trip), so threads
+sharing one transport run their calls in parallel. A blocked ``claim(wait=)`` sleeps on a
+condition that a dedicated LISTEN connection's thread signals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+import psycopg
+from psycopg.pq import ConnStatus
+from psycopg_pool import ConnectionPool
+
+from transports_core import (
+    DeadLetter,
+    Event,
+    GroupInfo,
+    HeldGroup,
+    Lease,
+    QueueStats,
+    TransportError,
+)
+from transports_core.backend import EventCodec, check_wait
+
+try:
+    from typing import Self
+except ImportError:  # Python 3.10
+    from typing_extensions import Self
+
+from . import _ops
+from . import _sql as sql
+from ._errors import Call, postgres_errors
+from ._url import PostgresOptions
+
+E = TypeVar("E")
+T = TypeVar("T")
+
+Conn = psycopg.Connection[Any]
+
+# A blocked claim looks again at least this often (seconds), in case a notification was
+# missed in the moment a waiter registers; with an injected clock, time moves without
+# any event, so it looks often.
+RECHECK = 1.0
+RECHECK_INJECTED_CLOCK = 0.05
+# How often the listener thread looks up from the socket to see whether to stop.
+LISTEN_TICK = 0.5
+
+
+def _bind(stmt: _ops.Stmt) -> dict[str, Any]:
+    return dict(zip(stmt.statement.names, stmt.params, strict=True))
+
+
+def _result(cursor: psycopg.Cursor[Any]) -> _ops.Result:
+    rows = cursor.fetchall() if cursor.description else []
+    return _ops.Result(rows, cursor.rowcount)
+
+
+def run_batch(conn: Conn, schema: str, batch: _ops.Batch, call: Call) -> list[_ops.Result]:
+    """Run ``batch`` in one round trip (pipelined when it has several statements)."""
+    call.sent = True
+    if len(batch) == 1:
+        stmt = batch[0]
+        return [_result(conn.execute(stmt.statement.render(schema), _bind(stmt)))]
+    with conn.pipeline():
+        cursors = [conn.execute(s.statement.render(schema), _bind(s)) for s in batch]
+    return [_result(cursor) for cursor in cursors]
+
+
+def perform(conn: Conn, schema: str, op: _ops.Operation[T], now: float | None, call: Call) -> T:
+    """Run ``op``: its fast path, then (if not finished) its steps in one transaction."""
+    batch = op.fast(now)
+    if batch is not None:
+        value = op.done(run_batch(conn, schema, batch, call) if batch else [], now)
+        if not isinstance(value, _ops.More):
+            return value
+        op = value.then or op
+    steps = op.steps(now)
+    try:
+        results = run_batch(conn, schema, (_ops.Stmt(op.begin), *next(steps)), call)[1:]
+        try:
+            while True:
+                results = run_batch(conn, schema, steps.send(results), call)
+        except StopIteration as stop:
+            value = stop.value
+        run_batch(conn, schema, (_ops.Stmt(sql.COMMIT),), call)
+    except BaseException:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
+        raise
+    return value  # type: ignore[no-any-return]
+
+
+def alive(conn: Conn) -> None:
+    """The pool's check on lending a connection, without a round trip: read whatever the
+    server sent while it sat idle (a termination, say), so that a dead connection is
+    replaced before a call is sent down it, not after."""
+    pgconn = conn.pgconn
+    if pgconn.status == ConnStatus.OK:
+        pgconn.consume_input()
+    if pgconn.status != ConnStatus.OK or conn.closed:
+        raise psycopg.OperationalError("the connection was closed while idle")
+
+
+class _Waker:
+    """The LISTEN connection and its thread, and the condition blocked claims sleep on."""
+
+    def __init__(self, options: PostgresOptions) -> None:
+        self._options = options
+        self._cond = threading.Condition()
+        self.generation = 0
+        self.closed = False
+        self.pid: int | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._waiting = 0
+        self._count = threading.Lock()
+
+    def _bump(self) -> None:
+        with self._cond:
+            self.generation += 1
+            self._cond.notify_all()
+
+    def _listen(self, ready: threading.Event) -> None:
+        conn: Conn | None = None
+        try:
+            conn = psycopg.connect(self._options.conninfo, autocommit=True)
+            conn.execute(f"LISTEN {sql.quote_ident(self._options.schema)}")
+            self.pid = conn.info.backend_pid
+            ready.set()
+            while not self.closed:
+                for _ in conn.notifies(timeout=LISTEN_TICK):
+                    self._bump()
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self.pid = None
+            ready.set()
+            self._bump()
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute(
+                        sql.UNREGISTER_WAITER.render(self._options.schema),
+                        {"pid": conn.info.backend_pid},
+                    )
+                conn.close()
+
+    def _start(self) -> int:
+        thread = self._thread
+        if thread is None or not thread.is_alive() or self.pid is None:
+            ready = threading.Event()
+            self._error = None
+            thread = threading.Thread(
+                target=self._listen, args=(ready,), name="transports-postgres-listen", daemon=True
+            )
+            self._thread = thread
+            thread.start()
+            ready.wait(self._options.pool_timeout)
+        pid = self.pid
+        if pid is None:
+            call = Call("claim", writes=False)
+            with postgres_errors(self._options.display, call):
+                if self._error is not None:
+                    raise self._error
+            raise TransportError(f"{self._options.display}: claim: cannot LISTEN for wake-ups")
+        return pid
+
+    @contextlib.contextmanager
+    def waiting(self, run: Any) -> Iterator[None]:
+        """Listen, and register as waiting while the block runs."""
+        with self._count:
+            pid = self._start()
+            if self._waiting == 0:
+                run(_ops.Waiter(pid, True))
+            self._waiting += 1
+        try:
+            yield
+        finally:
+            with self._count:
+                self._waiting -= 1
+                if self._waiting == 0 and not self.closed:
+                    with contextlib.suppress(TransportError):
+                        run(_ops.Waiter(pid, False))
+
+    def wait(self, seen: int, timeout: float) -> None:
+        with self._cond:
+            if self.generation == seen and not self.closed:
+                self._cond.wait(timeout)
+
+    def close(self) -> None:
+        self.closed = True
+        self._bump()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(LISTEN_TICK * 4)
+
+
+class PostgresTransport(Generic[E]):
+    """A durable transport in one PostgreSQL schema, over a psycopg connection pool."""
+
+    def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
+        self._options = options
+        self._schema = options.schema
+        self._where = f"{options.display} (schema {options.schema})"
+        self._codec: EventCodec[E] = EventCodec(event_type)
+        self._claims = _ops.Claims(options.max_attempts, options.on_dead)
+        self._clock = options.clock
+        self._closed = False
+        self._recheck = RECHECK if options.server_clock else RECHECK_INJECTED_CLOCK
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            options.conninfo,
+            min_size=options.pool_min_size,
+            max_size=options.pool_max_size,
+            timeout=options.pool_timeout,
+            kwargs={"autocommit": True},
+            check=alive,
+            open=False,
+            num_workers=1,
+            name=f"transports-{options.schema}",
+        )
+        self._waker = _Waker(options)
+        call = Call("open", writes=False)
+        try:
+            with postgres_errors(self._where, call):
+                self._pool.open(wait=True, timeout=options.pool_timeout)
+            self._run(_ops.Setup(self._schema))
+        except BaseException:
+            self._pool.close()
+            raise
+
+    def _run(self, op: _ops.Operation[T]) -> T:
+        if self._closed:
+            raise TransportError(f"{self!r} is closed")
+        call = Call(op.call, op.writes)
+        with postgres_errors(self._where, call), self._pool.connection() as conn:
+            return perform(conn, self._schema, op, self._clock(), call)
+
+    def publish(self, group_id: str, event: E, priority: int = 0) -> int:
+        return self._run(_ops.Publish(self._codec, group_id, event, priority))
+
+    def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
+        return self._run(_ops.PublishMany(self._codec, items))
+
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
+    ) -> Lease[E] | None:
+        op = self._claims(worker_id, visibility, min_priority)
+        wait = check_wait(wait)
+        claimed = self._run(op)
+        if claimed is None and wait > 0:
+            claimed = self._wait(op, wait)
+        return None if claimed is None else claimed.lease(self._codec)
+
+    def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
+        deadline = time.monotonic() + wait
+        waker = self._waker
+        try:
+            with waker.waiting(self._run):
+                while not waker.closed:
+                    seen = waker.generation
+                    claimed = self._run(op)
+                    left = deadline - time.monotonic()
+                    if claimed is not None or left <= 0:
+                        return claimed
+                    timeout = min(left, self._recheck)
+                    due = self._run(_ops.NextDue())
+                    if due is not None:
+                        timeout = min(timeout, max(due, 0.01))
+                    waker.wait(seen, timeout)
+        except TransportError:
+            if self._closed:  # closed from another thread while this claim was blocked
+                return None
+            raise
+        return None
+
+    def ack(self, lease: Lease[object]) -> None:
+        self._run(_ops.Ack(lease))
+
+    def nack(self, lease: Lease[object], delay: float = 0) -> None:
+        self._run(_ops.Nack(lease, delay))
+
+    def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
+        return self._run(_ops.Extend(lease, visibility))
+
+    def bury(self, lease: Lease[object], reason: str) -> None:
+        self._run(_ops.Bury(lease, reason, self._options.on_dead))
+
+    def stats(self) -> QueueStats:
+        return self._run(_ops.Stats())
+
+    def groups(self, limit: int = 10) -> list[GroupInfo]:
+        return self._run(_ops.Groups(limit))
+
+    def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        return self._run(_ops.DeadLetters(limit))
+
+    def held_groups(self) -> list[HeldGroup]:
+        return self._run(_ops.HeldGroups())
+
+    def requeue(self, seq: int) -> bool:
+        return self._run(_ops.Requeue(seq))
+
+    def discard(self, seq: int) -> bool:
+        return self._run(_ops.Discard(seq))
+
+    def purge_group(self, group_id: str) -> int:
+        return self._run(_ops.PurgeGroup(group_id))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._waker.close()
+        self._pool.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        t: type[BaseException] | None,
+        e: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._where}>"

@@ -1,0 +1,165 @@
+"""PostgreSQL URLs and options -> `PostgresOptions`, through one typed whitelist.
+
+The URL is libpq's: ``postgresql://[user[:password]@][host][:port][,...]/dbname?...``
+(``postgres://`` too), with sockets as ``host=/path`` or a percent-encoded host, and any
+libpq parameter in the query (``sslmode``, ``connect_timeout``, ``application_name``...).
+Our own options are taken out of the query (or come as keywords, typed); what is left
+goes to libpq, which checks it. Imports psycopg's conninfo parser only, not a connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, cast
+from urllib.parse import unquote
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from transports_core.backend import check_max_attempts, check_on_dead, redact_url
+
+URL_FORMS = (
+    "postgresql://user@host:5432/dbname?schema=NAME, "
+    "postgresql:///dbname?host=/var/run/postgresql, or postgres://..."
+)
+DEFAULT_SCHEMA = "durable_transports"
+# A plain identifier: it is also the LISTEN channel, and it appears in messages.
+_SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+OnDead = Literal["release", "hold"]
+
+
+def _no_clock() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class PostgresOptions:
+    """Everything a PostgreSQL transport is opened with.
+
+    ``conninfo``: the URL as libpq takes it, our options removed (it may hold a password:
+    never print it; `display` is the redacted form).
+    ``schema``: the queue; one schema is one queue, created on first open.
+    ``pool_min_size`` / ``pool_max_size``: connections the pool keeps / may open.
+    ``pool_timeout``: seconds a call waits for a free connection before failing.
+    ``max_attempts``: deliveries before the claim that would deliver again buries it
+    instead; None (default): never. ``on_dead``: ``release`` (default) or ``hold``.
+    ``clock``: seconds since the epoch, for tests (keyword only); by default every
+    timestamp is the server's clock, one clock for every host.
+    """
+
+    conninfo: str = field(repr=False)
+    display: str = ""
+    schema: str = DEFAULT_SCHEMA
+    pool_min_size: int = 1
+    pool_max_size: int = 10
+    pool_timeout: float = 30.0
+    max_attempts: int | None = None
+    on_dead: OnDead = "release"
+    clock: Callable[[], float | None] = field(default=_no_clock)
+
+    @property
+    def server_clock(self) -> bool:
+        return self.clock is _no_clock
+
+
+def _schema(value: object) -> str:
+    if not isinstance(value, str) or not _SCHEMA.fullmatch(value):
+        raise ValueError(
+            f"schema must be a plain identifier (letters, digits, _; not starting with a "
+            f"digit; at most 63 characters), got {value!r}"
+        )
+    if value.lower().startswith("pg_") or value.lower() == "information_schema":
+        raise ValueError(f"schema {value!r} is reserved by PostgreSQL")
+    return value
+
+
+def _whole(name: str, low: int) -> Callable[[object], int]:
+    def check(value: object) -> int:
+        if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+        return value
+
+    return check
+
+
+def _seconds(name: str) -> Callable[[object], float]:
+    def check(value: object) -> float:
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+        if value == float("inf"):
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        return float(value)
+
+    return check
+
+
+def _clock(value: object) -> Callable[[], float]:
+    if not callable(value):
+        raise TypeError(f"clock must be a callable returning epoch seconds, got {value!r}")
+    return cast(Callable[[], float], value)
+
+
+_FROM_URL: dict[str, Callable[[object], object]] = {
+    "schema": _schema,
+    "pool_min_size": _whole("pool_min_size", 0),
+    "pool_max_size": _whole("pool_max_size", 1),
+    "pool_timeout": _seconds("pool_timeout"),
+    "max_attempts": check_max_attempts,
+    "on_dead": check_on_dead,
+}
+_FROM_KWARGS: dict[str, Callable[[object], object]] = {**_FROM_URL, "clock": _clock}
+
+
+def parse_url(url: str, options: Mapping[str, object]) -> PostgresOptions:
+    """Check ``url`` and ``options`` and return the options to open with."""
+    display = redact_url(url)
+    scheme, sep, rest = url.partition("://")
+    if scheme not in ("postgresql", "postgres") or not sep:
+        raise ValueError(f"malformed PostgreSQL URL {display!r}; use {URL_FORMS}")
+    if "#" in rest:
+        raise ValueError(f"PostgreSQL URL {display!r} has a fragment (#...); use {URL_FORMS}")
+    base, _, query = rest.partition("?")
+    chosen: dict[str, object] = {}
+    kept: list[str] = []
+    for pair in query.split("&") if query else ():
+        key, _, value = pair.partition("=")
+        key = unquote(key)
+        if key in _FROM_URL:
+            if key in chosen:
+                raise ValueError(f"PostgreSQL option {key!r} is given twice in {display!r}")
+            chosen[key] = _FROM_URL[key](unquote(value))
+        else:
+            kept.append(pair)
+    for key, given in options.items():
+        if key not in _FROM_KWARGS:
+            raise ValueError(
+                f"unknown PostgreSQL option {key!r}; known options: "
+                f"{', '.join(sorted(_FROM_KWARGS))} (and libpq's, in the URL)"
+            )
+        if key in chosen:
+            raise ValueError(f"PostgreSQL option {key!r} is given both in the URL and as a keyword")
+        chosen[key] = _FROM_KWARGS[key](given)
+    conninfo = f"{scheme}://{base}" + (f"?{'&'.join(kept)}" if kept else "")
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        # libpq's message names the bad part, never the password.
+        raise ValueError(
+            f"malformed PostgreSQL URL {display!r}: {str(exc).strip()}; use {URL_FORMS} "
+            f"(unknown query keys must be libpq parameters; ours: {', '.join(sorted(_FROM_URL))})"
+        ) from None
+    low, high = chosen.get("pool_min_size", 1), chosen.get("pool_max_size", 10)
+    assert isinstance(low, int)
+    assert isinstance(high, int)
+    if low > high:
+        raise ValueError(f"pool_min_size ({low}) must not exceed pool_max_size ({high})")
+    return PostgresOptions(conninfo=conninfo, display=display, **chosen)  # type: ignore[arg-type]
