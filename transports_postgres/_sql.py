@@ -286,14 +286,21 @@ SELECT CASE WHEN bool_or(created) AND {_ANY_WAITER} THEN {_NOTIFY} END FROM g
 
 # --- claim ------------------------------------------------------------------------------------
 
+# At most this many groups are woken per claim: a bound the planner sees (so a generic
+# plan seeks the index rather than hashing the table), and the next claim wakes the rest.
+# The rows are updated by their ctid, locked and so stable: a TID scan, no join.
+WAKE_BATCH: Final = 64
+
 # Lapsed leases and ended parks make their groups free again. Only busy_until changes: the
 # lease columns stay, so the lapsed worker's ack, nack or extend still matches until the
 # group is claimed again. Groups another claimer is waking are skipped, not waited for.
 WAKE_LAPSED: Final = Statement(
     f"""
 UPDATE {{s}}.groups SET busy_until = NULL
- WHERE group_id IN (SELECT group_id FROM {{s}}.groups WHERE busy_until < {_NOW}
-                    FOR NO KEY UPDATE SKIP LOCKED)
+ WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM {{s}}.groups WHERE busy_until < {_NOW}
+     ORDER BY busy_until LIMIT {WAKE_BATCH}
+       FOR NO KEY UPDATE SKIP LOCKED))
 """,
     ("now",),
 )
@@ -344,25 +351,26 @@ def _remove_head(holds: str, names: tuple[str, ...]) -> Statement:
     return Statement(
         f"""
 WITH lease AS (
-    SELECT group_id, head_seq FROM {{s}}.groups WHERE {holds}
+    SELECT 1 FROM {{s}}.groups WHERE {holds}
 ), gone AS (
-    DELETE FROM {{s}}.messages m USING lease
-     WHERE m.group_id = lease.group_id AND m.seq = lease.head_seq
-    RETURNING m.seq
+    DELETE FROM {{s}}.messages
+     WHERE group_id = :group_id AND seq = :seq AND EXISTS (SELECT 1 FROM lease)
+    RETURNING seq
 ), nxt AS (
-    SELECT m.seq, m.attempt FROM {{s}}.messages m, lease
-     WHERE m.group_id = lease.group_id AND m.seq > lease.head_seq
-     ORDER BY m.seq LIMIT 1
+    SELECT seq, attempt FROM {{s}}.messages
+     WHERE group_id = :group_id AND seq > :seq AND EXISTS (SELECT 1 FROM lease)
+     ORDER BY seq LIMIT 1
 ), moved AS (
     UPDATE {{s}}.groups g
        SET head_seq = nxt.seq, attempt = nxt.attempt, depth = g.depth - 1,
            locked_by = NULL, lock_expiry = NULL, busy_until = NULL
-      FROM nxt, lease
-     WHERE g.group_id = lease.group_id
+      FROM nxt
+     WHERE g.group_id = :group_id
     RETURNING 1
 ), dropped AS (
-    DELETE FROM {{s}}.groups g USING lease
-     WHERE g.group_id = lease.group_id AND NOT EXISTS (SELECT 1 FROM nxt)
+    DELETE FROM {{s}}.groups
+     WHERE group_id = :group_id AND EXISTS (SELECT 1 FROM lease)
+       AND NOT EXISTS (SELECT 1 FROM nxt)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone),

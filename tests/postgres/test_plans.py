@@ -1,0 +1,78 @@
+"""The statements on a worker's path use index seeks only, also as generic plans (what a
+prepared statement switches to), on a queue with a backlog."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+import pytest
+
+from transports_core import Event, Transport
+from transports_postgres import _sql as sql
+
+GROUPS = 2000
+PER_GROUP = 10
+
+# Each statement, and parameter values of the right types for the EXPLAIN.
+HOT = {
+    "claim": (sql.CLAIM, (0, None, "w", 30.0)),
+    "wake": (sql.WAKE_LAPSED, (None,)),
+    "next_due": (sql.NEXT_DUE, (None,)),
+    "lock_lease": (sql.LOCK_LEASE, ("g1", 1, "w", 1)),
+    "ack": (sql.ACK, ("g1", 1, "w", 1)),
+    "nack": (sql.FREE, ("g1", 1, "w", 1)),
+    "extend": (sql.EXTEND, ("g1", 1, "w", 1, None, 30.0)),
+    "publish_lock": (sql.LOCK_GROUP, ("g1", 0)),
+    "publish": (sql.APPEND, ("g1", 0, "{}")),
+}
+
+
+def _positional(stmt: sql.Statement, schema: str) -> str:
+    text = stmt.render(schema)
+    for number, name in enumerate(stmt.names, 1):
+        text = text.replace(f"%({name})s", f"${number}")
+    return text.replace("%%", "%")
+
+
+@pytest.fixture
+def loaded(
+    queue: Transport[Event], raw: psycopg.Connection[Any], schema_url: tuple[str, str]
+) -> str:
+    schema = schema_url[1]
+    queue.publish_many(
+        [(f"g{g}", Event(n=n), g % 5) for n in range(PER_GROUP) for g in range(GROUPS)]
+    )
+    for _ in range(GROUPS // 4):  # some busy groups too
+        assert queue.claim("w", 3600) is not None
+    raw.execute(f'ANALYZE "{schema}".groups')
+    raw.execute(f'ANALYZE "{schema}".messages')
+    return schema
+
+
+def _plan(raw: psycopg.Connection[Any], schema: str, name: str) -> str:
+    stmt, params = HOT[name]
+    raw.execute(f"PREPARE probe_{name} AS {_positional(stmt, schema)}")
+    args = ", ".join("NULL" if p is None else psycopg.sql.quote(p) for p in params)
+    return "\n".join(row[0] for row in raw.execute(f"EXPLAIN EXECUTE probe_{name}({args})"))
+
+
+def test_hot_statements_use_index_seeks_only_as_generic_plans(
+    loaded: str, raw: psycopg.Connection[Any]
+) -> None:
+    raw.execute("SET plan_cache_mode = force_generic_plan")
+    raw.execute("BEGIN")  # EXPLAIN of a write does not run it; rolled back all the same
+    try:
+        plans = {name: _plan(raw, loaded, name) for name in HOT}
+    finally:
+        raw.execute("ROLLBACK")
+    for name, plan in plans.items():
+        assert "Seq Scan on groups" not in plan, f"{name}:\n{plan}"
+        assert "Seq Scan on messages" not in plan, f"{name}:\n{plan}"
+        # No sort: the next head and the next group come off an index in order.
+        assert "Sort" not in plan, f"{name}:\n{plan}"
+        seeks = re.findall(r"Index (?:Only )?Scan(?: Backward)? using (\w+)", plan)
+        assert seeks or "Conflict Arbiter Indexes" in plan, f"{name}:\n{plan}"
+    assert "groups_ready" in plans["claim"], plans["claim"]
+    assert "groups_busy" in plans["wake"], plans["wake"]

@@ -1,0 +1,240 @@
+"""The races PostgreSQL makes subtle, staged deterministically on the real server: a
+transaction held open on a raw connection, a call blocked behind it (seen waiting on a
+lock in pg_stat_activity), then the commit."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from transports_core import Event, Lease, Transport, open_transport
+from transports_postgres import _sql as sql
+from transports_postgres._ops import Ack, Result
+from transports_postgres._sync import PostgresTransport
+
+Conn = psycopg.Connection[Any]
+
+
+def _run(conn: Conn, schema: str, stmt: sql.Statement, *params: object) -> list[Any]:
+    cursor = conn.execute(stmt.render(schema), dict(zip(stmt.names, params, strict=True)))
+    return cursor.fetchall() if cursor.description else []
+
+
+def _blocked_on_lock(raw: Conn, text: str, timeout: float = 20) -> int:
+    """Wait until a backend runs a statement containing ``text`` and waits for a lock;
+    return its pid."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = raw.execute(
+            "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND position(%s in query) > 0",
+            (text,),
+        ).fetchall()
+        if rows:
+            return int(rows[0][0])
+        time.sleep(0.01)
+    raise AssertionError(f"no backend blocked on a lock running {text!r}")
+
+
+def _in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    out: list[object] = []
+
+    def target() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _open_publish(schema_url: tuple[str, str], group: str, n: int) -> Conn:
+    """A publish to ``group`` that holds the group lock and has appended, uncommitted."""
+    url, schema = schema_url
+    conn = psycopg.connect(url, autocommit=True)
+    conn.execute("BEGIN")
+    _run(conn, schema, sql.LOCK_GROUP, group, 0)
+    _run(conn, schema, sql.APPEND, group, 0, Event(n=n).model_dump_json())
+    return conn
+
+
+class OneStatementAck(Ack):
+    """The ack this backend must not be: one statement, no lock taken first."""
+
+    __slots__ = ()
+
+    def fast(self, now: float | None) -> tuple[Any, ...]:
+        from transports_postgres._ops import Stmt
+
+        return (Stmt(sql.ACK, self.fence),)
+
+    def done(self, results: list[Result], now: float | None) -> None:
+        self._held(results[0].rows[0][0])
+
+
+@pytest.mark.parametrize("naive", [False, True], ids=["lock-first", "one-statement"])
+def test_ack_sees_a_publish_to_its_group_committing_meanwhile(
+    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str], naive: bool
+) -> None:
+    assert isinstance(queue, PostgresTransport)
+    queue.publish("g", Event(n=1))
+    lease = queue.claim("w", 60)
+    assert lease is not None
+    publisher = _open_publish(schema_url, "g", 2)
+    try:
+        op = OneStatementAck(lease) if naive else Ack(lease)
+        thread, out = _in_thread(lambda: queue._run(op))
+        _blocked_on_lock(raw, "groups")
+        publisher.execute("COMMIT")
+        thread.join(20)
+    finally:
+        publisher.close()
+    assert out == [None]
+    nxt = queue.claim("w", 60)
+    if naive:
+        # The race is real: the one-statement ack deleted the group row from a snapshot
+        # older than the publish, and the new message is stranded without a group.
+        assert nxt is None
+        orphans = raw.execute(
+            f'SELECT count(*) FROM "{schema_url[1]}".messages m WHERE NOT EXISTS '
+            f'(SELECT 1 FROM "{schema_url[1]}".groups g WHERE g.group_id = m.group_id)'
+        ).fetchone()
+        assert orphans == (1,)
+    else:
+        assert nxt is not None
+        assert nxt.event.n == 2
+
+
+def test_two_publishers_to_one_group_commit_in_seq_order(
+    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str]
+) -> None:
+    url, schema = schema_url
+    queue.publish("warm", Event(n=0))  # the schema exists
+    first = psycopg.connect(url, autocommit=True)
+    try:
+        first.execute("BEGIN")
+        _run(first, schema, sql.LOCK_GROUP, "g", 0)  # holds the group, has no seq yet
+        thread, out = _in_thread(lambda: queue.publish("g", Event(n=2)))
+        _blocked_on_lock(raw, "groups")
+        # The second publisher is waiting for the group: only now does the first draw.
+        ((first_seq, _),) = _run(first, schema, sql.APPEND, "g", 0, Event(n=1).model_dump_json())
+        first.execute("COMMIT")
+        thread.join(20)
+    finally:
+        first.close()
+    (second_seq,) = out
+    assert isinstance(second_seq, int)
+    assert first_seq < second_seq
+    queue.ack(_claim(queue))  # "warm"
+    leases = [_claim(queue)]
+    queue.ack(leases[0])
+    leases.append(_claim(queue))
+    assert [lease.event.n for lease in leases] == [1, 2]
+
+
+def _claim(queue: Transport[Event]) -> Lease[Event]:
+    lease = queue.claim("w", 60)
+    assert lease is not None
+    return lease
+
+
+def test_claimers_skip_a_group_another_claimer_holds(
+    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str]
+) -> None:
+    url, schema = schema_url
+    queue.publish("a", Event(n=1))
+    queue.publish("b", Event(n=2))
+    holder = psycopg.connect(url, autocommit=True)
+    try:
+        holder.execute("BEGIN")
+        holder.execute(f"SELECT 1 FROM \"{schema}\".groups WHERE group_id = 'a' FOR UPDATE")
+        # Group a is locked by an open transaction: a claim skips it rather than wait.
+        lease = queue.claim("w", 60)
+        assert lease is not None
+        assert lease.group_id == "b"
+        assert queue.claim("w", 60) is None
+    finally:
+        holder.close()
+    again = queue.claim("w", 60)
+    assert again is not None
+    assert again.group_id == "a"
+
+
+def test_a_claim_blocked_with_wait_is_woken_by_a_publish_from_another_handle(
+    queue_url: str, raw: Conn, schema_url: tuple[str, str]
+) -> None:
+    with open_transport(queue_url) as waiter, open_transport(queue_url) as publisher:
+        assert isinstance(waiter, PostgresTransport)
+        waiter._recheck = 600.0  # only a notification can wake it in time
+        waiter.claim("w", 60)
+        thread, out = _in_thread(lambda: waiter.claim("w", 60, wait=30))
+        _registered(raw, schema_url[1])
+        publisher.publish("g", Event(n=7))
+        thread.join(40)
+    assert len(out) == 1
+    lease = out[0]
+    assert isinstance(lease, Lease)
+    assert lease.event.n == 7
+
+
+def test_a_claim_blocked_with_wait_is_woken_when_a_lease_lapses(
+    queue_url: str, raw: Conn, schema_url: tuple[str, str]
+) -> None:
+    with open_transport(queue_url) as waiter:
+        assert isinstance(waiter, PostgresTransport)
+        waiter._recheck = 600.0
+        waiter.publish("g", Event(n=1))
+        first = waiter.claim("w1", 0.5)
+        assert first is not None
+        again = waiter.claim("w2", 60, wait=30)
+    # Woken by its timer at the lapse, not by a recheck (which would come after 30 s).
+    assert again is not None
+    assert (again.seq, again.attempt) == (first.seq, 2)
+
+
+def test_close_from_another_thread_wakes_a_blocked_claim(
+    queue_url: str, raw: Conn, schema_url: tuple[str, str]
+) -> None:
+    waiter = open_transport(queue_url)
+    assert isinstance(waiter, PostgresTransport)
+    waiter._recheck = 600.0
+    thread, out = _in_thread(lambda: waiter.claim("w", 60, wait=60))
+    _registered(raw, schema_url[1])
+    waiter.close()
+    thread.join(20)
+    assert not thread.is_alive()
+    assert out == [None]
+
+
+def test_no_notification_while_nobody_waits(
+    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str]
+) -> None:
+    listener = psycopg.connect(schema_url[0], autocommit=True)
+    try:
+        listener.execute(f'LISTEN "{schema_url[1]}"')
+        queue.publish("g", Event(n=1))
+        lease = _claim(queue)
+        queue.publish("g", Event(n=2))
+        queue.ack(lease)  # frees a group with a next message: would notify a waiter
+        assert list(listener.notifies(timeout=0.3)) == []
+        raw.execute(f'INSERT INTO "{schema_url[1]}".waiters VALUES (pg_backend_pid())')
+        queue.publish("h", Event(n=3))
+        assert len(list(listener.notifies(timeout=5, stop_after=1))) == 1
+    finally:
+        listener.close()
+
+
+def _registered(raw: Conn, schema: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if raw.execute(f'SELECT count(*) FROM "{schema}".waiters').fetchone() != (0,):
+            return
+        time.sleep(0.01)
+    raise AssertionError("the blocked claim never registered as a waiter")
