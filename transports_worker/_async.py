@@ -1,8 +1,8 @@
 """`AsyncWorker`: runs an async handler as one task per lease, with the leases kept.
 
-Tasks: the dispatcher (claims, only when a slot is free; cancelled to stop claiming),
-and per delivery the handler's task and its lease keeper's task. A lost lease cancels
-the handler's task at once, from the keeper. Imports the public contract only.
+Tasks: ``concurrency`` slots (each claims only while it is free; the claim is cancelled
+to stop claiming), and per delivery the handler's task and its lease keeper's task. A
+lost lease cancels the handler's task at once, from the keeper. Imports the public contract only.
 """
 
 from __future__ import annotations
@@ -119,9 +119,8 @@ class AsyncWorker(Generic[E]):
         self._requests = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._claim: asyncio.Future[Lease[E] | None] | None = None
+        self._claims: set[asyncio.Future[Lease[E] | None]] = set()
         self._running: dict[int, _Running[E]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
         self._claimer: AsyncTransport[E] | None = None
         self._settler: AsyncTransport[E] | None = None
         self._owned = False
@@ -153,8 +152,7 @@ class AsyncWorker(Generic[E]):
     def _request_stop(self) -> None:
         self._requests += 1
         self._stopping.set()
-        claim = self._claim
-        if claim is not None:
+        for claim in list(self._claims):
             claim.cancel()  # cancelling a claim never leaves a lease nobody holds
         if self._wake is not None:
             self._wake.set()
@@ -197,17 +195,17 @@ class AsyncWorker(Generic[E]):
         self._wake = asyncio.Event()
         await self._open()
         signals = self._install_signals()
-        dispatcher = self._loop.create_task(self._dispatch())
+        slots = [self._loop.create_task(self._slot()) for _ in range(self.concurrency)]
         try:
             code = await self._supervise()
-            dispatcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await dispatcher
         finally:
             for sig in signals:
                 self._loop.remove_signal_handler(sig)
-            if self._tasks:
-                await asyncio.wait(self._tasks, timeout=UNWIND)
+            # Idle slots end as their claim is cancelled; a handler that ignores its own
+            # cancellation is given up on after UNWIND: nothing it does is settled.
+            _, stuck = await asyncio.wait(slots, timeout=UNWIND)
+            for task in stuck:
+                task.cancel()
             await self._close_handles()
         if self._fatal is not None:
             raise self._fatal
@@ -229,8 +227,8 @@ class AsyncWorker(Generic[E]):
                 if handle is not None:
                     try:
                         await handle.close()
-                    except TransportError as exc:
-                        LOGGER.warning("closing %r: %s", handle, exc)
+                    except Exception:
+                        LOGGER.exception("closing %r failed", handle)
 
     async def _supervise(self) -> int:
         wake = self._wake
@@ -239,8 +237,8 @@ class AsyncWorker(Generic[E]):
             await wake.wait()
             wake.clear()
         self._stopping.set()
-        if self._claim is not None:
-            self._claim.cancel()
+        for claim in list(self._claims):
+            claim.cancel()
         deadline = time.monotonic() + self.grace
         while self._requests < 2 and self._running:
             left = deadline - time.monotonic()
@@ -262,23 +260,19 @@ class AsyncWorker(Generic[E]):
         self.handed_back += handed
         return EXIT_HANDED_BACK if self.handed_back else EXIT_DRAINED
 
-    async def _dispatch(self) -> None:
+    async def _slot(self) -> None:
+        """Claim while free, handle, settle; until the worker stops."""
         claimer = self._claimer
         assert claimer is not None
-        assert self._loop is not None
-        slots = asyncio.Semaphore(self.concurrency)
         wait = min(OWN_WAIT, self.visibility / 2)
         backoff = CLAIM_BACKOFF[0]
         try:
             while not self._stopping.is_set():
-                await slots.acquire()
-                if self._stopping.is_set():
-                    return
                 sent = time.monotonic()
                 claim = asyncio.ensure_future(
                     claimer.claim(self.worker_id, self.visibility, self.min_priority, wait=wait)
                 )
-                self._claim = claim
+                self._claims.add(claim)
                 try:
                     lease = await claim
                 except asyncio.CancelledError:
@@ -286,29 +280,28 @@ class AsyncWorker(Generic[E]):
                         return
                     raise
                 except EventDecodeError as exc:
-                    slots.release()
                     await self._bury_undecodable(exc)
                     continue
                 except TransportError as exc:
-                    slots.release()
+                    if self._stopping.is_set():
+                        return
                     LOGGER.warning("claim failed, retrying in %.1fs: %s", backoff, exc)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, CLAIM_BACKOFF[1])
                     continue
                 finally:
-                    self._claim = None
+                    self._claims.discard(claim)
                 backoff = CLAIM_BACKOFF[0]
                 if lease is None:
-                    slots.release()
                     continue
-                task = self._loop.create_task(self._deliver(lease, sent))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-                task.add_done_callback(lambda _: slots.release())
+                try:
+                    await self._deliver(lease, sent)
+                except Exception:  # ours or the backend's bug: the lease lapses, go on
+                    LOGGER.exception("delivering message %d failed", lease.seq)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            LOGGER.exception("the claim loop failed")
+            LOGGER.exception("a worker slot failed")
             self._fatal = exc
             if self._wake is not None:
                 self._wake.set()

@@ -1,9 +1,9 @@
 """`Worker`: runs a sync handler on threads, one lease per slot, with the leases kept.
 
-Threads: the caller's (supervises: signals, drain, hand-back), one dispatcher (claims,
-only when a slot is free), ``concurrency`` slot threads (run the handler, then settle),
-and two timer threads (renewals; the watchdog for lease deadlines and timeouts). Imports
-the public contract only.
+Threads: the caller's (supervises: signals, drain, hand-back), ``concurrency`` slot
+threads (each claims only while it is free, runs the handler, then settles), and two
+schedule threads (renewals; the watchdog for lease deadlines and timeouts). Imports the
+public contract only.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from queue import SimpleQueue
 from types import FrameType
 from typing import Any, Final, Generic, TypeVar
 
@@ -140,8 +139,6 @@ class Worker(Generic[E]):
         self._stopping = threading.Event()
         self._requests = 0
         self._pipe: tuple[int, int] | None = None
-        self._free = threading.Semaphore(concurrency)
-        self._queue: SimpleQueue[tuple[Lease[E], float] | None] = SimpleQueue()
         self._running: dict[int, _Running[E]] = {}
         self._running_lock = threading.Lock()
         self._claimer: Transport[E] | None = None
@@ -235,15 +232,15 @@ class Worker(Generic[E]):
             threading.Thread(target=self._slot, name=f"worker-slot-{n}", daemon=True)
             for n in range(self.concurrency)
         ]
-        dispatcher = threading.Thread(target=self._dispatch, name="worker-claims", daemon=True)
         try:
             for thread in threads:
                 thread.start()
-            dispatcher.start()
             code = self._supervise()
-            dispatcher.join(OWN_WAIT)
-            for _ in threads:
-                self._queue.put(None)
+            # Idle slots end as their claim returns; one in a handler that ignores its
+            # cancellation is left behind (a daemon thread): nothing it does is settled.
+            end = time.monotonic() + SHARED_WAIT + 1.0
+            for thread in threads:
+                thread.join(max(end - time.monotonic(), 0))
         finally:
             restore()
             self._renewals.close()
@@ -274,16 +271,18 @@ class Worker(Generic[E]):
                 if handle is not None:
                     try:
                         handle.close()
-                    except TransportError as exc:
-                        LOGGER.warning("closing %r: %s", handle, exc)
+                    except Exception:
+                        LOGGER.exception("closing %r failed", handle)
 
     def _supervise(self) -> int:
         while self._requests == 0 and self._fatal is None:
             self._sleep(None)
         self._stopping.set()
-        self._free.release()  # wake a dispatcher waiting for a free slot
         if self._owned and self._claimer is not None:
-            self._claimer.close()  # wakes a blocked claim, which then leases nothing
+            try:
+                self._claimer.close()  # wakes a blocked claim, which then leases nothing
+            except Exception:  # the drain matters more than a handle that closed badly
+                LOGGER.exception("closing the claiming handle failed")
         deadline = time.monotonic() + self.grace
         while self._requests < 2:
             with self._running_lock:
@@ -311,7 +310,8 @@ class Worker(Generic[E]):
 
     # -- claiming --------------------------------------------------------------------
 
-    def _dispatch(self) -> None:
+    def _slot(self) -> None:
+        """Claim while free, handle, settle; until the worker stops."""
         claimer = self._claimer
         assert claimer is not None
         # At most half a visibility, so that a lease granted late in a long wait is
@@ -319,21 +319,16 @@ class Worker(Generic[E]):
         wait = min(OWN_WAIT if self._owned else SHARED_WAIT, self.visibility / 2)
         backoff = CLAIM_BACKOFF[0]
         try:
-            while True:
-                self._free.acquire()
-                if self._stopping.is_set():
-                    return
+            while not self._stopping.is_set():
                 sent = time.monotonic()
                 try:
                     lease = claimer.claim(
                         self.worker_id, self.visibility, self.min_priority, wait=wait
                     )
                 except EventDecodeError as exc:
-                    self._free.release()
                     self._bury_undecodable(exc)
                     continue
                 except TransportError as exc:
-                    self._free.release()
                     if self._stopping.is_set():
                         return
                     LOGGER.warning("claim failed, retrying in %.1fs: %s", backoff, exc)
@@ -342,11 +337,13 @@ class Worker(Generic[E]):
                     continue
                 backoff = CLAIM_BACKOFF[0]
                 if lease is None:
-                    self._free.release()
                     continue
-                self._queue.put((lease, sent))
+                try:
+                    self._deliver(lease, sent)
+                except Exception:  # ours or the backend's bug: the lease lapses, go on
+                    LOGGER.exception("delivering message %d failed", lease.seq)
         except BaseException as exc:
-            LOGGER.exception("the claim loop failed")
+            LOGGER.exception("a worker slot failed")
             self._fatal = exc
             self._nudge()
 
@@ -363,15 +360,6 @@ class Worker(Generic[E]):
         self._hooks.settled(delivery, "buried", 0.0, exc)
 
     # -- handling --------------------------------------------------------------------
-
-    def _slot(self) -> None:
-        while (item := self._queue.get()) is not None:
-            try:
-                self._deliver(*item)
-            except BaseException:
-                LOGGER.exception("delivering %r failed", item[0])
-            finally:
-                self._free.release()
 
     def _deliver(self, lease: Lease[E], sent: float) -> None:
         settler = self._settler
