@@ -1,0 +1,186 @@
+"""``transports worker`` as a real process: SIGTERM drains, SIGKILL loses nothing, and a
+handler that cannot be loaded is refused before anything is claimed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from transports_core import Event, Transport, open_transport
+
+REPO = Path(__file__).resolve().parents[2]
+PATIENCE = 60.0
+
+HANDLERS = """
+import os, pathlib, time
+
+MARKS = pathlib.Path(os.environ["MARKS"])
+
+def slow(event, ctx):
+    (MARKS / f"start-{event.n}-{ctx.attempt}").touch()
+    ctx.sleep(float(os.environ.get("HOLD", "2")))
+    (MARKS / f"done-{event.n}-{ctx.attempt}").touch()
+
+async def aslow(event, ctx):
+    (MARKS / f"start-{event.n}-{ctx.attempt}").touch()
+    await ctx.sleep(float(os.environ.get("HOLD", "2")))
+    (MARKS / f"done-{event.n}-{ctx.attempt}").touch()
+
+def one_argument(event):
+    pass
+
+not_callable = 3
+"""
+
+
+@pytest.fixture
+def marks(tmp_path: Path) -> Path:
+    path = tmp_path / "marks"
+    path.mkdir()
+    (tmp_path / "jobs.py").write_text(textwrap.dedent(HANDLERS))
+    return path
+
+
+@pytest.fixture
+def url(queue_url: str) -> str:
+    return queue_url
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[Transport[Event]]:
+    with open_transport(url) as handle:
+        yield handle
+
+
+def start(cwd: Path, marks: Path, *args: str, hold: float = 2.0) -> subprocess.Popen[str]:
+    # The repository on the path too: the runtime need not be installed for this to run.
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "MARKS": str(marks), "HOLD": str(hold), "PYTHONPATH": path}
+    return subprocess.Popen(
+        [sys.executable, "-m", "transports_cli", "worker", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(path: Path, process: subprocess.Popen[str]) -> None:
+    """Wait until the handler in ``process`` leaves the mark ``path``."""
+    deadline = time.monotonic() + PATIENCE
+    while not path.exists():
+        if process.poll() is not None:
+            pytest.fail(f"the worker exited {process.returncode}: {process.communicate()}")
+        assert time.monotonic() < deadline, f"no {path.name} after {PATIENCE}s"
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("handler", ["jobs:slow", "jobs:aslow"])
+def test_sigterm_during_a_long_handler_drains_and_exits_0(
+    tmp_path: Path, marks: Path, url: str, store: Transport[Event], handler: str
+) -> None:
+    store.publish("g", Event(n=1))
+    process = start(tmp_path, marks, handler, url, "--visibility", "1", "--grace", "30")
+    wait_for(marks / "start-1-1", process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=PATIENCE)
+    assert process.returncode == 0, err
+    assert (marks / "done-1-1").exists(), "the running handler did not finish"
+    assert "acked group=g seq=1 attempt=1" in err
+    assert store.claim("check", 1.0) is None, "the drained message was not acked"
+
+
+@pytest.mark.slow
+def test_the_health_file_lives_while_the_worker_runs_and_quiet_logs_no_deliveries(
+    tmp_path: Path, marks: Path, url: str, store: Transport[Event]
+) -> None:
+    store.publish("g", Event(n=1))
+    health = tmp_path / "healthy"
+    args = ("jobs:slow", url, "--visibility", "1", "--health-file", str(health), "--quiet")
+    process = start(tmp_path, marks, *args, hold=0.1)
+    wait_for(marks / "done-1-1", process)
+    assert health.exists(), "no health file while the worker runs"
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=PATIENCE)
+    assert process.returncode == 0, err
+    assert not health.exists(), "the health file outlived the worker"
+    assert "acked" not in err
+
+
+@pytest.mark.slow
+def test_a_second_sigterm_hands_the_lease_back_and_exits_75(
+    tmp_path: Path, marks: Path, url: str, store: Transport[Event]
+) -> None:
+    store.publish("g", Event(n=1))
+    process = start(tmp_path, marks, "jobs:slow", url, "--visibility", "1", hold=PATIENCE)
+    wait_for(marks / "start-1-1", process)
+    process.send_signal(signal.SIGTERM)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=PATIENCE)
+    assert process.returncode == 75, err
+    again = store.claim("other", 1.0, wait=1.0)
+    assert again is not None, "the handed-back message was not claimable at once"
+    assert again.attempt == 2
+
+
+@pytest.mark.slow
+def test_sigkill_loses_nothing_the_lease_lapses_and_another_worker_finishes(
+    tmp_path: Path, marks: Path, url: str, store: Transport[Event]
+) -> None:
+    store.publish("g", Event(n=1))
+    store.publish("g", Event(n=2))
+    first = start(tmp_path, marks, "jobs:slow", url, "--visibility", "1", hold=PATIENCE)
+    wait_for(marks / "start-1-1", first)
+    first.kill()
+    first.communicate(timeout=PATIENCE)
+    second = start(tmp_path, marks, "jobs:slow", url, "--visibility", "1", hold=0.1)
+    wait_for(marks / "done-2-1", second)
+    second.send_signal(signal.SIGTERM)
+    _, err = second.communicate(timeout=PATIENCE)
+    assert second.returncode == 0, err
+    assert (marks / "done-1-2").exists(), "the killed worker's message was not redone"
+    assert not (marks / "done-1-1").exists()
+    assert store.claim("check", 1.0) is None, "a message was left behind"
+
+
+@pytest.mark.parametrize(
+    ("target", "said"),
+    [
+        ("no_such_module:handle", "cannot import 'no_such_module'"),
+        ("jobs:missing", "module 'jobs' has no 'missing'"),
+        ("jobs", "expected MODULE:FUNCTION"),
+        ("jobs:one_argument", "must take two arguments"),
+        ("jobs:not_callable", "must be callable"),
+    ],
+)
+def test_a_handler_that_cannot_load_exits_2_before_claiming(
+    tmp_path: Path, marks: Path, url: str, store: Transport[Event], target: str, said: str
+) -> None:
+    store.publish("g", Event(n=1))
+    process = start(tmp_path, marks, target, url)
+    _, err = process.communicate(timeout=PATIENCE)
+    assert process.returncode == 2, err
+    [line] = err.splitlines()
+    assert line.startswith("Error: ")
+    assert said in line
+    lease = store.claim("check", 1.0)
+    assert lease is not None
+    assert lease.attempt == 1, "the refused worker claimed the message"
+
+
+def test_a_bad_event_type_exits_2(tmp_path: Path, marks: Path, url: str) -> None:
+    process = start(tmp_path, marks, "jobs:slow", url, "--event-type", "jobs:not_callable")
+    _, err = process.communicate(timeout=PATIENCE)
+    assert process.returncode == 2
+    [line] = err.splitlines()
+    assert "--event-type" in line
