@@ -76,7 +76,7 @@ class RequeueRefused(TransportError):
         if holder is not None:
             who = f"worker {holder!r} holds a lease"
         else:
-            who = f"dead letter {held_by} holds its head"
+            who = f"dead letter {held_by} is held at its head"
         super().__init__(
             f"cannot requeue message {seq}: {who} in its group {group_id!r}; "
             "requeue it once that is settled"

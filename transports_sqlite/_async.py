@@ -1,23 +1,24 @@
-"""`AsyncSqliteTransport`: the operations of `_ops` run over aiosqlite.
+"""`AsyncSqliteTransport`: the sync twin's `Engine`, run on a thread of its own.
 
-aiosqlite runs one connection's statements in order on its own thread, but it does not
-keep two coroutines' transactions apart: a statement from task B issued while task A is
-between BEGIN and COMMIT would join (or break) A's transaction. An `asyncio.Lock` spans
-each whole transaction. The connection is opened lazily, on first use, like
-``aiosqlite.connect()``.
+Each call hands its whole transaction to that thread and awaits it as one future, so a
+claim+ack costs two trips between the event loop and the thread, whatever the number of
+statements. A driver that runs statement by statement (aiosqlite) costs a trip for each
+of them, and its public API cannot run a whole transaction in one. One thread also keeps
+the transactions of concurrent tasks apart without a lock. The connection is opened
+lazily, on first use. See docs/sqlite.md, "The async twin".
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from types import TracebackType
 from typing import Generic, TypeVar
-
-import aiosqlite
 
 from transports_core import (
     DeadLetter,
@@ -36,170 +37,128 @@ except ImportError:  # Python 3.10
     from typing_extensions import Self
 
 from . import _ops
-from . import _sql as sql
-from ._errors import Retries, is_transient, sqlite_errors
-from ._url import SqliteOptions, database_target, wal_bytes
+from ._sync import Engine, checked_wait, watcher_for
+from ._url import SqliteOptions
+from ._watch import CLAIM, LOOK, Watcher, plan
 
 E = TypeVar("E")
 T = TypeVar("T")
 
 
-async def _execute(conn: aiosqlite.Connection, stmt: _ops.Stmt) -> _ops.Result:
-    # Each call below is a round trip to aiosqlite's thread: rows come back with the
-    # statement when it is known to produce them.
-    if stmt.many is not None:
-        cursor = await conn.executemany(stmt.sql, stmt.many)
-    elif sql.returns_rows(stmt.sql):
-        rows = list(await conn.execute_fetchall(stmt.sql, stmt.params))
-        return _ops.Result(rows, len(rows))
-    else:
-        cursor = await conn.execute(stmt.sql, stmt.params)
-    # No result columns: nothing to fetch, and no second trip.
-    rows = list(await cursor.fetchall()) if cursor.description else []
-    return _ops.Result(rows, cursor.rowcount)
+async def _sleep(watcher: Watcher, timeout: float) -> bool:
+    """The async form of `Watcher.wait`: readiness comes through the event loop."""
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
 
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
 
-async def _drive(conn: aiosqlite.Connection, steps: _ops.Steps[T]) -> T:
+    fds = watcher.fds()
+    for fd in fds:
+        loop.add_reader(fd, wake)
     try:
-        stmt = next(steps)
-        while True:
-            stmt = steps.send(await _execute(conn, stmt))
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
-
-
-async def _perform(conn: aiosqlite.Connection, op: _ops.Operation[T], now: float) -> T:
-    if isinstance(op, _ops.Op):  # not the ABC `Single`, whose isinstance is slow
-        return await _drive(conn, op.steps(now))
-    rows, rowcount = await _execute(conn, _ops.Stmt(*op.statement(now)))
-    value = op.result(rows, rowcount, now)
-    steps = None if value is not None else op.more(now)
-    return value if steps is None else await _drive(conn, steps)
-
-
-async def _rollback(conn: aiosqlite.Connection) -> None:
-    # Queued behind whatever the thread is still running for us, so it always lands on our
-    # own transaction; "no transaction is active" just means BEGIN failed or COMMIT won.
-    with contextlib.suppress(sqlite3.OperationalError):
-        await conn.execute("ROLLBACK")
+        await asyncio.wait((woken,), timeout=timeout)
+    finally:
+        for fd in fds:
+            loop.remove_reader(fd)
+    return watcher.drain()
 
 
 class AsyncSqliteTransport(Generic[E]):
-    """A durable transport in one SQLite file (or in memory), over aiosqlite."""
+    """A durable transport in one SQLite file (or in memory), for asyncio."""
 
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
         self._options = options
         self._codec: EventCodec[E] = EventCodec(event_type)
         self._claims = _ops.Claims(options.max_attempts, options.on_dead)
-        self._lock = asyncio.Lock()
-        self._conn: aiosqlite.Connection | None = None
-        self._closed = False
-        self._rollbacks: set[asyncio.Task[None]] = set()
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="transports-sqlite")
+        self._engine: Engine | None = None
+        self._closed = False  # close() was called: waiting claims stop
+        self._gone = False  # the engine's thread has closed the connection
+        self._worker: threading.Thread | None = None  # the engine's thread, once it ran
 
-    async def _connect(self) -> aiosqlite.Connection:
-        options = self._options
-        target = database_target(options)
-        with sqlite_errors(options.path):
-            conn = await aiosqlite.connect(
-                target, uri=True, isolation_level=None, timeout=options.busy_timeout / 1000
-            )
-        try:
-            # Look before asking for the write lock, so that a read-only queue opens.
-            if await self._transaction(conn, _ops.needs_setup(options.path)):
-                await self._transaction(conn, _ops.new_file())
-                await self._transaction(conn, _ops.setup(options.path))
-            session = _ops.session(options.synchronous, options.memory)
-            await self._transaction(conn, session)
-        except BaseException:
-            await asyncio.shield(conn.close())
-            raise
-        return conn
+    def _engine_here(self) -> Engine:
+        """The engine, opened on first use; only ever called on the engine's thread."""
+        self._worker = threading.current_thread()
+        if self._gone:
+            raise TransportError(f"{self!r} is closed")
+        if self._engine is None:
+            self._engine = Engine(self._options)
+        return self._engine
 
-    async def _transaction(self, conn: aiosqlite.Connection, op: _ops.Operation[T]) -> T:
-        """Run ``op`` in one transaction, retried on contention: see the sync twin."""
-        started = time.monotonic()
-        try:
-            return await self._attempt(conn, op)
-        except sqlite3.DatabaseError as exc:
-            failed = exc
-        retries = Retries(started, self._options.busy_timeout)
-        with sqlite_errors(self._options.path):
-            while (delay := retries.after(failed)) is not None:
-                await asyncio.sleep(delay)
-                try:
-                    return await self._attempt(conn, op)
-                except sqlite3.OperationalError as exc:
-                    failed = exc
-            raise failed
+    def _perform(self, op: _ops.Operation[T]) -> T:
+        return self._engine_here().run(op)
 
-    async def _attempt(self, conn: aiosqlite.Connection, op: _ops.Operation[T]) -> T:
-        # Every commit is flushed as the level says, lease moves included: here the sync
-        # twin's bracket (`_ops.lease_durability`) would cost two more trips to the
-        # driver's thread, more than the flush it saves.
-        begin = op.begin
-        if begin is None:  # AUTOCOMMIT: each statement is its own transaction
-            return await _perform(conn, op, self._options.clock())
-        await conn.execute(begin)
+    def _submit(self, call: Callable[[], T]) -> Future[T]:
         try:
-            value = await _perform(conn, op, self._options.clock())
-            await conn.execute("COMMIT")
-        except Exception:
-            # A failed attempt is rolled back before it is retried or raised. A cancellation
-            # is not waited for here: `_run` hands its rollback to a task.
-            await _rollback(conn)
-            raise
-        return value
-
-    async def _abandon(self, conn: aiosqlite.Connection) -> None:
-        try:
-            await _rollback(conn)
-        finally:
-            self._lock.release()
+            return self._thread.submit(call)
+        except RuntimeError:  # shut down by close()
+            raise TransportError(f"{self!r} is closed") from None
 
     async def _run(self, op: _ops.Operation[T]) -> T:
-        await self._lock.acquire()
-        try:
-            if self._closed:
-                raise TransportError(f"{self!r} is closed")
-            if self._conn is None:
-                self._conn = await self._connect()
-            conn = self._conn
-            value = await self._transaction(conn, op)
-        except Exception:
-            self._lock.release()
-            raise
-        except BaseException:
-            # Cancelled, say while SQLite waits for the write lock: return at once, and roll
-            # back in a task that keeps the lock until it is done, so that no other task's
-            # statement can slip into the abandoned transaction.
-            if self._conn is None:
-                self._lock.release()
-                raise
-            task = asyncio.get_running_loop().create_task(self._abandon(self._conn))
-            self._rollbacks.add(task)
-            task.add_done_callback(self._rollbacks.discard)
-            raise
-        self._lock.release()
-        return value
+        return await asyncio.wrap_future(self._submit(lambda: self._perform(op)))
 
-    async def _idle(self) -> None:
-        """A claim found nothing: shrink a large WAL, without waiting (see the sync twin)."""
-        if not _ops.checkpoint_due(wal_bytes(self._options)):
+    async def _claim(self, op: _ops.Claim) -> _ops.Claimed | None:
+        future = self._submit(lambda: self._perform(op))
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            # The transaction may already run, and commit: hand back what it leased, so
+            # that a cancelled claim never leaves a lease nobody holds.
+            future.add_done_callback(self._hand_back)
+            raise
+
+    def _hand_back(self, future: Future[_ops.Claimed | None]) -> None:
+        if future.cancelled() or future.exception() is not None:
             return
-        async with self._lock:
-            conn = self._conn
-            if conn is None:
-                return
-            with sqlite_errors(self._options.path):
-                await conn.execute(sql.busy_timeout(0))
-                try:
-                    await (await conn.execute(sql.CHECKPOINT_TRUNCATE)).fetchall()
-                except sqlite3.OperationalError as exc:
-                    if not is_transient(exc):
-                        raise
-                finally:
-                    await asyncio.shield(conn.execute(sql.busy_timeout(self._options.busy_timeout)))
+        claimed = future.result()
+        if claimed is None:
+            return
+        unclaim = _ops.Unclaim(Lease(*claimed))
+        if threading.current_thread() is self._worker:
+            # Called as the claim finishes, before the thread takes its next transaction:
+            # so the lease is back before any later call can see it taken.
+            with contextlib.suppress(TransportError):
+                self._perform(unclaim)
+        else:
+            with contextlib.suppress(TransportError):
+                self._submit(lambda: self._perform(unclaim))
+
+    async def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
+        """Claim until a message comes or ``wait`` runs out (see `_watch.plan`)."""
+        engine = self._engine
+        if engine is None:
+            return None
+        watcher = watcher_for(self._options)
+        engine.waiters.add(watcher)
+        steps = plan(wait, watcher.sees_files, self._options.clock, time.monotonic)
+        try:
+            reply: object = None
+            while not self._closed:
+                step = steps.send(reply)
+                if step == LOOK:
+                    reply = await asyncio.wrap_future(
+                        self._submit(partial(engine.look, op.min_priority))
+                    )
+                elif step == CLAIM:
+                    claimed = await self._claim(op)
+                    if claimed is not None:
+                        return claimed
+                    reply = False
+                else:
+                    assert isinstance(step, float)
+                    reply = await _sleep(watcher, step)
+        except StopIteration:
+            pass
+        except TransportError:
+            if not self._closed:
+                raise
+        finally:
+            steps.close()
+            engine.waiters.discard(watcher)
+            watcher.close()
+        return None
 
     async def publish(self, group_id: str, event: E, priority: int = 0) -> int:
         return await self._run(_ops.Publish(self._codec, group_id, event, priority))
@@ -208,11 +167,15 @@ class AsyncSqliteTransport(Generic[E]):
         return await self._run(_ops.publish_many(self._codec, items))
 
     async def claim(
-        self, worker_id: str, visibility: float, min_priority: int = 0
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
-        claimed = await self._run(self._claims(worker_id, visibility, min_priority))
+        op = self._claims(worker_id, visibility, min_priority)
+        seconds = 0.0 if type(wait) is int and wait == 0 else checked_wait(wait)
+        claimed = await self._claim(op)
+        if claimed is None and seconds > 0:
+            claimed = await self._wait(op, seconds)
         if claimed is None:
-            await self._idle()
+            await asyncio.wrap_future(self._submit(lambda: self._engine_here().idle()))
             return None
         return claimed.lease(self._codec)
 
@@ -224,6 +187,9 @@ class AsyncSqliteTransport(Generic[E]):
 
     async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
         return await self._run(_ops.Extend(lease, visibility))
+
+    async def bury(self, lease: Lease[object], reason: str) -> None:
+        await self._run(_ops.bury(lease, reason, self._options.on_dead))
 
     async def stats(self) -> QueueStats:
         return await self._run(_ops.stats())
@@ -247,11 +213,23 @@ class AsyncSqliteTransport(Generic[E]):
         return await self._run(_ops.purge_group(group_id))
 
     async def close(self) -> None:
-        async with self._lock:
-            self._closed = True
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
+        if self._closed:
+            return
+        self._closed = True
+        engine = self._engine
+        if engine is not None:
+            for watcher in tuple(engine.waiters):
+                watcher.nudge()
+        # Queued behind every transaction handed over before it, which still run.
+        closing = self._thread.submit(self._close_here)
+        self._thread.shutdown(wait=False)
+        await asyncio.shield(asyncio.wrap_future(closing))
+
+    def _close_here(self) -> None:
+        self._gone = True
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
 
     async def __aenter__(self) -> Self:
         return self

@@ -4,9 +4,8 @@ deciding which failed transactions are worth running again.
 Only what a caller can act on is translated (the file is locked, read-only, full, not a
 database, cannot be opened); programming errors pass through unchanged. Contention is not
 something a caller can act on, so it is retried before it is translated: `retry_delay` is
-the one place that decides whether and when, and both runners only loop over it. Used by
-both drivers; imports sqlite3 only for its exception classes (aiosqlite raises the same
-ones).
+the one place that decides whether and when, and the engine both twins run only loops over
+it. Imports sqlite3 only for its exception classes.
 """
 
 from __future__ import annotations

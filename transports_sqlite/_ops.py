@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, ClassVar, Generic, NamedTuple, TypeAlias, TypeVar
+from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeAlias, TypeVar
 
 from transports_core import (
     DeadLetter,
@@ -26,23 +26,28 @@ from transports_core import (
     LeaseLost,
     PriorityStats,
     QueueStats,
+    RequeueRefused,
     TransportError,
 )
 from transports_core.backend import (
     EventCodec,
+    buried_reason,
     check_delay,
     check_group_id,
     check_lease,
     check_limit,
     check_priority,
+    check_reason,
     check_seq,
     check_visibility,
     check_worker_id,
+    exhausted_reason,
 )
 
 from . import _sql as sql
 
 T = TypeVar("T")
+LastDelivery = Literal["lapsed", "nacked"]
 
 Params = Sequence[Any] | dict[str, Any]
 
@@ -67,7 +72,7 @@ Steps = Generator[Stmt, Result, T]
 # with each statement committing on its own (AUTOCOMMIT). An operation that writes with a
 # single statement runs in AUTOCOMMIT: the statement and its triggers are atomic, and it
 # takes the write lock when it starts, exactly as BEGIN IMMEDIATE would, but without the
-# two extra round trips (and, with aiosqlite, two thread hops). Its `now` is read just
+# two extra statements. Its `now` is read just
 # before the statement, so a write that waits for the lock keeps the time it was asked at.
 # Pragmas that must run outside a transaction use it too.
 AUTOCOMMIT = None
@@ -82,6 +87,7 @@ class Op(Generic[T]):
     steps: Callable[[float], Steps[T]]
     begin: str | None = sql.BEGIN_WRITE
     durable: bool = True
+    wakes: bool = True  # may make a message deliverable: waiting claims look again
 
 
 class Single(ABC, Generic[T]):
@@ -98,6 +104,7 @@ class Single(ABC, Generic[T]):
     __slots__ = ()
     begin: ClassVar[str | None] = AUTOCOMMIT
     durable: ClassVar[bool] = True
+    wakes: ClassVar[bool] = True
 
     @abstractmethod
     def statement(self, now: float) -> tuple[str, Params]: ...
@@ -154,7 +161,7 @@ def needs_setup(path: str) -> Op[bool]:
     def steps(now: float) -> Steps[bool]:
         return _is_empty(path, (yield Stmt(sql.READ_IDENTITY)))
 
-    return Op(steps, sql.BEGIN_READ)
+    return Op(steps, sql.BEGIN_READ, wakes=False)
 
 
 def setup(path: str) -> Op[None]:
@@ -262,6 +269,7 @@ class Claim(Single[Claimed | None]):
     __slots__ = ("max_attempts", "min_priority", "on_dead", "visibility", "worker_id")
     begin = sql.BEGIN_WRITE
     durable = False
+    wakes = False  # a claim takes a message; what it frees on the way is due by the clock
 
     def __init__(
         self,
@@ -291,17 +299,22 @@ class Claim(Single[Claimed | None]):
         return Claimed(seq, group_id, raw, self.worker_id, attempt, now + self.visibility)
 
     def more(self, now: float) -> Steps[Claimed | None]:
-        params = self._lease(now)
         max_attempts = self.max_attempts
+        lease = {"worker_id": self.worker_id, "expires_at": now + self.visibility, "now": now}
         yield Stmt(sql.WAKE_LAPSED, {"now": now})
         # Each pass buries one message for good, so this ends.
         while True:
-            rows, rowcount = yield Stmt(sql.CLAIM_HEAD, params)
-            claimed = self.result(rows, rowcount, now)
-            if claimed is None or max_attempts is None or claimed.attempt <= max_attempts:
-                return claimed
-            if not (yield from _bury(now, claimed, max_attempts, self.on_dead)):
-                return claimed
+            rows = (yield Stmt(sql.NEXT_FREE, {"min_priority": self.min_priority})).rows
+            if not rows:
+                return None
+            group_id, seq, delivered, holder, requeued_at = rows[0]
+            if max_attempts is not None and delivered - (requeued_at or 0) >= max_attempts:
+                last: LastDelivery = "nacked" if holder in (None, sql.PARKED) else "lapsed"
+                reason = exhausted_reason(delivered - (requeued_at or 0), max_attempts, last)
+                yield from _bury(now, group_id, seq, delivered, reason, self.on_dead)
+                continue
+            found = (yield Stmt(sql.CLAIM_GROUP, lease | {"group_id": group_id})).rows
+            return self.result(found, len(found), now)
 
 
 class Claims:
@@ -335,16 +348,10 @@ class Claims:
         return op
 
 
-def _bury(now: float, claimed: Claimed, max_attempts: int, on_dead: str) -> Steps[bool]:
-    """Move the just-leased head to the dead letters if it has had its ``max_attempts``
-    deliveries (counted since its last requeue); return whether it did. The claim's own
-    increment of its attempt is not a delivery."""
-    seq, group_id, delivered = claimed.seq, claimed.group_id, claimed.attempt - 1
-    rows = (yield Stmt(sql.REQUEUED_ATTEMPTS, {"seq": seq})).rows
-    since_requeue = delivered - (rows[0][0] if rows else 0)
-    if since_requeue < max_attempts:
-        return False
-    reason = f"not acked after {since_requeue} deliveries (max_attempts={max_attempts})"
+def _bury(
+    now: float, group_id: str, seq: int, delivered: int, reason: str, on_dead: str
+) -> Steps[None]:
+    """Make head ``seq`` of ``group_id`` a dead letter after ``delivered`` deliveries."""
     yield Stmt(sql.BURY, {"seq": seq, "attempts": delivered, "reason": reason, "now": now})
     if on_dead == "hold":
         yield Stmt(
@@ -354,7 +361,20 @@ def _bury(now: float, claimed: Claimed, max_attempts: int, on_dead: str) -> Step
     else:
         yield Stmt(sql.DROP_MESSAGE, {"seq": seq})
     yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
-    return True
+
+
+def bury(lease: Lease[object], reason: str, on_dead: str) -> Op[None]:
+    """Dead-letter the leased head now, fenced like an ack."""
+    lease = check_lease(lease)
+    stored = buried_reason(check_reason(reason))
+    fence = _fence(lease)
+
+    def steps(now: float) -> Steps[None]:
+        if not (yield Stmt(sql.HOLDS_LEASE, dict(zip(sql.FENCE_PARAMS, fence, strict=True)))).rows:
+            raise LeaseLost(lease)
+        yield from _bury(now, lease.group_id, lease.seq, lease.attempt, stored, on_dead)
+
+    return Op(steps)
 
 
 def _fence(lease: Lease[object]) -> tuple[str, int, str, int]:
@@ -402,6 +422,19 @@ class Nack(_Settle[None]):
 
     def result(self, rows: list[Any], rowcount: int, now: float) -> None:
         self._held(rowcount)
+
+
+class Unclaim(_Settle[None]):
+    """Undo a claim whose lease never reached its caller (a cancelled async claim)."""
+
+    __slots__ = ()
+    durable = False
+
+    def statement(self, now: float) -> tuple[str, Params]:
+        return sql.UNCLAIM, dict(zip(sql.FENCE_PARAMS, self.fence, strict=True))
+
+    def result(self, rows: list[Any], rowcount: int, now: float) -> None:
+        return None  # settled meanwhile (it lapsed and was taken): nothing to give back
 
 
 class Extend(_Settle[Lease[T]]):
@@ -489,7 +522,7 @@ def stats() -> Op[QueueStats]:
             by_priority=by_priority,
         )
 
-    return Op(steps, sql.BEGIN_READ)
+    return Op(steps, sql.BEGIN_READ, wakes=False)
 
 
 def _group_info(row: Sequence[Any], now: float) -> GroupInfo:
@@ -519,7 +552,7 @@ def groups(limit: int) -> Op[list[GroupInfo]]:
         rows = (yield Stmt(sql.DEEPEST_GROUPS, {"limit": limit})).rows
         return [_group_info(row, now) for row in rows]
 
-    return Op(steps, sql.BEGIN_READ)
+    return Op(steps, sql.BEGIN_READ, wakes=False)
 
 
 def dead_letters(limit: int | None) -> Op[list[DeadLetter]]:
@@ -532,7 +565,7 @@ def dead_letters(limit: int | None) -> Op[list[DeadLetter]]:
             for seq, group_id, priority, event, attempts, reason, dead_at, held in rows
         ]
 
-    return Op(steps, sql.BEGIN_READ)
+    return Op(steps, sql.BEGIN_READ, wakes=False)
 
 
 def held_groups() -> Op[list[HeldGroup]]:
@@ -543,7 +576,7 @@ def held_groups() -> Op[list[HeldGroup]]:
             for group_id, seq, dead_at, waiting in rows
         ]
 
-    return Op(steps, sql.BEGIN_READ)
+    return Op(steps, sql.BEGIN_READ, wakes=False)
 
 
 def requeue(seq: int) -> Op[bool]:
@@ -565,15 +598,9 @@ def requeue(seq: int) -> Op[bool]:
             ).rows
             if holder:
                 locked_by, head = holder[0]
-                who = (
-                    f"dead letter {head} is held at its head"
-                    if locked_by == sql.PARKED
-                    else f"worker {locked_by!r} holds a lease"
-                )
-                raise TransportError(
-                    f"cannot requeue message {seq}: {who} in its group {group_id!r}; "
-                    "requeue it once that is settled"
-                )
+                if locked_by == sql.PARKED:  # held by another dead letter at its head
+                    raise RequeueRefused(seq, group_id, None, head)
+                raise RequeueRefused(seq, group_id, locked_by)
             yield Stmt(sql.STASH_HEAD_ATTEMPT, message)
             ((after,),) = (yield Stmt(sql.PREDECESSOR, message)).rows
             yield Stmt(sql.RESTORE_MESSAGE, message | {"after": after})
@@ -619,3 +646,16 @@ def purge_group(group_id: str) -> Op[int]:
         return int(len(chain) + dead - held)
 
     return Op(steps)
+
+
+# --- waiting claims -------------------------------------------------------------------------
+
+
+def wait_state(min_priority: int) -> Op[tuple[int, float | None]]:
+    params = {"min_priority": min_priority}
+
+    def steps(now: float) -> Steps[tuple[int, float | None]]:
+        ((version, due),) = (yield Stmt(sql.WAIT_STATE, params)).rows
+        return version, due
+
+    return Op(steps, AUTOCOMMIT, wakes=False)

@@ -231,42 +231,60 @@ def _first_free(priority: int) -> str:
 CLAIM_PARAMS: Final = ("worker_id", "expires_at", "min_priority", "now")
 
 
-def _claim(guard: str, *more: str) -> str:
-    # The next free group at or above the floor, in round-robin order (oldest last claim,
-    # then oldest head): one index seek per priority level, merged in order (a MERGE of
-    # sorted arms, no sort of its own), so that neither busy groups nor groups below the
-    # floor are ever walked over. Its head is leased and the group goes to the back of
-    # the round-robin order; the head's event comes back with it.
-    return positional(
-        f"""
+_NEXT_FREE = f"""SELECT group_id FROM (
+                     {" UNION ALL ".join(_first_free(p) for p in range(MAX_PRIORITY + 1))}
+                     ORDER BY 1, 2 LIMIT 1)"""
+
+
+def _claim(target: str, guard: str = "") -> str:
+    # The group is leased and goes to the back of the round-robin order; its head's event
+    # comes back with it.
+    return f"""
 UPDATE groups
    SET locked_by = :worker_id, lock_expiry = :expires_at, busy_until = :expires_at,
        attempt = attempt + 1, last_claimed_at = :now
- WHERE group_id = (SELECT group_id FROM (
-                     {" UNION ALL ".join(_first_free(p) for p in range(MAX_PRIORITY + 1))}
-                     ORDER BY 1, 2 LIMIT 1)){guard}
+ WHERE group_id = {target}{guard}
 RETURNING head_seq, group_id,
           (SELECT event FROM messages WHERE seq = groups.head_seq),
           attempt
-""",
-        *CLAIM_PARAMS,
-        *more,
-    )
+"""
 
 
-# After the wake-up.
-CLAIM_HEAD: Final = _claim("")
-
-# The claim's first statement, enough on its own in the common case: no lease or park has
-# lapsed (so the wake-up would change nothing), and the head has had fewer than
-# ``max_attempts`` deliveries (so it cannot be due for burial). When either fails it
-# claims nothing, and the claim goes on: wake-up, then CLAIM_HEAD.
-CLAIM_READY: Final = _claim(
-    """
+# The claim's one statement in the common case: no lease or park has lapsed (so the
+# wake-up would change nothing), and the next free group at or above the floor, in
+# round-robin order (oldest last claim, then oldest head), has had fewer than
+# ``max_attempts`` deliveries (so it cannot be due for burial). That group is found by one
+# index seek per priority level, merged in order (no sort of its own), so neither busy
+# groups nor groups below the floor are walked over. When either guard fails it claims
+# nothing, and the claim goes on: wake-up, then NEXT_FREE and CLAIM_GROUP, burying on the way.
+CLAIM_READY: Final = positional(
+    _claim(
+        f"({_NEXT_FREE})",
+        """
    AND NOT EXISTS (SELECT 1 FROM groups WHERE busy_until < :now)
    AND attempt < :max_attempts""",
+    ),
+    *CLAIM_PARAMS,
     "max_attempts",
 )
+
+# The slow path: look at the next free group before leasing it, so that a head out of
+# attempts is buried as it was left (how its last delivery ended is in `locked_by`).
+NEXT_FREE: Final = f"""
+SELECT g.group_id, g.head_seq, g.attempt, g.locked_by,
+       (SELECT attempts FROM requeued WHERE seq = g.head_seq)
+  FROM groups g WHERE g.group_id = ({_NEXT_FREE})
+"""
+CLAIM_GROUP: Final = _claim(":group_id")
+
+# What a waiting claim watches: the database's change counter (which moves when another
+# connection commits), and when the next lease or park at or above the floor runs out.
+WAIT_STATE: Final = """
+SELECT (SELECT data_version FROM pragma_data_version),
+       (SELECT min(busy_until) FROM groups WHERE busy_until IS NOT NULL
+           AND priority >= :min_priority)
+"""
+
 
 # ack, nack and extend act only on the current lease: the group's head is that seq, and
 # the same worker holds it with the same attempt, not acked or nacked since. A re-claim
@@ -296,6 +314,16 @@ UPDATE groups SET locked_by = :locked_by, lock_expiry = :lock_expiry, busy_until
     "lock_expiry",
 )
 
+# A claim whose caller was cancelled before it heard of the lease gives it back as if it
+# had never been taken: free, and with the delivery it never made uncounted.
+UNCLAIM: Final = f"""
+UPDATE groups SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL, attempt = attempt - 1
+ WHERE {_LEASE_HOLDER}
+"""
+
+# bury's first statement: is the lease current? (It settles the message in the next ones.)
+HOLDS_LEASE: Final = f"SELECT 1 FROM groups WHERE {_LEASE_HOLDER}"
+
 EXTEND: Final = positional(
     f"""
 UPDATE groups SET lock_expiry = :lock_expiry, busy_until = :lock_expiry
@@ -318,9 +346,8 @@ PARKED: Final = RESERVED_PREFIX + "parked__"
 # there); no row: never requeued.
 REQUEUED_ATTEMPTS: Final = "SELECT attempts FROM requeued WHERE seq = :seq"
 
-# Run by the claim that would have delivered the message once too often, on the head it
-# has just leased, in the same transaction: the dead letter records the deliveries that
-# really happened (the claim's own increment is not one).
+# Run by `bury`, or by the claim that would have delivered the message once too often, in
+# the same transaction: the dead letter records the deliveries that really happened.
 BURY: Final = """
 INSERT INTO dead_letters (seq, group_id, priority, event, attempts, reason, dead_at)
 SELECT seq, group_id, priority, event, :attempts, :reason, :now FROM messages
@@ -332,8 +359,8 @@ SELECT seq, group_id, priority, event, :attempts, :reason, :now FROM messages
 DROP_MESSAGE: Final = "DELETE FROM messages WHERE seq = :seq"
 
 # on_dead=hold: the message stays its group's head, parked for ever, so that nothing later
-# in the group is delivered and later publishes queue behind it. Its attempt goes back to
-# the deliveries it had: no lease was handed out for the claim's increment.
+# in the group is delivered and later publishes queue behind it. Its attempt is the
+# deliveries it had.
 HOLD_GROUP: Final = """
 UPDATE groups SET locked_by = :parked, lock_expiry = :held, busy_until = :held, attempt = :attempts
  WHERE group_id = :group_id

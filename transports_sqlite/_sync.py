@@ -1,6 +1,9 @@
 """`SqliteTransport`: the operations of `_ops` run over the standard library's sqlite3.
 
-One connection, shared by threads under a lock that spans each whole transaction.
+`Engine` owns one connection and runs each operation on it as one transaction: the open
+sequence, the retries on a busy database and the lease-flush bracket are written here
+once. The sync transport shares one engine between threads under a lock that spans each
+whole transaction; the async twin runs the same engine on a thread of its own.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from transports_core import (
     QueueStats,
     TransportError,
 )
-from transports_core.backend import EventCodec
+from transports_core.backend import EventCodec, check_wait
 
 try:
     from typing import Self
@@ -32,6 +35,7 @@ from . import _ops
 from . import _sql as sql
 from ._errors import Retries, is_transient, sqlite_errors
 from ._url import SqliteOptions, database_target, wal_bytes
+from ._watch import CLAIM, LOOK, WaitState, Watcher, plan
 
 E = TypeVar("E")
 T = TypeVar("T")
@@ -67,15 +71,19 @@ def _perform(conn: sqlite3.Connection, op: _ops.Operation[T], now: float) -> T:
     return value if steps is None else _drive(conn, steps)
 
 
-class SqliteTransport(Generic[E]):
-    """A durable transport in one SQLite file (or in memory), over sqlite3."""
+class Engine:
+    """One open connection, and every transaction run on it.
 
-    def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
-        self._options = options
-        self._codec: EventCodec[E] = EventCodec(event_type)
-        self._claims = _ops.Claims(options.max_attempts, options.on_dead)
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
+    Not thread-safe by itself: the sync transport holds a lock around each call, and the
+    async one calls it from its own thread only. ``commits`` counts the transactions that
+    may have made a message deliverable (waiting claims compare it, since SQLite's change
+    counter does not count a connection's own commits), and each such commit nudges the
+    transport's waiting claims."""
+
+    def __init__(self, options: SqliteOptions) -> None:
+        self.options = options
+        self.commits = 0
+        self.waiters: set[Watcher] = set()
         self._relax = _ops.lease_durability(options.synchronous, options.memory)
         target = database_target(options)
         with sqlite_errors(options.path):
@@ -97,7 +105,23 @@ class SqliteTransport(Generic[E]):
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
+        self.conn: sqlite3.Connection | None = conn
+
+    def run(self, op: _ops.Operation[T]) -> T:
+        conn = self.conn
+        if conn is None:
+            raise TransportError(f"the transport on sqlite:///{self.options.path} is closed")
+        value = self._transaction(conn, op)
+        if op.wakes:
+            self.commits += 1
+            for watcher in tuple(self.waiters):
+                watcher.nudge()
+        return value
+
+    def look(self, min_priority: int) -> WaitState:
+        """What a waiting claim compares: see `_watch.WaitState`."""
+        version, due = self.run(_ops.wait_state(min_priority))
+        return WaitState(version, self.commits, due)
 
     def _transaction(self, conn: sqlite3.Connection, op: _ops.Operation[T]) -> T:
         """Run ``op`` in one transaction, again from the start while it fails on contention
@@ -107,8 +131,8 @@ class SqliteTransport(Generic[E]):
             return self._attempt(conn, op)  # the common case, kept free of bookkeeping
         except sqlite3.DatabaseError as exc:
             failed = exc
-        retries = Retries(started, self._options.busy_timeout)
-        with sqlite_errors(self._options.path):
+        retries = Retries(started, self.options.busy_timeout)
+        with sqlite_errors(self.options.path):
             while (delay := retries.after(failed)) is not None:
                 time.sleep(delay)
                 try:
@@ -130,10 +154,10 @@ class SqliteTransport(Generic[E]):
     def _commit(self, conn: sqlite3.Connection, op: _ops.Operation[T]) -> T:
         begin = op.begin
         if begin is None:  # AUTOCOMMIT: each statement is its own transaction
-            return _perform(conn, op, self._options.clock())
+            return _perform(conn, op, self.options.clock())
         conn.execute(begin)
         try:
-            value = _perform(conn, op, self._options.clock())
+            value = _perform(conn, op, self.options.clock())
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -141,21 +165,13 @@ class SqliteTransport(Generic[E]):
             raise
         return value
 
-    def _run(self, op: _ops.Operation[T]) -> T:
-        with self._lock:
-            if self._conn is None:
-                raise TransportError(f"{self!r} is closed")
-            return self._transaction(self._conn, op)
-
-    def _idle(self) -> None:
+    def idle(self) -> None:
         """A claim found nothing: a good moment to shrink a large WAL. Never waits: if
         someone is reading or writing, the next idle claim tries again."""
-        if not _ops.checkpoint_due(wal_bytes(self._options)):
+        conn = self.conn
+        if conn is None or not _ops.checkpoint_due(wal_bytes(self.options)):
             return
-        with self._lock, sqlite_errors(self._options.path):
-            conn = self._conn
-            if conn is None:
-                return
+        with sqlite_errors(self.options.path):
             conn.execute(sql.busy_timeout(0))
             try:
                 conn.execute(sql.CHECKPOINT_TRUNCATE).fetchall()
@@ -163,7 +179,71 @@ class SqliteTransport(Generic[E]):
                 if not is_transient(exc):
                     raise
             finally:
-                conn.execute(sql.busy_timeout(self._options.busy_timeout))
+                conn.execute(sql.busy_timeout(self.options.busy_timeout))
+
+    def close(self) -> None:
+        conn, self.conn = self.conn, None
+        for watcher in tuple(self.waiters):
+            watcher.nudge()
+        if conn is not None:
+            conn.close()
+
+
+def watcher_for(options: SqliteOptions) -> Watcher:
+    """A watcher of the files a commit to this database writes (none in memory)."""
+    return Watcher(None if options.memory else options.path)
+
+
+def checked_wait(wait: object) -> float:
+    # The common calls (0, or a number) are checked without a function call.
+    return wait if type(wait) is float and 0 <= wait < float("inf") else check_wait(wait)
+
+
+class SqliteTransport(Generic[E]):
+    """A durable transport in one SQLite file (or in memory), over sqlite3."""
+
+    def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
+        self._options = options
+        self._codec: EventCodec[E] = EventCodec(event_type)
+        self._claims = _ops.Claims(options.max_attempts, options.on_dead)
+        self._lock = threading.Lock()
+        self._engine = Engine(options)
+
+    def _run(self, op: _ops.Operation[T]) -> T:
+        with self._lock:
+            return self._engine.run(op)
+
+    def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
+        """Claim until a message comes or ``wait`` runs out (see `_watch.plan`)."""
+        engine = self._engine
+        watcher = watcher_for(self._options)
+        engine.waiters.add(watcher)
+        steps = plan(wait, watcher.sees_files, self._options.clock, time.monotonic)
+        try:
+            reply: object = None
+            while engine.conn is not None:
+                step = steps.send(reply)
+                if step == LOOK:
+                    with self._lock:
+                        reply = engine.look(op.min_priority)
+                elif step == CLAIM:
+                    claimed = self._run(op)
+                    if claimed is not None:
+                        return claimed
+                    reply = False
+                else:
+                    assert isinstance(step, float)
+                    reply = watcher.wait(step)
+        except StopIteration:
+            pass
+        except TransportError:
+            if engine.conn is not None:
+                raise  # closed meanwhile: the wait ends with nothing leased
+        finally:
+            steps.close()
+            engine.waiters.discard(watcher)
+            watcher.close()
+        return None
 
     def publish(self, group_id: str, event: E, priority: int = 0) -> int:
         return self._run(_ops.Publish(self._codec, group_id, event, priority))
@@ -171,10 +251,17 @@ class SqliteTransport(Generic[E]):
     def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
         return self._run(_ops.publish_many(self._codec, items))
 
-    def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Lease[E] | None:
-        claimed = self._run(self._claims(worker_id, visibility, min_priority))
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
+    ) -> Lease[E] | None:
+        op = self._claims(worker_id, visibility, min_priority)
+        seconds = 0.0 if type(wait) is int and wait == 0 else checked_wait(wait)
+        claimed = self._run(op)
+        if claimed is None and seconds > 0:
+            claimed = self._wait(op, seconds)
         if claimed is None:
-            self._idle()
+            with self._lock:
+                self._engine.idle()
             return None
         return claimed.lease(self._codec)
 
@@ -186,6 +273,9 @@ class SqliteTransport(Generic[E]):
 
     def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
         return self._run(_ops.Extend(lease, visibility))
+
+    def bury(self, lease: Lease[object], reason: str) -> None:
+        self._run(_ops.bury(lease, reason, self._options.on_dead))
 
     def stats(self) -> QueueStats:
         return self._run(_ops.stats())
@@ -209,10 +299,11 @@ class SqliteTransport(Generic[E]):
         return self._run(_ops.purge_group(group_id))
 
     def close(self) -> None:
+        # Waiting claims are nudged first: they hold the lock only between their looks.
+        for watcher in tuple(self._engine.waiters):
+            watcher.nudge()
         with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+            self._engine.close()
 
     def __enter__(self) -> Self:
         return self

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Literal, cast
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from transports_core import TransportError, redact_url
+from transports_core import TransportError
+from transports_core.backend import check_max_attempts, check_on_dead, redact_url
 
 URL_FORMS = "sqlite:///relative/path.db, sqlite:////absolute/path.db or sqlite:///:memory:"
 MEMORY = ":memory:"
@@ -22,7 +23,6 @@ MEMORY = ":memory:"
 Synchronous = Literal["off", "normal", "full", "extra"]
 SYNCHRONOUS_LEVELS: tuple[Synchronous, ...] = ("off", "normal", "full", "extra")
 OnDead = Literal["release", "hold"]
-ON_DEAD_CHOICES: tuple[OnDead, ...] = ("release", "hold")
 
 
 @dataclass(frozen=True)
@@ -73,21 +73,6 @@ def _busy_timeout(value: object) -> int:
     return value
 
 
-def _max_attempts(value: object) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"max_attempts must be a whole number >= 1, got {value!r}")
-    return value
-
-
-def _on_dead(value: object) -> OnDead:
-    for choice in ON_DEAD_CHOICES:
-        if isinstance(value, str) and value.lower() == choice:
-            return choice
-    raise ValueError(f"on_dead must be one of {', '.join(ON_DEAD_CHOICES)}, got {value!r}")
-
-
 def _file_mode(value: object) -> int:
     """An int (``0o640``) or, from a URL, octal digits (``640``, ``0640``, ``0o640``)."""
     if isinstance(value, str):
@@ -111,8 +96,8 @@ _FROM_URL: dict[str, Callable[[object], object]] = {
     "synchronous": _synchronous,
     "busy_timeout": _busy_timeout,
     "file_mode": _file_mode,
-    "max_attempts": _max_attempts,
-    "on_dead": _on_dead,
+    "max_attempts": check_max_attempts,
+    "on_dead": check_on_dead,
 }
 _FROM_KWARGS: dict[str, Callable[[object], object]] = {**_FROM_URL, "clock": _clock}
 

@@ -94,7 +94,7 @@ def traced(transport: SqliteTransport[Any]) -> list[str]:
     """The statements the transport runs from now on. SQLite reports a statement again
     at the start of each trigger program it runs, so a repeat in a row is the same one."""
     statements: list[str] = []
-    conn = transport._conn
+    conn = transport._engine.conn
     assert conn is not None
 
     def trace(statement: str) -> None:

@@ -142,6 +142,6 @@ def test_walks_along_a_damaged_chain_end(open_db: OpenDb, db_path: Path) -> None
         walk = {"group_id": "a", "seq": 10}
         found = _within(10, conn, lambda: conn.execute(sql.PREDECESSOR, walk).fetchall())
         assert found == [(3,)]
-    assert transport._conn is not None
-    assert _within(10, transport._conn, lambda: transport.purge_group("a")) == 3
+    assert transport._engine.conn is not None
+    assert _within(10, transport._engine.conn, lambda: transport.purge_group("a")) == 3
     assert chain_problems(db_path) == []

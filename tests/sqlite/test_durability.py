@@ -21,8 +21,8 @@ NORMAL, FULL = "PRAGMA synchronous = NORMAL", "PRAGMA synchronous = FULL"
 
 
 def _level(transport: SqliteTransport[Any]) -> int:
-    assert transport._conn is not None
-    ((level,),) = transport._conn.execute("PRAGMA synchronous").fetchall()
+    assert transport._engine.conn is not None
+    ((level,),) = transport._engine.conn.execute("PRAGMA synchronous").fetchall()
     return int(level)
 
 

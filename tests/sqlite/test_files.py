@@ -178,7 +178,7 @@ def test_read_only_file_is_refused_naming_it(world_readable_dir: Path) -> None:
 
 
 def _pragma(t: Any, name: str) -> object:
-    ((value,),) = t._conn.execute(f"PRAGMA {name}").fetchall()
+    ((value,),) = t._engine.conn.execute(f"PRAGMA {name}").fetchall()
     return value
 
 

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import pytest
 
 from transports_core import Event, EventDecodeError, Lease, LeaseLost, TransportError
-from transports_core._codec import EventCodec
+from transports_core.backend import EventCodec
 from transports_sqlite import _ops
 from transports_sqlite import _sql as sql
 from transports_sqlite._ops import Claimed, Result, Stmt
@@ -26,7 +26,6 @@ CODEC: EventCodec[Event] = EventCodec(Event)
 NAMES = {
     sql.PUBLISH: ("group_id", "priority", "event"),
     sql.CLAIM_READY: (*sql.CLAIM_PARAMS, "max_attempts"),
-    sql.CLAIM_HEAD: sql.CLAIM_PARAMS,
     sql.ACK: sql.FENCE_PARAMS,
     sql.RELEASE: (*sql.FENCE_PARAMS, "locked_by", "lock_expiry"),
     sql.EXTEND: (*sql.FENCE_PARAMS, "lock_expiry"),
@@ -100,23 +99,64 @@ def test_claim_guards_the_first_statement_with_max_attempts() -> None:
     assert bound(stmts[0])[1]["max_attempts"] == 4
 
 
+FREE = Result([("g", 7, 2, None, None)], 1)  # group, head, deliveries, holder, requeued at
+LEASED = {"worker_id": "w1", "expires_at": NOW + 30, "now": NOW, "group_id": "g"}
+
+
 def test_claim_goes_on_by_waking_lapsed_groups_when_the_first_statement_declines() -> None:
-    stmts, value = drive(_ops.Claim("w1", 30, 2), [NOTHING, WOKEN, Result([ROW], 1)])
+    stmts, value = drive(_ops.Claim("w1", 30, 2), [NOTHING, WOKEN, FREE, Result([ROW], 1)])
     assert [bound(s) for s in stmts[1:]] == [
         (sql.WAKE_LAPSED, {"now": NOW}),
-        (sql.CLAIM_HEAD, CLAIM),
+        (sql.NEXT_FREE, {"min_priority": 2}),
+        (sql.CLAIM_GROUP, LEASED),
     ]
     assert value == Claimed(7, "g", '{"i":1}', "w1", 3, NOW + 30)
     assert drive(_ops.Claim("w1", 30, 2), [NOTHING, WOKEN, NOTHING])[1] is None
 
 
+@pytest.mark.parametrize(
+    ("holder", "last"), [("w0", "lapsed"), (None, "nacked"), (sql.PARKED, "nacked")]
+)
+def test_claim_buries_a_head_out_of_attempts_saying_how_its_last_delivery_ended(
+    holder: str | None, last: str
+) -> None:
+    spent = Result([("g", 7, 3, holder, None)], 1)
+    op = _ops.Claim("w1", 30, 2, max_attempts=3)
+    stmts, value = drive(op, [NOTHING, WOKEN, spent, DONE, DONE, DONE, NOTHING])
+    assert value is None
+    bury = bound(stmts[3])
+    assert bury[0] == sql.BURY
+    assert bury[1]["attempts"] == 3
+    assert bury[1]["reason"] == (
+        f"out of attempts: 3 deliveries without an ack (max_attempts=3); the last one {last}"
+    )
+    assert [s.sql for s in stmts[4:]] == [sql.DROP_MESSAGE, sql.FORGET_REQUEUED, sql.NEXT_FREE]
+
+
+def test_claim_counts_deliveries_from_a_requeue() -> None:
+    requeued = Result([("g", 7, 5, None, 3)], 1)  # 5 deliveries, 3 of them before a requeue
+    op = _ops.Claim("w1", 30, 2, max_attempts=3)
+    stmts, value = drive(op, [NOTHING, WOKEN, requeued, Result([ROW], 1)])
+    assert stmts[-1].sql == sql.CLAIM_GROUP
+    assert value is not None
+
+
+def test_bury_checks_the_fence_then_dead_letters_under_the_policy() -> None:
+    stmts, _ = drive(_ops.bury(LEASE, "bad input", "hold"), [Result([(1,)], 1), DONE, DONE, DONE])
+    assert bound(stmts[0]) == (sql.HOLDS_LEASE, FENCE)
+    assert bound(stmts[1])[1]["reason"] == "buried: bad input"
+    assert [s.sql for s in stmts[2:]] == [sql.HOLD_GROUP, sql.FORGET_REQUEUED]
+    with pytest.raises(LeaseLost):
+        drive(_ops.bury(LEASE, "bad input", "release"), [NOTHING])
+
+
 def test_claim_takes_now_from_its_caller() -> None:
     op = _ops.Claim("w1", 30, 0)
-    early, _ = drive(op, [NOTHING, WOKEN, NOTHING], now=10.0)
-    late, _ = drive(op, [NOTHING, WOKEN, NOTHING], now=20.0)
+    early, _ = drive(op, [NOTHING, WOKEN, FREE, NOTHING], now=10.0)
+    late, _ = drive(op, [NOTHING, WOKEN, FREE, NOTHING], now=20.0)
     assert [early[1].params, late[1].params] == [{"now": 10.0}, {"now": 20.0}]
-    assert bound(early[2])[1]["expires_at"] == 40.0
-    assert bound(late[2])[1]["expires_at"] == 50.0
+    assert bound(early[3])[1]["expires_at"] == 40.0
+    assert bound(late[3])[1]["expires_at"] == 50.0
 
 
 def test_claimed_row_that_does_not_decode_raises_carrying_the_lease() -> None:

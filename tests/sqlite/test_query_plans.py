@@ -30,7 +30,9 @@ STATEMENTS = {
     "INSERT_ROW": sql.INSERT_ROW,
     "WAKE_LAPSED": sql.WAKE_LAPSED,
     "CLAIM_READY": sql.CLAIM_READY,
-    "CLAIM_HEAD": sql.CLAIM_HEAD,
+    "NEXT_FREE": sql.NEXT_FREE,
+    "CLAIM_GROUP": sql.CLAIM_GROUP,
+    "HOLDS_LEASE": sql.HOLDS_LEASE,
     "ACK": sql.ACK,
     "RELEASE": sql.RELEASE,
     "EXTEND": sql.EXTEND,
@@ -142,7 +144,7 @@ def test_trigger_statement_is_index_seeks_only(conn: sqlite3.Connection, name: s
     assert not _problems(plan), f"{name} plan:\n" + "\n".join(plan)
 
 
-@pytest.mark.parametrize("name", ["CLAIM_READY", "CLAIM_HEAD"])
+@pytest.mark.parametrize("name", ["CLAIM_READY", "NEXT_FREE"])
 def test_claim_seeks_the_turn_index_once_per_priority_level(
     conn: sqlite3.Connection, name: str
 ) -> None:
@@ -164,6 +166,13 @@ def test_settling_finds_its_rows_by_primary_key(conn: sqlite3.Connection, name: 
     searches = [line for line in _plan(conn, STATEMENTS[name]) if "SCALAR" not in line]
     assert searches, name
     assert all(s.startswith("SEARCH") and "PRIMARY KEY" in s for s in searches), searches
+
+
+def test_a_waiting_claims_look_seeks_the_busy_groups(conn: sqlite3.Connection) -> None:
+    plan = _plan(conn, sql.WAIT_STATE)
+    assert "SEARCH groups USING COVERING INDEX groups_by_turn (busy_until>?)" in plan, plan
+    # The change counter is a pragma: one row, no table.
+    assert [line for line in _problems(plan) if "pragma_data_version" not in line] == []
 
 
 def test_wake_seeks_only_the_lapsed_groups(conn: sqlite3.Connection) -> None:

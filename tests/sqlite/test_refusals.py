@@ -81,12 +81,12 @@ def test_bad_argument_is_refused_before_anything_is_written(
     lease = transport.claim("w", 30)
     assert lease is not None
     before = snapshot(db_path)
-    assert transport._conn is not None
+    assert transport._engine.conn is not None
     seen: list[str] = []
-    transport._conn.set_trace_callback(seen.append)
+    transport._engine.conn.set_trace_callback(seen.append)
     with pytest.raises(error) as info:
         call(transport, lease)
-    transport._conn.set_trace_callback(None)
+    transport._engine.conn.set_trace_callback(None)
     assert names in str(info.value)
     assert seen == [], "a refused call still ran statements"
     assert snapshot(db_path) == before

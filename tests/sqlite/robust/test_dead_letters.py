@@ -21,6 +21,7 @@ from transports_core import (
     open_async_transport,
     open_transport,
 )
+from transports_core.backend import exhausted_reason
 from transports_core.conformance import ManualClock
 
 
@@ -88,7 +89,7 @@ def test_release_moves_the_message_aside_and_the_group_goes_on(
             priority=0,
             event='{"n":1}',
             attempts=2,
-            reason="not acked after 2 deliveries (max_attempts=2)",
+            reason=exhausted_reason(2, 2, "nacked"),
             dead_at=dead.dead_at,
             held=False,
         )

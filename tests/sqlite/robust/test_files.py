@@ -63,7 +63,7 @@ def test_page_limit_reached_fails_the_publish_and_recovers(tmp_path: Path) -> No
     with open_transport(f"sqlite:///{db}") as transport:
         assert isinstance(transport, SqliteTransport)
         transport.publish("g", Event(n=0))
-        conn = transport._conn
+        conn = transport._engine.conn
         assert conn is not None
         (pages,) = conn.execute("PRAGMA page_count").fetchone()
         conn.execute(f"PRAGMA max_page_count = {pages + 10}")
@@ -216,7 +216,7 @@ def test_the_wal_is_checkpointed_after_4_mib_unless_each_commit_is_flushed(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'q.db'}"
     with open_transport(url, synchronous=synchronous) as transport:
-        conn = transport._conn  # type: ignore[attr-defined]
+        conn = transport._engine.conn  # type: ignore[attr-defined]
         ((pages,),) = conn.execute("PRAGMA wal_autocheckpoint").fetchall()
         ((page_size,),) = conn.execute("PRAGMA page_size").fetchall()
         ((limit,),) = conn.execute("PRAGMA journal_size_limit").fetchall()
