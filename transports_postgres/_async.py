@@ -37,7 +37,7 @@ except ImportError:  # Python 3.10
 from . import _ops
 from . import _sql as sql
 from ._errors import Call, postgres_errors
-from ._sync import LISTEN_TICK, RECHECK, RECHECK_INJECTED_CLOCK
+from ._sync import DOOMED, LISTEN_TICK, RECHECK, RECHECK_INJECTED_CLOCK, watch
 from ._url import PostgresOptions
 
 E = TypeVar("E")
@@ -93,12 +93,20 @@ async def perform(
     return value  # type: ignore[no-any-return]
 
 
+async def configure(conn: AConn) -> None:
+    watch(conn)
+
+
 async def alive(conn: AConn) -> None:
     """See the sync twin's `alive`: no round trip."""
     pgconn = conn.pgconn
     if pgconn.status == ConnStatus.OK:
+        # The first read takes the server's goodbye (an error message), the second sees
+        # the closed socket: only then is the connection known to be dead.
         pgconn.consume_input()
-    if pgconn.status != ConnStatus.OK or conn.closed:
+        pgconn.is_busy()
+        pgconn.consume_input()
+    if pgconn.status != ConnStatus.OK or conn.closed or conn in DOOMED:
         raise psycopg.OperationalError("the connection was closed while idle")
 
 
@@ -230,6 +238,7 @@ class AsyncPostgresTransport(Generic[E]):
                 timeout=options.pool_timeout,
                 kwargs={"autocommit": True},
                 check=alive,
+                configure=configure,
                 open=False,
                 num_workers=1,
                 name=f"transports-{options.schema}",

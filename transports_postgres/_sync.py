@@ -9,8 +9,10 @@ condition that a dedicated LISTEN connection's thread signals.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -99,14 +101,40 @@ def perform(conn: Conn, schema: str, op: _ops.Operation[T], now: float | None, c
     return value  # type: ignore[no-any-return]
 
 
+# Connections the server has said goodbye to (a FATAL message while idle, as a
+# termination or a shutdown sends just before it closes the socket).
+DOOMED: weakref.WeakSet[psycopg.BaseConnection[Any]] = weakref.WeakSet()
+
+
+def _on_notice(
+    ref: weakref.ref[psycopg.BaseConnection[Any]], diag: psycopg.errors.Diagnostic
+) -> None:
+    conn = ref()
+    if conn is not None and diag.severity_nonlocalized in ("FATAL", "PANIC"):
+        DOOMED.add(conn)
+
+
+def watch(conn: psycopg.BaseConnection[Any]) -> None:
+    """Called on every new pooled connection: note the server's goodbye when it comes."""
+    conn.add_notice_handler(functools.partial(_on_notice, weakref.ref(conn)))
+
+
+def configure(conn: Conn) -> None:
+    watch(conn)
+
+
 def alive(conn: Conn) -> None:
     """The pool's check on lending a connection, without a round trip: read whatever the
     server sent while it sat idle (a termination, say), so that a dead connection is
     replaced before a call is sent down it, not after."""
     pgconn = conn.pgconn
     if pgconn.status == ConnStatus.OK:
+        # The first read takes the server's goodbye (an error message), the second sees
+        # the closed socket: only then is the connection known to be dead.
         pgconn.consume_input()
-    if pgconn.status != ConnStatus.OK or conn.closed:
+        pgconn.is_busy()
+        pgconn.consume_input()
+    if pgconn.status != ConnStatus.OK or conn.closed or conn in DOOMED:
         raise psycopg.OperationalError("the connection was closed while idle")
 
 
@@ -222,6 +250,7 @@ class PostgresTransport(Generic[E]):
             timeout=options.pool_timeout,
             kwargs={"autocommit": True},
             check=alive,
+            configure=configure,
             open=False,
             num_workers=1,
             name=f"transports-{options.schema}",
