@@ -48,8 +48,8 @@ def test_processes_lose_nothing_keep_order_and_never_share_a_group(
     seen = [int(row[0]) for row in rows]
     assert sorted(seen) == sorted(published), "lost or doubled messages"
     by_group: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
-    for seq, group, n, attempt, claimed_at, acking_at in rows:
-        assert published[int(seq)] == (group, int(n))
+    for seq_text, group, n, attempt, claimed_at, acking_at in rows:
+        assert published[int(seq_text)] == (group, int(n))
         assert attempt == "1"
         by_group[group].append((float(claimed_at), float(acking_at), int(n)))
     for group, spans in by_group.items():
