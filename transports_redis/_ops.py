@@ -1,0 +1,449 @@
+"""Every Redis operation, sans-I/O, shared by the sync and async runners.
+
+An operation checks its arguments when it is built (so bad input never reaches the
+server), names its `Script`, gives the script's arguments for a ``now`` (``""``: the
+script reads the server's TIME), and turns the script's reply into the call's value or
+raises `LeaseLost`. Each operation is exactly one EVALSHA; waiting for a claim is the
+runners' loop over `Claim`, between which they block on `WakeKeys`. No I/O, no clock, no
+driver import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, Final, Generic, NamedTuple, TypeVar
+
+from transports_core import (
+    DeadLetter,
+    GroupInfo,
+    GroupState,
+    HeldGroup,
+    Lease,
+    LeaseLost,
+    PriorityStats,
+    QueueStats,
+    RequeueRefused,
+)
+from transports_core.backend import (
+    EventCodec,
+    buried_reason,
+    check_delay,
+    check_group_id,
+    check_lease,
+    check_limit,
+    check_priority,
+    check_reason,
+    check_seq,
+    check_visibility,
+    check_worker_id,
+    exhausted_reason,
+)
+
+from . import _scripts as scripts
+from ._scripts import Script
+
+T = TypeVar("T")
+Arg = str | int | float
+
+_GROUP_STATES: Final[frozenset[str]] = frozenset({"ready", "in_flight", "parked", "held"})
+
+
+def key_prefix(queue: str) -> str:
+    """Every key of ``queue`` starts with this: one hash tag, so one cluster slot."""
+    return f"dt:{{{queue}}}:"
+
+
+def queue_keys(queue: str, script: Script) -> list[str]:
+    prefix = key_prefix(queue)
+    return [prefix + suffix for suffix in script.keys]
+
+
+def wake_key(queue: str, floor: int) -> str:
+    return f"{key_prefix(queue)}w{floor}"
+
+
+def close_key(queue: str, handle: str) -> str:
+    """Where `close` pushes a token to wake this handle's blocked claims."""
+    return f"{key_prefix(queue)}close:{handle}"
+
+
+def number(text: str | bytes | int) -> float:
+    """A time from a script: 17 significant digits, exact."""
+    return float(text)
+
+
+class Op(Generic[T]):
+    """One script call: ``args(now)`` for it, ``result(reply)`` of it."""
+
+    __slots__ = ()
+    script: ClassVar[Script]
+    # False for reads: a lost connection cannot have changed anything.
+    writes: ClassVar[bool] = True
+
+    def args(self, now: str) -> Sequence[Arg]:
+        raise NotImplementedError
+
+    def result(self, reply: Any) -> T:
+        raise NotImplementedError
+
+
+class Publish(Op[int]):
+    __slots__ = ("params",)
+    script = scripts.PUBLISH
+
+    def __init__(self, codec: EventCodec[Any], group_id: str, event: object, priority: int) -> None:
+        self.params = (check_group_id(group_id), check_priority(priority), codec.encode(event))
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return self.params
+
+    def result(self, reply: Any) -> int:
+        return int(reply)
+
+
+class PublishMany(Op[list[int]]):
+    __slots__ = ("count", "flat")
+    script = scripts.PUBLISH_MANY
+
+    def __init__(self, codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> None:
+        encoded = codec.encode_items(items)
+        self.count = len(encoded)
+        flat: list[Arg] = [self.count]
+        for group_id, raw, priority in encoded:
+            flat += (group_id, priority, raw)
+        self.flat = flat
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return self.flat
+
+    def result(self, reply: Any) -> list[int]:
+        first = int(reply)
+        return list(range(first, first + self.count))
+
+
+class Claimed(NamedTuple):
+    """A leased message, before its event is decoded."""
+
+    seq: int
+    group_id: str
+    raw: str
+    worker_id: str
+    attempt: int
+    expires_at: float
+
+    def lease(self, codec: EventCodec[T]) -> Lease[T]:
+        return codec.lease(*self)
+
+
+class Idle(NamedTuple):
+    """A claim that found nothing: the server's time, and the earliest end of a lease or
+    park (None: nothing is busy), so that a waiting claim knows when to look again."""
+
+    now: float
+    next_due: float | None
+
+
+class Claim(Op["Claimed | Idle"]):
+    __slots__ = ("params", "worker_id")
+    script = scripts.CLAIM
+
+    def __init__(
+        self,
+        worker_id: str,
+        visibility: float,
+        min_priority: int,
+        max_attempts: int | None,
+        on_dead: str,
+        waiting: bool = False,
+    ) -> None:
+        self.worker_id = check_worker_id(worker_id)
+        self.params = (
+            self.worker_id,
+            repr(check_visibility(visibility)),
+            check_priority(min_priority, "min_priority"),
+            max_attempts or 0,
+            on_dead,
+            # A waiting claim passes the wake-up on when more is ready, for the next waiter.
+            1 if waiting else 0,
+        )
+
+    @property
+    def floor(self) -> int:
+        floor: int = self.params[2]
+        return floor
+
+    def args(self, now: str) -> Sequence[Arg]:
+        worker, vis, floor, max_attempts, on_dead, cascade = self.params
+        return (worker, vis, floor, now, max_attempts, on_dead, cascade)
+
+    def result(self, reply: Any) -> Claimed | Idle:
+        if int(reply[0]) == 0:
+            return Idle(number(reply[1]), number(reply[2]) if reply[2] else None)
+        _, seq, group_id, raw, attempt, due = reply
+        return Claimed(int(seq), group_id, raw, self.worker_id, int(attempt), number(due))
+
+
+def _fence(lease: Lease[object]) -> tuple[str, int, str, int]:
+    check_lease(lease)
+    return (lease.group_id, lease.seq, lease.worker_id, lease.attempt)
+
+
+class _Settle(Op[T]):
+    __slots__ = ("fence", "lease")
+
+    def __init__(self, lease: Lease[Any]) -> None:
+        self.fence = _fence(lease)
+        self.lease = lease
+
+    def _held(self, reply: Any) -> None:
+        if reply == 0 or reply == "0":
+            raise LeaseLost(self.lease)
+
+
+class Ack(_Settle[None]):
+    __slots__ = ()
+    script = scripts.ACK
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return self.fence
+
+    def result(self, reply: Any) -> None:
+        self._held(reply)
+
+
+class Nack(_Settle[None]):
+    __slots__ = ("delay",)
+    script = scripts.NACK
+
+    def __init__(self, lease: Lease[Any], delay: float) -> None:
+        super().__init__(lease)
+        self.delay = repr(check_delay(delay))
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return (*self.fence, self.delay, now)
+
+    def result(self, reply: Any) -> None:
+        self._held(reply)
+
+
+class Extend(_Settle[Lease[T]]):
+    __slots__ = ("visibility",)
+    script = scripts.EXTEND
+    lease: Lease[T]
+
+    def __init__(self, lease: Lease[T], visibility: float) -> None:
+        super().__init__(lease)
+        self.visibility = repr(check_visibility(visibility))
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return (*self.fence, self.visibility, now)
+
+    def result(self, reply: Any) -> Lease[T]:
+        self._held(reply)
+        old = self.lease
+        return Lease(old.seq, old.group_id, old.event, old.worker_id, old.attempt, number(reply))
+
+
+class Bury(_Settle[None]):
+    __slots__ = ("on_dead", "reason")
+    script = scripts.BURY
+
+    def __init__(self, lease: Lease[Any], reason: str, on_dead: str) -> None:
+        super().__init__(lease)
+        self.reason = buried_reason(check_reason(reason))
+        self.on_dead = on_dead
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return (*self.fence, self.reason, self.on_dead, now)
+
+    def result(self, reply: Any) -> None:
+        self._held(reply)
+
+
+# --- admin ---------------------------------------------------------------------------
+
+
+class Stats(Op[QueueStats]):
+    __slots__ = ()
+    script = scripts.STATS
+    writes = False
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return (now,)
+
+    def result(self, reply: Any) -> QueueStats:
+        counts = [int(x) for x in reply]
+        by_priority = tuple(
+            PriorityStats(p, *counts[p * 4 : p * 4 + 4])
+            for p in scripts.PRIORITIES
+            if any(counts[p * 4 : p * 4 + 4])
+        )
+        return QueueStats(
+            ready=sum(p.ready for p in by_priority),
+            in_flight=sum(p.in_flight for p in by_priority),
+            parked=sum(p.parked for p in by_priority),
+            dead=sum(p.dead for p in by_priority),
+            by_priority=by_priority,
+        )
+
+
+class Groups(Op[list[GroupInfo]]):
+    __slots__ = ("limit",)
+    script = scripts.GROUPS
+    writes = False
+
+    def __init__(self, limit: int) -> None:
+        self.limit = check_limit(limit)
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return (self.limit, now)
+
+    def result(self, reply: Any) -> list[GroupInfo]:
+        out = []
+        for i in range(0, len(reply), 7):
+            group_id, priority, depth, head, state, until, last = reply[i : i + 7]
+            if state not in _GROUP_STATES:
+                raise ValueError(f"unknown group state {state!r}")
+            typed: GroupState = state
+            out.append(
+                GroupInfo(
+                    group_id=group_id,
+                    priority=int(priority),
+                    depth=int(depth),
+                    head_seq=int(head),
+                    state=typed,
+                    busy_until=number(until) if until else None,
+                    last_claimed_at=number(last) if last else None,
+                )
+            )
+        return out
+
+
+class DeadLetters(Op[list[DeadLetter]]):
+    __slots__ = ("limit",)
+    script = scripts.DEAD_LETTERS
+    writes = False
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = 0 if limit is None else check_limit(limit)  # ZRANGE 0 -1: all
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return (self.limit,)
+
+    def result(self, reply: Any) -> list[DeadLetter]:
+        out = []
+        for i in range(0, len(reply), 12):
+            seq, group_id, prio, raw, attempts, kind, text, deliveries, max_, last, at, held = (
+                reply[i : i + 12]
+            )
+            reason = (
+                text
+                if kind == "b"
+                else exhausted_reason(
+                    int(deliveries), int(max_), "lapsed" if last == "lapsed" else "nacked"
+                )
+            )
+            out.append(
+                DeadLetter(
+                    seq=int(seq),
+                    group_id=group_id,
+                    priority=int(prio),
+                    event=raw,
+                    attempts=int(attempts),
+                    reason=reason,
+                    dead_at=number(at),
+                    held=int(held) == 1,
+                )
+            )
+        return out
+
+
+class HeldGroups(Op[list[HeldGroup]]):
+    __slots__ = ()
+    script = scripts.HELD_GROUPS
+    writes = False
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return ()
+
+    def result(self, reply: Any) -> list[HeldGroup]:
+        return [
+            HeldGroup(
+                group_id=reply[i],
+                seq=int(reply[i + 1]),
+                waiting=int(reply[i + 2]),
+                since=number(reply[i + 3]),
+            )
+            for i in range(0, len(reply), 4)
+        ]
+
+
+class Requeue(Op[bool]):
+    __slots__ = ("seq",)
+    script = scripts.REQUEUE
+
+    def __init__(self, seq: int) -> None:
+        self.seq = check_seq(seq)
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return (self.seq,)
+
+    def result(self, reply: Any) -> bool:
+        code = int(reply[0])
+        if code == -1:
+            raise RequeueRefused(self.seq, str(reply[2]), str(reply[1]))
+        if code == -2:
+            raise RequeueRefused(self.seq, str(reply[2]), None, int(reply[1]))
+        return code == 1
+
+
+class Discard(Op[bool]):
+    __slots__ = ("seq",)
+    script = scripts.DISCARD
+
+    def __init__(self, seq: int) -> None:
+        self.seq = check_seq(seq)
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return (self.seq,)
+
+    def result(self, reply: Any) -> bool:
+        return int(reply) == 1
+
+
+class PurgeGroup(Op[int]):
+    __slots__ = ("group_id",)
+    script = scripts.PURGE_GROUP
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = check_group_id(group_id)
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return (self.group_id,)
+
+    def result(self, reply: Any) -> int:
+        return int(reply)
+
+
+class Check(Op[list[str]]):
+    """The read-only invariant check (for tests and operators)."""
+
+    __slots__ = ()
+    script = scripts.CHECK
+    writes = False
+
+    def args(self, now: str) -> Sequence[Arg]:
+        return ()
+
+    def result(self, reply: Any) -> list[str]:
+        return [str(x) for x in reply]
+
+
+def wait_timeout(left: float, idle: Idle, ceiling: float) -> float:
+    """How long a waiting claim blocks before it looks again: until its wait ends, the
+    next lease or park ends (by the server's clock), or ``ceiling``, whichever is first."""
+    timeout = min(left, ceiling)
+    if idle.next_due is not None:
+        # The lease lapses once the server's time is past its end: look just after.
+        timeout = min(timeout, max(idle.next_due - idle.now, 0.0) + 0.002)
+    return max(timeout, 0.001)

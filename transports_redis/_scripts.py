@@ -1,0 +1,630 @@
+"""Every Lua script the Redis backend runs, as data: one `Script` per operation.
+
+A script declares the keys it touches (by suffix under the queue's hash tag) and the
+names of its arguments once, beside its text; `Script.source` binds them to ``K.<name>``
+and ``A.<name>`` ahead of the shared helpers, so no script indexes KEYS or ARGV by
+number. Imports no driver.
+
+Key layout of queue NAME (every key under the hash tag ``{NAME}``, so one queue lives in
+one cluster slot; group ids are hash fields and set members, never part of a key):
+
+    dt:{NAME}:seq      string  the last seq handed out (INCR; never goes back)
+    dt:{NAME}:ev       hash    seq -> event JSON of each queued message
+    dt:{NAME}:nx       hash    seq -> next seq of the same group (the group's chain)
+    dt:{NAME}:att      hash    seq -> packed (attempt, base) of a non-head message that
+                               was delivered before (a requeued one moved behind the head)
+    dt:{NAME}:g        hash    group -> packed group record (see `load`)
+    dt:{NAME}:busy     zset    leased or parked groups, by the end of the lease or park
+    dt:{NAME}:r0..r4   zset    ready groups of each priority, in round-robin order
+    dt:{NAME}:w0..w4   list    wake-up tokens for claims waiting with that floor
+    dt:{NAME}:dead     hash    seq -> packed dead letter
+    dt:{NAME}:deadq    zset    dead letter seqs, in seq order
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Final
+
+PRIORITIES: Final = range(5)
+READY_KEYS: Final = tuple(f"r{p}" for p in PRIORITIES)
+WAKE_KEYS: Final = tuple(f"w{p}" for p in PRIORITIES)
+QUEUE_KEYS: Final = (
+    "seq", "ev", "nx", "att", "g", "busy", *READY_KEYS, *WAKE_KEYS, "dead", "deadq"
+)  # fmt: skip
+
+# Shared by every script. Numbers handed to redis.call go through f17: Lua would format
+# them with 14 significant digits, which moves a lease's end by up to a tenth of a ms.
+HELPERS: Final = r"""
+local NEVER = 4503599627370496
+local function f17(x) return string.format('%.17g', x) end
+local function clock(given)
+  if given ~= nil and given ~= '' then return tonumber(given) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+-- group record: head, tail, depth, prio, att (deliveries of the head), base (att at its
+-- last requeue), worker ('' when nobody holds it), due (end of lease or park, 0 none),
+-- last (time of its last claim, 0 never), held (seq of the dead letter holding it, 0 none)
+local function load(group)
+  local packed = redis.call('HGET', K.g, group)
+  if not packed then return nil end
+  local r = {}
+  r.head, r.tail, r.depth, r.prio, r.att, r.base, r.worker, r.due, r.last, r.held =
+    cmsgpack.unpack(packed)
+  return r
+end
+local function save(group, r)
+  redis.call('HSET', K.g, group, cmsgpack.pack(
+    r.head, r.tail, r.depth, r.prio, r.att, r.base, r.worker, r.due, r.last, r.held))
+end
+local function rkey(p) return K['r' .. p] end
+-- never-claimed groups first, by their head; then by their last claim
+local function score(r)
+  if r.last == 0 then return r.head - NEVER end
+  return r.last
+end
+local function signal(upto)
+  for f = 0, upto do
+    local k = K['w' .. f]
+    if redis.call('LLEN', k) == 0 then redis.call('RPUSH', k, '1') end
+  end
+end
+local function make_ready(group, r)
+  redis.call('ZADD', rkey(r.prio), f17(score(r)), group)
+  signal(r.prio)
+end
+-- a waiting claim sleeps until the earliest deadline: wake it when that moves earlier
+local function make_busy(group, r)
+  local first = redis.call('ZRANGE', K.busy, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', K.busy, f17(r.due), group)
+  if first[1] == nil or tonumber(first[2]) > r.due then signal(r.prio) end
+end
+local function unlist(group, r)
+  redis.call('ZREM', K.busy, group)
+  redis.call('ZREM', rkey(r.prio), group)
+end
+-- the head is done: the next message becomes the head, or the group is forgotten
+local function advance(group, r)
+  local head = r.head
+  local nxt = redis.call('HGET', K.nx, head)
+  redis.call('HDEL', K.ev, head)
+  redis.call('HDEL', K.nx, head)
+  r.depth = r.depth - 1
+  if r.depth == 0 or not nxt then
+    redis.call('HDEL', K.g, group)
+    return nil
+  end
+  r.head = tonumber(nxt)
+  local stash = redis.call('HGET', K.att, nxt)
+  if stash then
+    r.att, r.base = cmsgpack.unpack(stash)
+    redis.call('HDEL', K.att, nxt)
+  else
+    r.att, r.base = 0, 0
+  end
+  r.worker, r.due, r.held = '', 0, 0
+  save(group, r)
+  return r
+end
+local function fenced(group, seq, worker, att)
+  local r = load(group)
+  if r == nil or r.head ~= tonumber(seq) or r.worker ~= worker
+     or r.att ~= tonumber(att) or r.held ~= 0 then
+    return nil
+  end
+  return r
+end
+-- the head becomes a dead letter; kind 'b' keeps `text` as its reason, kind 'x' (out
+-- of attempts) keeps what the reason is built from, in Python, by exhausted_reason
+local function kill(group, r, now, kind, text, last, max, on_dead)
+  local raw = redis.call('HGET', K.ev, r.head)
+  local held = 0
+  if on_dead == 'hold' then held = 1 end
+  redis.call('HSET', K.dead, r.head, cmsgpack.pack(
+    group, r.prio, raw, r.att, kind, text, r.att - r.base, max, last, now, held))
+  redis.call('ZADD', K.deadq, r.head, r.head)
+  unlist(group, r)
+  if held == 1 then
+    redis.call('HDEL', K.ev, r.head)
+    r.held, r.worker, r.due = r.head, '', 0
+    save(group, r)
+  else
+    local n = advance(group, r)
+    if n then make_ready(group, n) end
+  end
+end
+"""
+
+
+@dataclass(frozen=True)
+class Script:
+    """One operation's Lua: the key suffixes and argument names it declares, and its body."""
+
+    name: str
+    keys: tuple[str, ...]
+    args: tuple[str, ...]
+    body: str
+    source: str = field(init=False)
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        bind = [
+            f"local K = {{{', '.join(f'{k} = KEYS[{i}]' for i, k in enumerate(self.keys, 1))}}}"
+        ]
+        bind.append(
+            f"local A = {{{', '.join(f'{a} = ARGV[{i}]' for i, a in enumerate(self.args, 1))}}}"
+        )
+        source = "\n".join([f"-- durable-transports: {self.name}", *bind, HELPERS, self.body])
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "sha", hashlib.sha1(source.encode()).hexdigest())
+
+
+# A new group is ready at once; an existing one only gets a longer chain.
+PUBLISH: Final = Script(
+    "publish",
+    QUEUE_KEYS,
+    ("group", "prio", "raw"),
+    r"""
+local seq = redis.call('INCR', K.seq)
+redis.call('HSET', K.ev, seq, A.raw)
+local r = load(A.group)
+if r then
+  redis.call('HSET', K.nx, r.tail, seq)
+  r.tail, r.depth = seq, r.depth + 1
+  save(A.group, r)
+else
+  r = {head = seq, tail = seq, depth = 1, prio = tonumber(A.prio), att = 0, base = 0,
+       worker = '', due = 0, last = 0, held = 0}
+  save(A.group, r)
+  make_ready(A.group, r)
+end
+return seq
+""",
+)
+
+# ARGV after `count`: group, prio, raw for each item; seqs are consecutive from the reply.
+PUBLISH_MANY: Final = Script(
+    "publish_many",
+    QUEUE_KEYS,
+    ("count",),
+    r"""
+local n = tonumber(A.count)
+local last = redis.call('INCRBY', K.seq, n)
+local first = last - n + 1
+local cache = {}
+for i = 0, n - 1 do
+  local group, seq = ARGV[2 + 3 * i], first + i
+  redis.call('HSET', K.ev, seq, ARGV[4 + 3 * i])
+  local r = cache[group]
+  if r == nil then r = load(group) end
+  if r then
+    redis.call('HSET', K.nx, r.tail, seq)
+    r.tail, r.depth = seq, r.depth + 1
+  else
+    r = {head = seq, tail = seq, depth = 1, prio = tonumber(ARGV[3 + 3 * i]), att = 0,
+         base = 0, worker = '', due = 0, last = 0, held = 0, new = true}
+  end
+  cache[group] = r
+end
+for group, r in pairs(cache) do
+  save(group, r)
+  if r.new then make_ready(group, r) end
+end
+return first
+""",
+)
+
+# Frees lapsed leases and ended parks first (their group keeps its holder, so a lapsed
+# lease nobody re-claimed can still be acked), then leases the ready group whose last
+# claim is oldest at or above the floor. With max_attempts, a head out of deliveries is
+# made a dead letter instead and the claim goes on. Reply: {1, seq, group, raw, att,
+# due} or {0, now, earliest deadline or ''}.
+CLAIM: Final = Script(
+    "claim",
+    QUEUE_KEYS,
+    ("worker", "vis", "floor", "now", "max", "on_dead", "cascade"),
+    r"""
+local now = clock(A.now)
+local due = redis.call('ZRANGEBYSCORE', K.busy, '-inf', '(' .. f17(now))
+for _, group in ipairs(due) do
+  local r = load(group)
+  redis.call('ZREM', K.busy, group)
+  if r then
+    if r.worker == '' then r.due = 0; save(group, r) end
+    redis.call('ZADD', rkey(r.prio), f17(score(r)), group)
+  end
+end
+local floor, max = tonumber(A.floor), tonumber(A.max)
+while true do
+  local best, best_score = nil, nil
+  for p = floor, 4 do
+    local top = redis.call('ZRANGE', rkey(p), 0, 0, 'WITHSCORES')
+    if top[1] and (best == nil or tonumber(top[2]) < best_score) then
+      best, best_score = top[1], tonumber(top[2])
+    end
+  end
+  if best == nil then
+    local first = redis.call('ZRANGE', K.busy, 0, 0, 'WITHSCORES')
+    return {0, f17(now), first[2] or ''}
+  end
+  local r = load(best)
+  if max > 0 and r.att - r.base >= max then
+    local last = 'nacked'
+    if r.worker ~= '' then last = 'lapsed' end
+    kill(best, r, now, 'x', '', last, max, A.on_dead)
+  else
+    redis.call('ZREM', rkey(r.prio), best)
+    r.att, r.worker, r.due, r.last = r.att + 1, A.worker, now + tonumber(A.vis), now
+    save(best, r)
+    make_busy(best, r)
+    if A.cascade == '1' then
+      for p = 4, 0, -1 do
+        if redis.call('ZCARD', rkey(p)) > 0 then signal(p); break end
+      end
+    end
+    return {1, r.head, best, redis.call('HGET', K.ev, r.head), r.att, f17(r.due)}
+  end
+end
+""",
+)
+
+FENCE: Final = ("group", "seq", "worker", "att")
+
+ACK: Final = Script(
+    "ack",
+    QUEUE_KEYS,
+    FENCE,
+    r"""
+local r = fenced(A.group, A.seq, A.worker, A.att)
+if r == nil then return 0 end
+unlist(A.group, r)
+local n = advance(A.group, r)
+if n then make_ready(A.group, n) end
+return 1
+""",
+)
+
+# delay 0: ready again at once; else parked, its group held, until now + delay.
+NACK: Final = Script(
+    "nack",
+    QUEUE_KEYS,
+    (*FENCE, "delay", "now"),
+    r"""
+local r = fenced(A.group, A.seq, A.worker, A.att)
+if r == nil then return 0 end
+local delay = tonumber(A.delay)
+unlist(A.group, r)
+r.worker = ''
+if delay > 0 then
+  r.due = clock(A.now) + delay
+  save(A.group, r)
+  make_busy(A.group, r)
+else
+  r.due = 0
+  save(A.group, r)
+  make_ready(A.group, r)
+end
+return 1
+""",
+)
+
+# Reply: the lease's new end, or 0 when the lease is lost.
+EXTEND: Final = Script(
+    "extend",
+    QUEUE_KEYS,
+    (*FENCE, "vis", "now"),
+    r"""
+local r = fenced(A.group, A.seq, A.worker, A.att)
+if r == nil then return 0 end
+unlist(A.group, r)
+r.due = clock(A.now) + tonumber(A.vis)
+save(A.group, r)
+make_busy(A.group, r)
+return f17(r.due)
+""",
+)
+
+BURY: Final = Script(
+    "bury",
+    QUEUE_KEYS,
+    (*FENCE, "reason", "on_dead", "now"),
+    r"""
+local r = fenced(A.group, A.seq, A.worker, A.att)
+if r == nil then return 0 end
+kill(A.group, r, clock(A.now), 'b', A.reason, '', 0, A.on_dead)
+return 1
+""",
+)
+
+# --- admin: reads write nothing; each is one script, so one consistent snapshot --------
+
+# Reply: for each priority 0..4, {ready, in_flight, parked, dead}, flattened.
+STATS: Final = Script(
+    "stats",
+    QUEUE_KEYS,
+    ("now",),
+    r"""
+local now = clock(A.now)
+local out = {}
+for i = 1, 20 do out[i] = 0 end
+local all = redis.call('HGETALL', K.g)
+for i = 1, #all, 2 do
+  local r = {}
+  r.head, r.tail, r.depth, r.prio, r.att, r.base, r.worker, r.due, r.last, r.held =
+    cmsgpack.unpack(all[i + 1])
+  local at = r.prio * 4
+  if r.held ~= 0 then
+    out[at + 1] = out[at + 1] + r.depth - 1
+  elseif r.due >= now and r.worker ~= '' then
+    out[at + 1] = out[at + 1] + r.depth - 1
+    out[at + 2] = out[at + 2] + 1
+  elseif r.due >= now and r.due > 0 then
+    out[at + 1] = out[at + 1] + r.depth - 1
+    out[at + 3] = out[at + 3] + 1
+  else
+    out[at + 1] = out[at + 1] + r.depth
+  end
+end
+local dead = redis.call('HGETALL', K.dead)
+for i = 1, #dead, 2 do
+  local _, prio = cmsgpack.unpack(dead[i + 1])
+  out[prio * 4 + 4] = out[prio * 4 + 4] + 1
+end
+return out
+""",
+)
+
+# Reply: {now, then per group: group, prio, depth, head, state, busy_until or '', last or ''}
+# for the `limit` deepest groups (ties: oldest head first).
+GROUPS: Final = Script(
+    "groups",
+    QUEUE_KEYS,
+    ("limit", "now"),
+    r"""
+local now = clock(A.now)
+local all = redis.call('HGETALL', K.g)
+local rows = {}
+for i = 1, #all, 2 do
+  local r = {}
+  r.head, r.tail, r.depth, r.prio, r.att, r.base, r.worker, r.due, r.last, r.held =
+    cmsgpack.unpack(all[i + 1])
+  r.group = all[i]
+  rows[#rows + 1] = r
+end
+table.sort(rows, function(a, b)
+  if a.depth ~= b.depth then return a.depth > b.depth end
+  return a.head < b.head
+end)
+local out = {}
+for i = 1, math.min(#rows, tonumber(A.limit)) do
+  local r = rows[i]
+  local state, depth, until_ = 'ready', r.depth, ''
+  if r.held ~= 0 then state, depth = 'held', r.depth - 1
+  elseif r.due >= now and r.worker ~= '' then state, until_ = 'in_flight', f17(r.due)
+  elseif r.due >= now and r.due > 0 then state, until_ = 'parked', f17(r.due) end
+  local last = ''
+  if r.last ~= 0 then last = f17(r.last) end
+  for _, v in ipairs({r.group, r.prio, depth, r.head, state, until_, last}) do
+    out[#out + 1] = v
+  end
+end
+return out
+""",
+)
+
+# Reply per dead letter, in seq order: seq, group, prio, raw, attempts, kind, text,
+# deliveries, max, last, dead_at, held.
+DEAD_LETTERS: Final = Script(
+    "dead_letters",
+    QUEUE_KEYS,
+    ("limit",),
+    r"""
+local seqs = redis.call('ZRANGE', K.deadq, 0, tonumber(A.limit) - 1)
+local out = {}
+for _, seq in ipairs(seqs) do
+  local group, prio, raw, att, kind, text, deliveries, max, last, at, held =
+    cmsgpack.unpack(redis.call('HGET', K.dead, seq))
+  for _, v in ipairs({seq, group, prio, raw, att, kind, text, deliveries, max, last,
+                      f17(at), held}) do
+    out[#out + 1] = v
+  end
+end
+return out
+""",
+)
+
+# Reply per held group, in seq order of its dead letter: group, seq, waiting, since.
+HELD_GROUPS: Final = Script(
+    "held_groups",
+    QUEUE_KEYS,
+    (),
+    r"""
+local out = {}
+for _, seq in ipairs(redis.call('ZRANGE', K.deadq, 0, -1)) do
+  local group, _, _, _, _, _, _, _, _, at, held = cmsgpack.unpack(redis.call('HGET', K.dead, seq))
+  if held == 1 then
+    local r = load(group)
+    for _, v in ipairs({group, seq, r.depth - 1, f17(at)}) do out[#out + 1] = v end
+  end
+end
+return out
+""",
+)
+
+# Back at its place in its group's chain (by seq), with a fresh allowance of deliveries.
+# Reply: {1} done, {0} no such dead letter, {-1, worker, group} a lease holds the
+# group, {-2, seq, group} another dead letter holds it.
+REQUEUE: Final = Script(
+    "requeue",
+    QUEUE_KEYS,
+    ("seq",),
+    r"""
+local seq = tonumber(A.seq)
+local packed = redis.call('HGET', K.dead, A.seq)
+if not packed then return {0} end
+local group, prio, raw, att, _, _, _, _, _, _, held = cmsgpack.unpack(packed)
+local r = load(group)
+if held == 1 and r and r.held == seq then
+  redis.call('HSET', K.ev, seq, raw)
+  r.held, r.base = 0, r.att
+  save(group, r)
+  make_ready(group, r)
+else
+  if r and r.worker ~= '' then return {-1, r.worker, group} end
+  if r and r.held ~= 0 then return {-2, r.held, group} end
+  redis.call('HSET', K.ev, seq, raw)
+  if r == nil then
+    r = {head = seq, tail = seq, depth = 1, prio = prio, att = att, base = att,
+         worker = '', due = 0, last = 0, held = 0}
+    save(group, r)
+    make_ready(group, r)
+  else
+    local was_ready = redis.call('ZSCORE', rkey(r.prio), group)
+    if seq < r.head then
+      redis.call('HSET', K.att, r.head, cmsgpack.pack(r.att, r.base))
+      redis.call('HSET', K.nx, seq, r.head)
+      r.head, r.att, r.base = seq, att, att
+    else
+      local p = r.head
+      while true do
+        local nxt = redis.call('HGET', K.nx, p)
+        if not nxt or tonumber(nxt) > seq or tonumber(nxt) <= p then break end
+        p = tonumber(nxt)
+      end
+      local nxt = redis.call('HGET', K.nx, p)
+      if nxt then redis.call('HSET', K.nx, seq, nxt) end
+      redis.call('HSET', K.nx, p, seq)
+      if p == r.tail then r.tail = seq end
+      redis.call('HSET', K.att, seq, cmsgpack.pack(att, att))
+    end
+    r.depth = r.depth + 1
+    save(group, r)
+    if was_ready then make_ready(group, r) end
+  end
+end
+redis.call('HDEL', K.dead, A.seq)
+redis.call('ZREM', K.deadq, A.seq)
+return {1}
+""",
+)
+
+DISCARD: Final = Script(
+    "discard",
+    QUEUE_KEYS,
+    ("seq",),
+    r"""
+local packed = redis.call('HGET', K.dead, A.seq)
+if not packed then return 0 end
+local group, _, _, _, _, _, _, _, _, _, held = cmsgpack.unpack(packed)
+redis.call('HDEL', K.dead, A.seq)
+redis.call('ZREM', K.deadq, A.seq)
+if held == 1 then
+  local r = load(group)
+  if r and r.held == tonumber(A.seq) then
+    unlist(group, r)
+    local n = advance(group, r)
+    if n then make_ready(group, n) end
+  end
+end
+return 1
+""",
+)
+
+# Reply: how many messages and dead letters it removed (a held one counted once).
+PURGE_GROUP: Final = Script(
+    "purge_group",
+    QUEUE_KEYS,
+    ("group",),
+    r"""
+local removed = 0
+local r = load(A.group)
+if r then
+  unlist(A.group, r)
+  local seq, steps = r.head, 0
+  while seq and steps < r.depth do
+    local nxt = redis.call('HGET', K.nx, seq)
+    redis.call('HDEL', K.ev, seq)
+    redis.call('HDEL', K.nx, seq)
+    redis.call('HDEL', K.att, seq)
+    steps = steps + 1
+    if not nxt or tonumber(nxt) <= seq then break end
+    seq = tonumber(nxt)
+  end
+  removed = steps
+  if r.held ~= 0 then removed = removed - 1 end
+  redis.call('HDEL', K.g, A.group)
+end
+local dead = redis.call('HGETALL', K.dead)
+for i = 1, #dead, 2 do
+  if cmsgpack.unpack(dead[i + 1]) == A.group then
+    redis.call('HDEL', K.dead, dead[i])
+    redis.call('ZREM', K.deadq, dead[i])
+    removed = removed + 1
+  end
+end
+return removed
+""",
+)
+
+# Read-only: a list of broken invariants (empty when the structures are sound). Every
+# group's chain reaches its tail in `depth` steps going up, every chained message but a
+# held head has its event, the sets hold exactly the groups in their state, and nothing
+# is left over outside a chain.
+CHECK: Final = Script(
+    "check",
+    QUEUE_KEYS,
+    (),
+    r"""
+local bad = {}
+local function fail(msg) bad[#bad + 1] = msg end
+local all = redis.call('HGETALL', K.g)
+local chained, events, links = {}, 0, 0
+for i = 1, #all, 2 do
+  local group = all[i]
+  local r = load(group)
+  local seq, steps = r.head, 1
+  while true do
+    chained[seq] = true
+    if redis.call('HEXISTS', K.ev, seq) == 1 then events = events + 1
+    elseif not (seq == r.head and r.held ~= 0) then fail(group .. ': no event for ' .. seq) end
+    if seq == r.tail then break end
+    local nxt = redis.call('HGET', K.nx, seq)
+    if not nxt or tonumber(nxt) <= seq then fail(group .. ': chain breaks at ' .. seq); break end
+    links, seq, steps = links + 1, tonumber(nxt), steps + 1
+  end
+  if steps ~= r.depth then fail(group .. ': depth ' .. r.depth .. ' but chain ' .. steps) end
+  local places = 0
+  for p = 0, 4 do
+    if redis.call('ZSCORE', rkey(p), group) then
+      places = places + 1
+      if p ~= r.prio then fail(group .. ': ready at priority ' .. p) end
+    end
+  end
+  if redis.call('ZSCORE', K.busy, group) then places = places + 1 end
+  if r.held ~= 0 and places ~= 0 then fail(group .. ': held but listed') end
+  if r.held == 0 and places ~= 1 then fail(group .. ': in ' .. places .. ' sets') end
+  if r.held == 0 and r.worker == '' and r.due > 0 and not redis.call('ZSCORE', K.busy, group) then
+    fail(group .. ': parked but not busy')
+  end
+end
+if redis.call('HLEN', K.ev) ~= events then fail('events outside any chain') end
+if redis.call('HLEN', K.nx) ~= links then fail('links outside any chain') end
+for _, k in ipairs({K.busy, K.r0, K.r1, K.r2, K.r3, K.r4}) do
+  for _, group in ipairs(redis.call('ZRANGE', k, 0, -1)) do
+    if redis.call('HEXISTS', K.g, group) == 0 then fail(k .. ' lists unknown ' .. group) end
+  end
+end
+if redis.call('HLEN', K.dead) ~= redis.call('ZCARD', K.deadq) then fail('dead index') end
+return bad
+""",
+)
+
+# The benchmark's floor: a script that reads nothing and writes nothing.
+NOTHING: Final = Script("nothing", (), (), "return 1")
+
+ALL: Final = (
+    PUBLISH, PUBLISH_MANY, CLAIM, ACK, NACK, EXTEND, BURY, STATS, GROUPS, DEAD_LETTERS,
+    HELD_GROUPS, REQUEUE, DISCARD, PURGE_GROUP, CHECK,
+)  # fmt: skip
