@@ -159,9 +159,10 @@ Step = Literal["look", "claim"] | float
 # Between looks a claim sleeps at most this long, so that a clock moved by a test, or a
 # change no watcher saw, is noticed.
 LOOK_EVERY: Final = 1.0
-# After a file event, how soon to look again while the commit is not yet visible (SQLite
-# writes the WAL before it publishes the commit in the shared-memory index).
-CONFIRM: Final = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032)
+# After a file event, how soon to look again while the commit is not yet visible: SQLite
+# writes the WAL, flushes it, and only then publishes the commit in the shared-memory
+# index, which no file event reports. About 50 ms of looks, closest first.
+CONFIRM: Final = (0.0005,) * 10 + (0.001,) * 20 + (0.0025,) * 10
 # Wake this long after a lease or park ends, so that it has ended by the clock too.
 AFTER_DUE: Final = 0.001
 

@@ -176,7 +176,9 @@ BACKEND_MODULE = textwrap.dedent(
     """
 )
 BROKEN_MODULE = "not_a_backend = {'open': print}\n"
-MODULES = ("dt_fake_backend", "dt_fake_broken")
+# A backend whose driver is not installed, as `postgresql://` is without its extra.
+NEEDY_MODULE = "import dt_fake_driver_not_installed\n"
+MODULES = ("dt_fake_backend", "dt_fake_broken", "dt_fake_needy")
 
 
 @pytest.fixture
@@ -187,13 +189,19 @@ def fake_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     root.mkdir()
     (root / "dt_fake_backend.py").write_text(BACKEND_MODULE)
     (root / "dt_fake_broken.py").write_text(BROKEN_MODULE)
+    (root / "dt_fake_needy.py").write_text(NEEDY_MODULE)
     info = root / "dt_fake_backend-0.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dt-fake-backend\nVersion: 0.1\n")
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: dt-fake-backend\nVersion: 0.1\n"
+        "Provides-Extra: fancy\n"
+        'Requires-Dist: dt-fake-driver-not-installed>=1; extra == "fancy"\n'
+    )
     (info / "entry_points.txt").write_text(
         f"[{ENTRY_POINT_GROUP}]\n"
         "fake = dt_fake_backend:backend\n"
         "broken = dt_fake_broken:not_a_backend\n"
+        "needy = dt_fake_needy:backend\n"
     )
     (info / "RECORD").write_text("")
     yield root
@@ -232,3 +240,17 @@ def test_entry_point_that_is_not_a_backend_is_a_clear_type_error(
         message
     )
     assert "is not a transports_core.Backend: {'open': <built-in function print>}" in message
+
+
+def test_backend_whose_driver_is_missing_names_the_extra_to_install(
+    fake_distribution: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(fake_distribution))
+    with pytest.raises(ImportError) as info:
+        open_transport("needy://queue")
+    message = str(info.value)
+    assert "the 'needy' backend (dt_fake_needy:backend) needs 'dt_fake_driver_not_installed'" in (
+        message
+    )
+    assert "pip install 'dt-fake-backend[fancy]'" in message
+    assert isinstance(info.value.__cause__, ModuleNotFoundError)
