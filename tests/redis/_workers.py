@@ -1,0 +1,41 @@
+"""What the process tests run in their children: imports only core, so that a spawned child
+starts fast. Journal lines: ``seq group n attempt start_ns end_ns``, from the system-wide
+monotonic clock, written just after claim returns and just before ack."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from transports_core import open_transport
+
+
+def work(url: str, worker_id: str, journal: str) -> None:
+    lines = []
+    with open_transport(url) as transport:
+        idle = 0
+        while idle < 3:
+            lease = transport.claim(worker_id, 30.0, wait=0.3)
+            if lease is None:
+                idle += 1
+                continue
+            idle = 0
+            began = time.monotonic_ns()
+            n = lease.event.n
+            done = time.monotonic_ns()
+            lines.append(f"{lease.seq} {lease.group_id} {n} {lease.attempt} {began} {done}\n")
+            transport.ack(lease)
+    Path(journal).write_text("".join(lines))
+
+
+def hold(url: str, visibility: float, report: str) -> None:
+    """Claim one message, say so, then hang on to it until killed."""
+    with open_transport(url) as transport:
+        lease = transport.claim("holder", visibility, wait=10)
+        assert lease is not None
+        info = {"seq": lease.seq, "attempt": lease.attempt, "expires_at": lease.expires_at}
+        Path(report + ".tmp").write_text(json.dumps(info))
+        os.replace(report + ".tmp", report)
+        time.sleep(600)

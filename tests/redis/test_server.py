@@ -1,0 +1,68 @@
+"""What a private server lets us do to the backend: kill its connection mid-call, flush its
+scripts, and set an evicting maxmemory-policy."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+from transports_core import Event, OutcomeUnknown, TransportError, open_transport
+
+from .server import private_server, with_queue
+
+
+def test_a_connection_killed_mid_call_is_outcome_unknown_and_the_next_call_reconnects() -> None:
+    with private_server() as server:
+        url = with_queue(server.url, "kill")
+        raw = redis.Redis(port=server.port)
+        with open_transport(url) as transport:
+            transport.publish("g", Event(n=0))  # connected, scripts loaded
+            # Writes wait while the server is paused; kill our call's connection meanwhile.
+            raw.client_pause(5000, all=False)
+            errors: list[BaseException] = []
+
+            def publish() -> None:
+                try:
+                    transport.publish("g", Event(n=1))
+                except BaseException as exc:
+                    errors.append(exc)
+
+            thread = threading.Thread(target=publish)
+            thread.start()
+            deadline = time.monotonic() + 10
+            while not any(c.get("cmd") == "evalsha" for c in raw.client_list()):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            raw.client_kill_filter(_type="normal", skipme=True)
+            thread.join(10)
+            raw.client_unpause()
+            assert len(errors) == 1
+            assert isinstance(errors[0], OutcomeUnknown)
+            assert errors[0].operation == "publish"
+            assert transport.publish("g", Event(n=2)) >= 2  # a fresh connection
+        raw.close()
+
+
+def test_a_flushed_script_cache_is_loaded_again() -> None:
+    with private_server() as server:
+        raw = redis.Redis(port=server.port)
+        with open_transport(with_queue(server.url, "flush")) as transport:
+            transport.publish("g", Event(n=1))
+            raw.script_flush()
+            assert transport.publish("g", Event(n=2)) == 2
+            lease = transport.claim("w", 5)
+            assert lease is not None
+            assert lease.event.n == 1
+        raw.close()
+
+
+def test_an_evicting_maxmemory_policy_is_refused_or_warned_about() -> None:
+    with private_server("--maxmemory-policy", "allkeys-lru") as server:
+        with pytest.raises(TransportError, match="maxmemory-policy is 'allkeys-lru'"):
+            open_transport(with_queue(server.url, "lru"))
+        with pytest.warns(RuntimeWarning, match="allkeys-lru"):
+            transport = open_transport(with_queue(server.url, "lru"), maxmemory_policy="warn")
+        transport.close()

@@ -1,0 +1,100 @@
+"""URL and option parsing: the whitelist, the three schemes, and no password in any message."""
+
+from __future__ import annotations
+
+import pytest
+
+from transports_core import TransportError, open_transport
+from transports_redis import RedisOptions
+from transports_redis._url import parse_url
+
+
+def test_defaults_and_plain_url() -> None:
+    options = parse_url("redis://cache.example:6380/2", {})
+    assert options == RedisOptions(server="redis://cache.example:6380/2")
+    assert options.queue == "default"
+    assert (options.max_attempts, options.on_dead) == (None, "release")
+    assert options.maxmemory_policy == "refuse"
+    assert options.clock is None
+
+
+def test_our_options_leave_the_server_url_bare() -> None:
+    options = parse_url(
+        "rediss://app:s3cret@h:6390/1?queue=orders&max_attempts=5&on_dead=HOLD"
+        "&socket_timeout=2.5&connect_timeout=1&maxmemory_policy=warn",
+        {},
+    )
+    assert options.server == "rediss://app:s3cret@h:6390/1"
+    assert (options.queue, options.max_attempts, options.on_dead) == ("orders", 5, "hold")
+    assert (options.socket_timeout, options.connect_timeout) == (2.5, 1.0)
+    assert options.maxmemory_policy == "warn"
+    assert "s3cret" not in options.redacted
+
+
+def test_unix_socket_takes_its_database_as_an_option() -> None:
+    options = parse_url("unix:///run/redis/redis.sock?db=3&queue=q", {})
+    assert (options.server, options.db, options.queue) == ("unix:///run/redis/redis.sock", 3, "q")
+
+
+def test_keywords_are_typed_and_cannot_repeat_the_url() -> None:
+    def clock() -> float:
+        return 1.0
+
+    options = parse_url("redis://h", {"queue": "q2", "max_attempts": 2, "clock": clock})
+    assert (options.queue, options.max_attempts, options.clock) == ("q2", 2, clock)
+    with pytest.raises(ValueError, match="both in the URL and as a keyword"):
+        parse_url("redis://h?queue=a", {"queue": "b"})
+    with pytest.raises(ValueError, match="clock"):
+        parse_url("redis://h?clock=1", {})
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "message"),
+    [
+        ("http://h", {}, "malformed Redis URL"),
+        ("redis:/h", {}, "malformed Redis URL"),
+        ("redis://", {}, "names no host"),
+        ("redis://h:notaport", {}, "malformed Redis URL"),
+        ("redis://h/zero", {}, "database number"),
+        ("redis://h#frag", {}, "fragment"),
+        ("unix://", {}, "socket path"),
+        ("redis://h?nosuch=1", {}, "nosuch"),
+        ("redis://h?queue=a&queue=b", {}, "given twice"),
+        ("redis://h?queue=a{b}", {}, "without braces"),
+        ("redis://h?queue=", {}, "queue must be"),
+        ("redis://h?max_attempts=0", {}, "max_attempts"),
+        ("redis://h?on_dead=keep", {}, "on_dead"),
+        ("redis://h?socket_timeout=-1", {}, "socket_timeout"),
+        ("redis://h?socket_timeout=inf", {}, "socket_timeout"),
+        ("redis://h?maxmemory_policy=ignore", {}, "maxmemory_policy"),
+        ("redis://h?db=1", {}, "as its path"),
+        ("redis://h", {"queue": 3}, "queue must be"),
+        ("redis://h", {"max_attempts": True}, "max_attempts"),
+        ("redis://h", {"clock": 5}, "clock"),
+    ],
+)
+def test_bad_urls_and_options_are_named(url: str, options: dict[str, object], message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        parse_url(url, options)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://user:hunter2@h?nosuch=1",
+        "redis://:hunter2@h/notdb",
+        "redis://user:hunter2@h#x",
+        "redis://:hunter2@h?queue=a&queue=b",
+    ],
+)
+def test_a_password_is_never_shown(url: str) -> None:
+    with pytest.raises((ValueError, TypeError)) as caught:
+        parse_url(url, {})
+    assert "hunter2" not in str(caught.value)
+
+
+def test_an_unreachable_server_is_a_clear_error_without_the_password() -> None:
+    with pytest.raises(TransportError, match="cannot connect") as caught:
+        open_transport("redis://:hunter2@127.0.0.1:1/0?connect_timeout=0.5")
+    assert "hunter2" not in str(caught.value)
+    assert "***" in str(caught.value)

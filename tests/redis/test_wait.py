@@ -1,0 +1,97 @@
+"""claim(wait=) on the server: woken by another handle's publish, by a lapse, by close()
+from another thread; and leases keep their times to the last digit."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from transports_core import Event, Lease, Transport, open_transport
+
+WAIT = 20.0  # far longer than any wake-up should take: a claim that times out fails
+
+
+def _claim_in_thread(
+    transport: Transport[Event], **kwargs: object
+) -> tuple[threading.Thread, list[Lease[Event] | None]]:
+    got: list[Lease[Event] | None] = []
+
+    def run() -> None:
+        got.append(transport.claim("waiter", 30, wait=WAIT, **kwargs))  # type: ignore[arg-type]
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, got
+
+
+@pytest.fixture
+def other(queue_url: str) -> Iterator[Transport[Event]]:
+    with open_transport(queue_url) as transport:
+        yield transport
+
+
+def test_a_publish_from_another_handle_wakes_a_waiting_claim(
+    queue: Transport[Event], other: Transport[Event]
+) -> None:
+    started = time.monotonic()
+    thread, got = _claim_in_thread(queue)
+    time.sleep(0.2)  # let it block (a publish before that is found by its first look)
+    seq = other.publish("g", Event(n=1))
+    thread.join(WAIT + 5)
+    assert got
+    assert got[0] is not None
+    assert got[0].seq == seq
+    assert time.monotonic() - started < WAIT / 2
+
+
+def test_a_waiting_claim_ignores_what_is_below_its_floor(
+    queue: Transport[Event], other: Transport[Event]
+) -> None:
+    thread, got = _claim_in_thread(queue, min_priority=3)
+    time.sleep(0.2)
+    other.publish("low", Event(n=1), 0)
+    high = other.publish("high", Event(n=2), 3)
+    thread.join(WAIT + 5)
+    assert got
+    assert got[0] is not None
+    assert got[0].seq == high
+
+
+def test_a_lapsing_lease_wakes_a_waiting_claim(
+    queue: Transport[Event], other: Transport[Event]
+) -> None:
+    seq = other.publish("g", Event(n=1))
+    first = other.claim("gone", 0.5)
+    assert first is not None
+    started = time.monotonic()
+    lease = queue.claim("waiter", 30, wait=WAIT)
+    assert lease is not None
+    assert (lease.seq, lease.attempt) == (seq, 2)
+    assert time.monotonic() - started < WAIT / 2
+
+
+def test_close_from_another_thread_wakes_a_waiting_claim(queue_url: str) -> None:
+    transport = open_transport(queue_url)
+    started = time.monotonic()
+    thread, got = _claim_in_thread(transport)
+    time.sleep(0.2)
+    transport.close()
+    thread.join(WAIT + 5)
+    assert got == [None]
+    assert time.monotonic() - started < WAIT / 2
+
+
+def test_lease_times_keep_seventeen_digits(queue_url: str) -> None:
+    now = 1796317695.1234567
+
+    with open_transport(queue_url, clock=lambda: now) as transport:
+        transport.publish("g", Event(n=1))
+        lease = transport.claim("w", 0.3333333333333333)
+        assert lease is not None
+        assert lease.expires_at == now + 0.3333333333333333
+        longer = transport.extend(lease, 7.000000000000001)
+        assert longer.expires_at == now + 7.000000000000001
+        transport.ack(longer)
