@@ -16,18 +16,9 @@ from tests import _privileged as privileged
 from transports_cli._app import run
 from transports_core import Event, TransportAdmin, open_transport
 from transports_core.backend import exhausted_reason
-from transports_sqlite import SqliteTransport
 
 from ._command import transports
 from ._queues import LONG, prepare, rows, seqs
-
-# The SQLite side of the contract's bury, RequeueRefused and reason texts is landing
-# separately; until it has, the tests that need it are expected to fail.
-needs_new_sqlite = pytest.mark.xfail(
-    not hasattr(SqliteTransport, "bury"),
-    reason="transports_sqlite does not implement bury and RequeueRefused yet",
-    strict=True,
-)
 
 
 def _two_dead(directory: Path) -> str:
@@ -59,21 +50,25 @@ def test_list_shows_each_dead_letter(tmp_path: Path) -> None:
     assert row.split()[:4] == ["4", "poison", "1", "1"]
 
 
-@needs_new_sqlite
 def test_list_says_why_each_letter_died(tmp_path: Path) -> None:
-    queue = prepare(tmp_path)  # seq 4 ran out of its one attempt
-    with open_transport(queue.url, max_attempts=1) as transport:
-        buried = transport.publish("bad", Event(n=1))
+    url = f"sqlite:///{tmp_path / 'why.db'}"
+    with open_transport(url, max_attempts=1) as transport:
+        tired = transport.publish("tired", Event(n=1))
         lease = transport.claim("w", LONG)
         assert lease is not None
-        assert lease.seq == buried
+        transport.nack(lease)  # its one attempt spent
+        assert transport.claim("w", LONG) is None  # buries it
+        bad = transport.publish("bad", Event(n=2))
+        lease = transport.claim("w", LONG)
+        assert lease is not None
+        assert lease.seq == bad
         transport.bury(lease, "malformed order")
-    letters = json.loads(transports("dead", queue.url, "--json").stdout)
+    letters = json.loads(transports("dead", url, "--json").stdout)
     assert [(d["seq"], d["reason"]) for d in letters] == [
-        (4, exhausted_reason(1, 1, "nacked")),
-        (buried, "buried: malformed order"),
+        (tired, exhausted_reason(1, 1, "nacked")),
+        (bad, "buried: malformed order"),
     ]
-    table = transports("dead", queue.url).stdout.splitlines()
+    table = transports("dead", url).stdout.splitlines()
     assert "out of attempts: 1 deliveries without an ack" in table[1]
     assert "buried: malformed order" in table[2]
 
@@ -122,7 +117,6 @@ def test_requeue_all_found_exits_0_and_json_says_which(tmp_path: Path) -> None:
     assert json.loads(transports("dead", url, "--json").stdout) == []
 
 
-@needs_new_sqlite
 def test_requeue_is_refused_while_a_worker_holds_a_lease_in_the_group(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'busy.db'}?max_attempts=1"
     with open_transport(url) as queue:
