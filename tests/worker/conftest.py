@@ -10,7 +10,7 @@ import pytest
 
 from tests.postgres.server import fresh_schema, with_schema
 
-BACKENDS = ["postgresql"]
+BACKENDS = ["sqlite", "postgresql"]
 
 
 @pytest.fixture(params=BACKENDS)

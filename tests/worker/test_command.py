@@ -55,6 +55,14 @@ def url(queue_url: str) -> str:
 
 
 @pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[tuple[str, Transport[Event]]]:
+    """The refusals happen before any backend is touched: one backend shows it."""
+    url = f"sqlite:///{tmp_path / 'refused.db'}"
+    with open_transport(url) as handle:
+        yield url, handle
+
+
+@pytest.fixture
 def store(url: str) -> Iterator[Transport[Event]]:
     with open_transport(url) as handle:
         yield handle
@@ -164,8 +172,13 @@ def test_sigkill_loses_nothing_the_lease_lapses_and_another_worker_finishes(
     ],
 )
 def test_a_handler_that_cannot_load_exits_2_before_claiming(
-    tmp_path: Path, marks: Path, url: str, store: Transport[Event], target: str, said: str
+    tmp_path: Path,
+    marks: Path,
+    sqlite_store: tuple[str, Transport[Event]],
+    target: str,
+    said: str,
 ) -> None:
+    url, store = sqlite_store
     store.publish("g", Event(n=1))
     process = start(tmp_path, marks, target, url)
     _, err = process.communicate(timeout=PATIENCE)
@@ -178,7 +191,10 @@ def test_a_handler_that_cannot_load_exits_2_before_claiming(
     assert lease.attempt == 1, "the refused worker claimed the message"
 
 
-def test_a_bad_event_type_exits_2(tmp_path: Path, marks: Path, url: str) -> None:
+def test_a_bad_event_type_exits_2(
+    tmp_path: Path, marks: Path, sqlite_store: tuple[str, Transport[Event]]
+) -> None:
+    url, _ = sqlite_store
     process = start(tmp_path, marks, "jobs:slow", url, "--event-type", "jobs:not_callable")
     _, err = process.communicate(timeout=PATIENCE)
     assert process.returncode == 2
