@@ -1,0 +1,342 @@
+"""``python -m bench.postgres``: the PostgreSQL backend against raw psycopg on the same
+server, medians of a few rounds and the ratios the issue sets as targets.
+
+    python -m bench.postgres                  # short (about a minute)
+    python -m bench.postgres --big            # 1,000,000-message backlog, 200,000-cycle soak
+    TRANSPORTS_POSTGRES_URL=postgresql://... python -m bench.postgres
+
+Every case works in a schema of its own, dropped at the end. The server on the shared
+machines runs with autovacuum off: the soak runs VACUUM itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from transports_core import Event, open_transport
+
+LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/test"
+Conn = psycopg.Connection[Any]
+
+
+def server() -> str:
+    return os.environ.get("TRANSPORTS_POSTGRES_URL") or LOCAL_URL
+
+
+@contextmanager
+def schema(prefix: str) -> Iterator[str]:
+    name = f"bench_{prefix}_{uuid.uuid4().hex[:8]}"
+    try:
+        yield name
+    finally:
+        with psycopg.connect(server(), autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def queue_url(name: str, **query: object) -> str:
+    extra = "".join(f"&{key}={value}" for key, value in query.items())
+    return f"{server()}?schema={name}&pool_min_size=1&pool_max_size=2{extra}"
+
+
+def rate(n: int, run: Callable[[], None], rounds: int) -> float:
+    """Median per-second rate of ``run``, which does ``n`` things, over ``rounds``."""
+    rates = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        run()
+        rates.append(n / (time.perf_counter() - started))
+    return statistics.median(rates)
+
+
+# --- the floor: raw psycopg, the same commits per message -------------------------------------
+
+
+def _raw_table(conn: Conn, name: str, n: int, groups: bool = False) -> None:
+    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{name}"')
+    conn.execute(
+        f'CREATE TABLE IF NOT EXISTS "{name}".jobs (id bigserial PRIMARY KEY, payload text, '
+        "leased_by text, expiry float8)"
+    )
+    conn.execute(
+        f'CREATE INDEX IF NOT EXISTS jobs_free ON "{name}".jobs (id) WHERE leased_by IS NULL'
+    )
+    conn.execute(
+        f'INSERT INTO "{name}".jobs (payload) SELECT \'{{"n":1}}\' FROM generate_series(1, %s)',
+        (n,),
+    )
+
+
+def skip_locked_worker(url: str, name: str, n: int) -> None:
+    """What people write by hand: a plain SKIP LOCKED jobs table, no groups."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for _ in range(n):
+            row = conn.execute(
+                f'UPDATE "{name}".jobs SET leased_by = %s, expiry = 1 WHERE id = ('
+                f'SELECT id FROM "{name}".jobs WHERE leased_by IS NULL ORDER BY id LIMIT 1 '
+                "FOR UPDATE SKIP LOCKED) RETURNING id, payload",
+                ("w",),
+            ).fetchone()
+            if row is None:
+                return
+            conn.execute(f'DELETE FROM "{name}".jobs WHERE id = %s', (row[0],))
+
+
+def transport_worker(url: str, worker: str, n: int) -> None:
+    with open_transport(url) as transport:
+        for _ in range(n):
+            lease = transport.claim(worker, 60)
+            if lease is None:
+                return
+            transport.ack(lease)
+
+
+def _processes(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float:
+    spawn = multiprocessing.get_context("spawn")
+    children = [spawn.Process(target=target, args=a) for a in args]
+    started = time.perf_counter()
+    for child in children:
+        child.start()
+    for child in children:
+        child.join()
+        if child.exitcode != 0:
+            raise RuntimeError(f"a benchmark process failed ({child.exitcode})")
+    return time.perf_counter() - started
+
+
+def floor(n: int, connections: int, rounds: int) -> float:
+    def once() -> float:
+        with schema("floor") as name:
+            with psycopg.connect(server(), autocommit=True) as conn:
+                _raw_table(conn, name, n * connections)
+            # Each connection works its own slice of the ids: the floor chooses nothing.
+            return _processes(
+                _floor_slice, [(server(), name, n, i, connections) for i in range(connections)]
+            )
+
+    return statistics.median((n * connections) / once() for _ in range(rounds))
+
+
+def _floor_slice(url: str, name: str, n: int, index: int, count: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        ids = [
+            row[0]
+            for row in conn.execute(
+                f'SELECT id FROM "{name}".jobs WHERE id %% %s = %s ORDER BY id LIMIT %s',
+                (count, index, n),
+            )
+        ]
+        for job in ids:
+            conn.execute(
+                f'UPDATE "{name}".jobs SET leased_by = %s, expiry = 1 WHERE id = %s', ("w", job)
+            )
+            conn.execute(f'DELETE FROM "{name}".jobs WHERE id = %s', (job,))
+
+
+def claim_ack(n: int, processes: int, groups: int, rounds: int) -> float:
+    def once() -> float:
+        with schema("claim") as name:
+            url = queue_url(name)
+            with open_transport(url) as transport:
+                transport.publish_many(
+                    [(f"g{i % groups}", Event(n=i), 0) for i in range(n * processes)]
+                )
+            return _processes(transport_worker, [(url, f"w{i}", n) for i in range(processes)])
+
+    return statistics.median((n * processes) / once() for _ in range(rounds))
+
+
+def skip_locked(n: int, rounds: int) -> float:
+    def once() -> float:
+        with schema("skip") as name:
+            with psycopg.connect(server(), autocommit=True) as conn:
+                _raw_table(conn, name, n)
+            return _processes(skip_locked_worker, [(server(), name, n)])
+
+    return statistics.median(n / once() for _ in range(rounds))
+
+
+# --- publish_many against a raw multi-row insert -------------------------------------------------
+
+
+def publish_many(batch: int, batches: int, rounds: int) -> tuple[float, float]:
+    events = [Event(n=i) for i in range(batch)]
+    with schema("pm") as name, open_transport(queue_url(name)) as transport:
+        items = [(f"g{i % 100}", e, 0) for i, e in enumerate(events)]
+
+        def ours() -> None:
+            for _ in range(batches):
+                transport.publish_many(items)
+
+        mine = rate(batch * batches, ours, rounds)
+    with schema("pmraw") as name, psycopg.connect(server(), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+        conn.execute(
+            f'CREATE TABLE "{name}".m (seq bigserial PRIMARY KEY, group_id text, '
+            "priority smallint, event text)"
+        )
+        groups = [f"g{i % 100}" for i in range(batch)]
+        raws = [e.model_dump_json() for e in events]
+
+        def raw() -> None:
+            for _ in range(batches):
+                conn.execute(
+                    f'INSERT INTO "{name}".m (group_id, priority, event) '
+                    "SELECT * FROM unnest(%s::text[], %s::smallint[], %s::text[])",
+                    (groups, [0] * batch, raws),
+                )
+
+        floor_rate = rate(batch * batches, raw, rounds)
+    return mine, floor_rate
+
+
+# --- claim latency against the backlog ------------------------------------------------------------
+
+
+def _fill(name: str, size: int, groups: int) -> str:
+    url = queue_url(name)
+    with open_transport(url):
+        pass  # the schema
+    with psycopg.connect(server(), autocommit=True) as conn:
+        conn.execute(
+            f'INSERT INTO "{name}".messages (group_id, seq, priority, event) '
+            "SELECT 'g' || (s %% %s), s, 0, '{\"n\":1}' FROM generate_series(1, %s) s",
+            (groups, size),
+        )
+        conn.execute(
+            f'INSERT INTO "{name}".groups (group_id, priority, head_seq, depth) '
+            f'SELECT group_id, 0, min(seq), count(*) FROM "{name}".messages GROUP BY group_id'
+        )
+        conn.execute(f"SELECT setval('\"{name}\".seqs', %s)", (size,))
+        conn.execute(f'ANALYZE "{name}".groups')
+        conn.execute(f'ANALYZE "{name}".messages')
+    return url
+
+
+def claim_latency(size: int, groups: int, n: int) -> float:
+    """Median seconds of one claim+ack, with ``size`` messages queued in ``groups``."""
+    with schema("lat") as name:
+        url = _fill(name, size, groups)
+        with open_transport(url) as transport:
+            times = []
+            for _ in range(n):
+                started = time.perf_counter()
+                lease = transport.claim("w", 60)
+                assert lease is not None
+                transport.ack(lease)
+                times.append(time.perf_counter() - started)
+                transport.publish(lease.group_id, Event(n=1))  # keep the backlog's size
+        return statistics.median(times)
+
+
+# --- soak ---------------------------------------------------------------------------------
+
+
+# The soak's stand-in for autovacuum (off on the shared server): a VACUUM of both tables
+# this often, about when the groups table's own threshold (1,000 dead rows) would fire.
+SOAK_VACUUM_EVERY = 1000
+
+
+def soak(cycles: int, groups: int = 100) -> tuple[dict[str, int], dict[str, int]]:
+    """Claim+ack ``cycles`` times (each publishing one more), vacuuming as autovacuum
+    would, then VACUUM: sizes before and after, in bytes, of every table and index."""
+    query = (
+        "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+        "AND c.relkind IN ('r', 'i') ORDER BY 1"
+    )
+    with schema("soak") as name:
+        url = queue_url(name)
+        with open_transport(url) as transport, psycopg.connect(server(), autocommit=True) as conn:
+            transport.publish_many([(f"g{i}", Event(n=i), 0) for i in range(groups)] * 10)
+            conn.execute(f'VACUUM "{name}".groups, "{name}".messages')
+            start: dict[str, int] = dict(conn.execute(query, (name,)).fetchall())
+            for i in range(cycles):
+                lease = transport.claim("w", 60)
+                assert lease is not None
+                transport.ack(lease)
+                transport.publish(lease.group_id, Event(n=i))
+                if i % SOAK_VACUUM_EVERY == SOAK_VACUUM_EVERY - 1:
+                    conn.execute(f'VACUUM "{name}".groups, "{name}".messages')
+            conn.execute(f'VACUUM "{name}".groups, "{name}".messages')
+            end: dict[str, int] = dict(conn.execute(query, (name,)).fetchall())
+    return start, end
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.postgres", description=__doc__)
+    parser.add_argument("--big", action="store_true", help="1M backlog, 200k soak")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", choices=["soak"], help="run one case")
+    args = parser.parse_args(argv)
+    rounds = args.rounds
+    n = 2000
+    out = print
+    out(f"server: {psycopg.connect(server()).info.parameter_status('server_version')}")
+    if args.only == "soak":
+        _report_soak(200_000 if args.big else 20_000, out)
+        return 0
+
+    floor1 = floor(n, 1, rounds)
+    floor4 = floor(n // 2, 4, rounds)
+    ours1 = claim_ack(n, 1, 50, rounds)
+    plain = skip_locked(n, rounds)
+    out(f"floor (UPDATE commit + DELETE commit), 1 connection: {floor1:8.0f} msg/s")
+    out(f"floor, 4 connections:                                {floor4:8.0f} msg/s")
+    out(
+        f"claim+ack, 1 connection:                             {ours1:8.0f} msg/s "
+        f"= {ours1 / floor1:.2f}x the floor (target >= 0.7)"
+    )
+    out(
+        f"plain SKIP LOCKED table, no groups, 1 connection:    {plain:8.0f} msg/s "
+        f"= {plain / floor1:.2f}x the floor"
+    )
+    by_procs = {}
+    for procs in (1, 4, 8, 16):
+        by_procs[procs] = claim_ack(max(n // procs, 200), procs, 64, 1 if procs > 4 else rounds)
+        speedup = by_procs[procs] / by_procs[1]
+        out(
+            f"claim+ack, {procs:2d} processes, distinct groups:         "
+            f"{by_procs[procs]:8.0f} msg/s = {speedup:.2f}x one process"
+        )
+    out(
+        "  (target: 4 processes >= 2.5x one; on this 2-core machine the client processes "
+        "and the server share the cores)"
+    )
+    mine, raw = publish_many(500, 20, rounds)
+    out(
+        f"publish_many (500 a batch):                          {mine:8.0f} msg/s "
+        f"= {mine / raw:.2f}x a raw multi-row insert ({raw:.0f}/s; target >= 0.5)"
+    )
+    big = 1_000_000 if args.big else 100_000
+    for groups in (10, 10_000):
+        small_lat = claim_latency(1000, groups if groups < 1000 else 1000, 300)
+        big_lat = claim_latency(big, groups, 300)
+        out(
+            f"claim+ack latency, {groups:5d} groups: {small_lat * 1e3:.3f} ms at 1,000 queued, "
+            f"{big_lat * 1e3:.3f} ms at {big:,} = {big_lat / small_lat:.2f}x (target <= 1.3)"
+        )
+    _report_soak(200_000 if args.big else 20_000, out)
+    return 0
+
+
+def _report_soak(cycles: int, out: Callable[..., None]) -> None:
+    start, end = soak(cycles)
+    out(f"soak: {cycles:,} claim+ack cycles, then VACUUM (bytes, start -> end):")
+    for rel in sorted(start):
+        ratio = end.get(rel, 0) / start[rel] if start[rel] else float("nan")
+        out(f"  {rel:22s} {start[rel]:10,d} -> {end.get(rel, 0):10,d}  ({ratio:.2f}x; target <= 2)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
