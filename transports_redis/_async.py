@@ -71,16 +71,31 @@ class AsyncRedisTransport(Generic[E]):
             warnings.warn(refusal, RuntimeWarning, stacklevel=4)
         self._checked = True
 
+    async def _follow(self, moved: rex.MovedError) -> None:
+        """The queue's slot is served by another cluster node: use that node from now on."""
+        old = self._pool
+        kwargs = {**old.connection_kwargs, "host": moved.host, "port": moved.port}
+        self._pool = aredis.ConnectionPool(connection_class=old.connection_class, **kwargs)
+        await old.disconnect()
+
     async def _command(
         self, *args: Any, writes: bool = False, timeout: float | None = None, check: bool = True
     ) -> Any:
         if check and not self._checked:
             await self._open()
-        server = self._options.redacted
-        conn: Any = await self._pool.get_connection()  # type: ignore[no-untyped-call]
         try:
-            with connecting(server):
-                await conn.connect()
+            return await self._command_once(args, writes, timeout)
+        except rex.MovedError as moved:
+            await self._follow(moved)
+            return await self._command_once(args, writes, timeout)
+
+    async def _command_once(
+        self, args: tuple[Any, ...], writes: bool, timeout: float | None
+    ) -> Any:
+        server = self._options.redacted
+        with connecting(server):  # the pool connects it
+            conn: Any = await self._pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
             with redis_errors(server, str(args[0]).lower(), writes):
                 await conn.send_command(*args)
                 if timeout is None:
@@ -97,14 +112,21 @@ class AsyncRedisTransport(Generic[E]):
             raise TransportError(f"{self!r} is closed")
         if not self._checked:
             await self._open()
+        try:
+            return await self._run_once(op)
+        except rex.MovedError as moved:
+            # MOVED: the script did not run on that node, so sending it again is safe.
+            await self._follow(moved)
+            return await self._run_once(op)
+
+    async def _run_once(self, op: ops.Op[T]) -> T:
         clock = self._options.clock
         args = op.args("" if clock is None else repr(clock()))
         script = op.script
         server = self._options.redacted
-        conn: Any = await self._pool.get_connection()  # type: ignore[no-untyped-call]
+        with connecting(server):  # the pool connects it
+            conn: Any = await self._pool.get_connection()  # type: ignore[no-untyped-call]
         try:
-            with connecting(server):
-                await conn.connect()
             with redis_errors(server, script.name, op.writes):
                 try:
                     await conn.send_command(

@@ -7,7 +7,8 @@ password), used by both runners.
     the same during a read                                  -> TransportError
     redis.ResponseError (OOM, READONLY, MOVED, script error) -> TransportError
 
-NOSCRIPT is not translated: the runners load the script and send it once more. Retries
+NOSCRIPT and MOVED are not translated: the runners load the script, or follow the queue's
+slot to the cluster node named, and send the call once more (neither ran it). Retries
 are off in the pools the runners build, so nothing is ever sent twice behind the
 caller's back. Imports redis only for its exception classes (redis.asyncio raises the
 same ones).
@@ -39,7 +40,7 @@ def redis_errors(server: str, operation: str, writes: bool) -> Iterator[None]:
     """A call in flight: a broken connection leaves a write's outcome unknown."""
     try:
         yield
-    except rex.NoScriptError:
+    except (rex.NoScriptError, rex.MovedError):
         raise
     except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
         if writes:
@@ -51,8 +52,8 @@ def redis_errors(server: str, operation: str, writes: bool) -> Iterator[None]:
             why = "the server is out of memory (maxmemory reached; nothing was written)"
         elif text.startswith("READONLY"):
             why = "the server is a read-only replica; connect to the primary"
-        elif text.startswith(("MOVED", "ASK")):
-            why = "the queue's slot is served by another cluster node; connect to it"
+        elif text.startswith("ASK"):
+            why = "the queue's slot is migrating between cluster nodes; try again"
         else:
             why = "the server refused the call"
         raise TransportError(f"{server}: {operation}: {why} ({text})") from exc

@@ -111,12 +111,25 @@ class RedisTransport(Generic[E]):
 
     # -- the runner ------------------------------------------------------------------
 
+    def _follow(self, moved: rex.MovedError) -> None:
+        """The queue's slot is served by another cluster node: use that node from now on."""
+        old = self._pool
+        kwargs = {**old.connection_kwargs, "host": moved.host, "port": moved.port}
+        self._pool = redis.ConnectionPool(connection_class=old.connection_class, **kwargs)
+        old.disconnect()
+
     def _command(self, *args: Any, writes: bool = False, timeout: float | None = None) -> Any:
-        server = self._options.redacted
-        conn: Any = self._pool.get_connection()
         try:
-            with connecting(server):
-                conn.connect()
+            return self._command_once(args, writes, timeout)
+        except rex.MovedError as moved:
+            self._follow(moved)
+            return self._command_once(args, writes, timeout)
+
+    def _command_once(self, args: tuple[Any, ...], writes: bool, timeout: float | None) -> Any:
+        server = self._options.redacted
+        with connecting(server):  # the pool connects it
+            conn: Any = self._pool.get_connection()
+        try:
             with redis_errors(server, str(args[0]).lower(), writes):
                 conn.send_command(*args)
                 if timeout is None:
@@ -131,14 +144,21 @@ class RedisTransport(Generic[E]):
     def _run(self, op: ops.Op[T]) -> T:
         if self._closed:
             raise TransportError(f"{self!r} is closed")
+        try:
+            return self._run_once(op)
+        except rex.MovedError as moved:
+            # MOVED: the script did not run on that node, so sending it again is safe.
+            self._follow(moved)
+            return self._run_once(op)
+
+    def _run_once(self, op: ops.Op[T]) -> T:
         clock = self._options.clock
         args = op.args("" if clock is None else repr(clock()))
         script = op.script
         server = self._options.redacted
-        conn: Any = self._pool.get_connection()
+        with connecting(server):  # the pool connects it
+            conn: Any = self._pool.get_connection()
         try:
-            with connecting(server):
-                conn.connect()
             with redis_errors(server, script.name, op.writes):
                 try:
                     conn.send_command("EVALSHA", script.sha, len(self._keys), *self._keys, *args)

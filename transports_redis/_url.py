@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, cast
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from transports_core.backend import check_max_attempts, check_on_dead, redact_url
 
@@ -167,7 +167,7 @@ def parse_url(url: str, options: Mapping[str, object]) -> RedisOptions:
         chosen[key] = _FROM_KWARGS[key](given)
     if "db" in chosen and parts.scheme != "unix":
         raise ValueError(f"Redis URL {shown!r}: give the database as its path (/N), not db=")
-    server = urlunsplit(parts._replace(query="", fragment=""))
+    server = f"{parts.scheme}://{parts.netloc}{parts.path}"
     return RedisOptions(server=server, **chosen)  # type: ignore[arg-type]
 
 

@@ -39,3 +39,25 @@ def hold(url: str, visibility: float, report: str) -> None:
         Path(report + ".tmp").write_text(json.dumps(info))
         os.replace(report + ".tmp", report)
         time.sleep(600)
+
+
+def churn(url: str, name: str, journal: str, stop: str) -> None:
+    """Publish and claim+ack until ``stop`` exists, riding out a server that dies and comes
+    back. Each line is written only once its call returned: ``P seq group n`` for a
+    publish, ``A seq`` for an ack; a call whose outcome is unknown writes nothing."""
+    from transports_core import Event, TransportError
+
+    n = 0
+    with open(journal, "a", buffering=1) as out, open_transport(url) as transport:
+        while not os.path.exists(stop):
+            group = f"{name}-{n % 5}"
+            try:
+                seq = transport.publish(group, Event(n=n))
+                out.write(f"P {seq} {group} {n}\n")
+                n += 1
+                lease = transport.claim(name, 2.0)
+                if lease is not None:
+                    transport.ack(lease)
+                    out.write(f"A {lease.seq}\n")
+            except TransportError:
+                time.sleep(0.05)  # the server is down: the next call reconnects

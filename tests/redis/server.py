@@ -94,10 +94,13 @@ def fresh_queue(prefix: str = "t", *, check: bool = True) -> Iterator[tuple[str,
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A free port whose cluster bus port (10000 higher) is a port too."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port < 55000:
+            return port
 
 
 class PrivateServer:

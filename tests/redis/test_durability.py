@@ -1,0 +1,79 @@
+"""Durability on a private ``redis-server --appendonly yes --appendfsync always``: under load
+from several processes it is SIGKILLed and restarted, and then nothing a publish returned
+from is lost, nothing an ack returned from comes back, and the structures are sound."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+
+from transports_core import open_transport
+from transports_redis import RedisTransport
+
+from . import _workers
+from .server import private_server, with_queue
+
+PROCESSES = 3
+
+
+@pytest.mark.slow
+def test_a_sigkilled_aof_server_loses_nothing_that_returned(tmp_path: Path) -> None:
+    with private_server() as server:
+        url = with_queue(server.url, "durable")
+        stop = tmp_path / "stop"
+        journals = [tmp_path / f"c{i}.journal" for i in range(PROCESSES)]
+        spawn = multiprocessing.get_context("spawn")
+        children = [
+            spawn.Process(target=_workers.churn, args=(url, f"c{i}", str(j), str(stop)))
+            for i, j in enumerate(journals)
+        ]
+        for child in children:
+            child.start()
+        try:
+            _until_lines(journals, 300)
+            server.kill()
+            time.sleep(0.3)
+            server.start()
+            written = _count_lines(journals)
+            _until_lines(journals, written + 300)
+        finally:
+            stop.touch()
+            for child in children:
+                child.join(60)
+        assert all(child.exitcode == 0 for child in children)
+
+        published: dict[int, str] = {}
+        acked: set[int] = set()
+        for journal in journals:
+            for line in journal.read_text().splitlines():
+                kind, seq, *rest = line.split()
+                if kind == "P":
+                    published[int(seq)] = rest[0]
+                else:
+                    acked.add(int(seq))
+        assert len(published) >= 250  # about half the 600 lines written
+        drained: set[int] = set()
+        with open_transport(url) as transport:
+            assert isinstance(transport, RedisTransport)
+            assert transport.check() == []
+            while (lease := transport.claim("drain", 30, wait=3)) is not None:
+                assert lease.seq not in acked, f"acked message {lease.seq} came back"
+                drained.add(lease.seq)
+                transport.ack(lease)
+            assert transport.check() == []
+        lost = set(published) - acked - drained
+        assert not lost, f"published messages lost: {sorted(lost)[:10]}"
+
+
+def _count_lines(journals: list[Path]) -> int:
+    return sum(j.read_text().count("\n") for j in journals if j.exists())
+
+
+def _until_lines(journals: list[Path], lines: int) -> None:
+    deadline = time.monotonic() + 60
+    while _count_lines(journals) < lines:
+        assert time.monotonic() < deadline, "the children stopped making progress"
+        time.sleep(0.05)
