@@ -15,9 +15,9 @@ from transports_core import (
     DeadLetter,
     Event,
     LeaseLost,
+    RequeueRefused,
     Transport,
     TransportAdmin,
-    TransportError,
     open_async_transport,
     open_transport,
 )
@@ -179,7 +179,7 @@ def test_requeue_returns_a_released_dead_letter_to_its_place(open_queue: Opener)
         lease = queue.claim("w", 10)  # buries n=1, delivers n=2
         assert lease is not None
         assert lease.event.n == 2
-        with pytest.raises(TransportError, match=r"requeue.*worker 'w' holds a lease in .*'g'"):
+        with pytest.raises(RequeueRefused, match=r"requeue.*worker 'w' holds a lease in .*'g'"):
             queue.requeue(poison)
         assert [d.seq for d in queue.dead_letters()] == [poison]  # nothing changed
         queue.ack(lease)
@@ -241,7 +241,7 @@ def test_requeue_behind_a_held_dead_letter_is_refused_until_that_one_is_settled(
         _fail(queue, 1)  # buries n=1, delivers n=2 once
     with open_queue(max_attempts=1, on_dead="hold") as queue:
         assert queue.claim("w", 10) is None  # buries n=2, which holds the group
-        with pytest.raises(TransportError, match=rf"dead letter {held} is held .* 'g'"):
+        with pytest.raises(RequeueRefused, match=rf"dead letter {held} is held .* 'g'"):
             queue.requeue(released)
         assert [d.seq for d in queue.dead_letters()] == [released, held]  # nothing changed
         assert queue.requeue(held) is True
