@@ -42,3 +42,31 @@ def hold(url: str, ready: str) -> None:
         Path(ready).write_text(f"{lease.seq} {lease.attempt} {os.getpid()}\n")
         while True:
             time.sleep(1)
+
+
+def resilient(url: str, worker_id: str, journal: str, stop: str) -> None:
+    """Claim and ack through server restarts: a failed call is tried again a moment later.
+    Journal, per message: ``acked SEQ`` once an ack returned, ``unknown SEQ`` when an ack
+    raised OutcomeUnknown (it may have taken effect). Ends when ``stop`` exists and a
+    claim finds nothing."""
+    from transports_core import OutcomeUnknown, TransportError
+
+    with open(journal, "a", buffering=1) as out, open_transport(url) as transport:
+        while True:
+            try:
+                lease = transport.claim(worker_id, 5.0, wait=0.5)
+            except TransportError:
+                time.sleep(0.1)
+                continue
+            if lease is None:
+                if os.path.exists(stop):
+                    return
+                continue
+            try:
+                transport.ack(lease)
+            except OutcomeUnknown:
+                out.write(f"unknown {lease.seq}\n")
+            except TransportError:
+                pass  # nothing was done: the lease lapses and the message comes back
+            else:
+                out.write(f"acked {lease.seq}\n")

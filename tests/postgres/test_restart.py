@@ -1,0 +1,154 @@
+"""A private PostgreSQL server crashed and restarted under load: nothing that a call
+returned from is lost, and the workers carry on after it. Needs the server binaries and
+root (to run them as the ``postgres`` user); skipped with the reason otherwise."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from transports_core import Event, OutcomeUnknown, TransportAdmin, TransportError, open_transport
+
+from . import _workers
+
+WORKERS = 2
+MESSAGES = 300
+
+
+def _bindir() -> Path | None:
+    try:
+        out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    path = Path(out.stdout.strip())
+    return path if (path / "initdb").exists() and (path / "pg_ctl").exists() else None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrivateServer:
+    def __init__(self, bindir: Path, root: Path) -> None:
+        self.bindir, self.root, self.port = bindir, root, _free_port()
+        self.data = root / "data"
+
+    def _as_postgres(self, *args: str) -> None:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", *args], check=True, capture_output=True, timeout=120
+        )
+
+    def init(self) -> None:
+        self._as_postgres(
+            str(self.bindir / "initdb"),
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+        )
+
+    def pg_ctl(self, action: str, *more: str) -> None:
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=on"
+        self._as_postgres(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.root / "log"),
+            "-w",
+            action,
+            *more,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+
+@pytest.fixture
+def private_server() -> Iterator[PrivateServer]:
+    bindir = _bindir()
+    if bindir is None or os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip(
+            "needs PostgreSQL's server binaries (pg_config --bindir) and root, to run "
+            "initdb and pg_ctl as the postgres user"
+        )
+    root = Path(tempfile.mkdtemp(prefix="transports-pg-"))
+    shutil.chown(root, "postgres", "postgres")
+    server = PrivateServer(bindir, root)
+    try:
+        server.init()
+        server.pg_ctl("start")
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            server.pg_ctl("stop", "-m", "immediate")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_crash_and_restart_under_load_loses_nothing_that_returned(
+    private_server: PrivateServer, tmp_path: Path
+) -> None:
+    url = f"{private_server.url}?schema=restart&pool_min_size=0&pool_max_size=2&pool_timeout=20"
+    stop = tmp_path / "stop"
+    journals = [tmp_path / f"w{i}" for i in range(WORKERS)]
+    spawn = multiprocessing.get_context("spawn")
+    published: set[int] = set()
+    maybe: int = 0
+    with open_transport(url) as queue:
+        children = [
+            spawn.Process(target=_workers.resilient, args=(url, f"w{i}", str(j), str(stop)))
+            for i, j in enumerate(journals)
+        ]
+        for child in children:
+            child.start()
+        try:
+            for n in range(MESSAGES):
+                if n == MESSAGES // 2:
+                    # A crash: no shutdown checkpoint, recovery replays the WAL.
+                    private_server.pg_ctl("restart", "-m", "immediate")
+                while True:
+                    try:
+                        published.add(queue.publish(f"g{n % 7}", Event(n=n)))
+                        break
+                    except OutcomeUnknown:
+                        maybe += 1
+                        break
+                    except TransportError:
+                        time.sleep(0.1)
+            stop.touch()
+            for child in children:
+                child.join(120)
+                assert child.exitcode == 0
+        finally:
+            for child in children:
+                if child.is_alive():
+                    child.kill()
+        assert isinstance(queue, TransportAdmin)
+        stats = queue.stats()
+    lines = [line.split() for j in journals if j.exists() for line in j.read_text().splitlines()]
+    acked = [int(seq) for kind, seq in lines if kind == "acked"]
+    unknown = {int(seq) for kind, seq in lines if kind == "unknown"}
+    assert len(acked) == len(set(acked)), "a message was acked twice"
+    missing = published - set(acked) - unknown
+    assert not missing, f"published and returned, never acked: {sorted(missing)}"
+    assert (stats.ready, stats.in_flight, stats.parked) == (0, 0, 0)
+    assert len(published) >= MESSAGES - maybe
