@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from transports_core import (
     DeadLetter,
@@ -65,6 +65,104 @@ async def _sleep(watcher: Watcher, timeout: float) -> bool:
     return watcher.drain()
 
 
+class _Thread:
+    """The engine's own thread: runs the calls handed to it one at a time, in order, and
+    resolves each call's future on the event loop that handed it over.
+
+    A call may come with an ``undo``: if its caller is cancelled once it has run, ``undo``
+    gets its value on the thread before any call handed over later runs. So a claim's
+    value that is on its way to the loop is "undecided" until the loop takes it, and a
+    call handed over meanwhile first undoes the values whose callers are gone."""
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[_Call[Any] | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._stopped = False
+        self._lock = threading.Lock()
+        self._undecided: dict[_Call[Any], object] = {}
+
+    def call(
+        self, run: Callable[[], T], undo: Callable[[T], object] | None = None
+    ) -> asyncio.Future[T]:
+        """Run ``run`` on the thread; see the class for ``undo``."""
+        if self._stopped:
+            raise TransportError("the transport is closed")
+        if self.thread.ident is None:
+            self.thread.start()
+        loop = asyncio.get_running_loop()
+        if self._undecided:
+            self._undo_abandoned(loop)
+        future: asyncio.Future[T] = loop.create_future()
+        self._calls.put(_Call(run, future, loop, undo))
+        return future
+
+    def _undo_abandoned(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            gone = [(c, v) for c, v in self._undecided.items() if c.future.cancelled()]
+            for call, _ in gone:
+                del self._undecided[call]
+        for call, value in gone:
+            assert call.undo is not None
+            self._calls.put(_Call(partial(call.undo, value), loop.create_future(), loop, None))
+
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            if call.future.cancelled():
+                continue  # given up before it began: it never happens
+            try:
+                value = call.run()
+            except BaseException as exc:  # the caller gets it, whatever it is
+                self._resolve(call, None, exc)
+                continue
+            if call.undo is not None:
+                with self._lock:
+                    abandoned = call.future.cancelled()
+                    if not abandoned:
+                        self._undecided[call] = value
+                if abandoned:
+                    call.undo(value)
+                    continue
+            self._resolve(call, value, None)
+
+    def _resolve(self, call: _Call[T], value: T | None, error: BaseException | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            call.loop.call_soon_threadsafe(self._settle, call, value, error)
+
+    def _settle(self, call: _Call[T], value: T | None, error: BaseException | None) -> None:
+        if call.undo is not None and error is None:
+            with self._lock:
+                if self._undecided.pop(call, self) is self:
+                    return  # undone already, by `_undo_abandoned`
+            if call.future.cancelled():
+                undo = partial(call.undo, value)  # type: ignore[arg-type]
+                self._calls.put(_Call(undo, call.loop.create_future(), call.loop, None))
+                return
+        future = call.future
+        if future.cancelled():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._calls.put(None)
+
+
+class _Call(Generic[T]):
+    __slots__ = ("future", "loop", "run", "undo")
+
+    def __init__(
+        self,
+        run: Callable[[], T],
+        future: asyncio.Future[T],
+        loop: asyncio.AbstractEventLoop,
+        undo: Callable[[T], object] | None,
+    ) -> None:
+        self.run, self.future, self.loop, self.undo = run, future, loop, undo
+
+
 class AsyncSqliteTransport(Generic[E]):
     """A durable transport in one SQLite file (or in memory), for asyncio."""
 
@@ -72,15 +170,13 @@ class AsyncSqliteTransport(Generic[E]):
         self._options = options
         self._codec: EventCodec[E] = EventCodec(event_type)
         self._claims = _ops.Claims(options.max_attempts, options.on_dead)
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="transports-sqlite")
+        self._thread = _Thread("transports-sqlite")
         self._engine: Engine | None = None
         self._closed = False  # close() was called: waiting claims stop
         self._gone = False  # the engine's thread has closed the connection
-        self._worker: threading.Thread | None = None  # the engine's thread, once it ran
 
     def _engine_here(self) -> Engine:
         """The engine, opened on first use; only ever called on the engine's thread."""
-        self._worker = threading.current_thread()
         if self._gone:
             raise TransportError(f"{self!r} is closed")
         if self._engine is None:
@@ -90,40 +186,37 @@ class AsyncSqliteTransport(Generic[E]):
     def _perform(self, op: _ops.Operation[T]) -> T:
         return self._engine_here().run(op)
 
-    def _submit(self, call: Callable[[], T]) -> Future[T]:
+    def _submit(
+        self, run: Callable[[], T], undo: Callable[[T], object] | None = None
+    ) -> asyncio.Future[T]:
         try:
-            return self._thread.submit(call)
-        except RuntimeError:  # shut down by close()
+            return self._thread.call(run, undo)
+        except TransportError:
             raise TransportError(f"{self!r} is closed") from None
 
     async def _run(self, op: _ops.Operation[T]) -> T:
-        return await asyncio.wrap_future(self._submit(lambda: self._perform(op)))
+        return await self._submit(partial(self._perform, op))
 
     async def _claim(self, op: _ops.Claim) -> _ops.Claimed | None:
-        future = self._submit(lambda: self._perform(op))
+        # A claim whose caller was cancelled once it ran gives its lease back, so that a
+        # cancelled claim never leaves a lease nobody holds.
+        future = self._submit(partial(self._perform, op), self._hand_back)
         try:
-            return await asyncio.wrap_future(future)
+            return await future
         except asyncio.CancelledError:
-            # The transaction may already run, and commit: hand back what it leased, so
-            # that a cancelled claim never leaves a lease nobody holds.
-            future.add_done_callback(self._hand_back)
+            # Cancelled after the value arrived, before this task ran again.
+            if future.done() and not future.cancelled() and future.exception() is None:
+                with contextlib.suppress(TransportError):
+                    self._submit(partial(self._hand_back, future.result()))
             raise
 
-    def _hand_back(self, future: Future[_ops.Claimed | None]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            return
-        claimed = future.result()
+    def _hand_back(self, claimed: _ops.Claimed | None) -> None:
+        """On the engine's thread: undo a claim whose caller was cancelled."""
         if claimed is None:
             return
         unclaim = _ops.Unclaim(Lease(*claimed))
-        if threading.current_thread() is self._worker:
-            # Called as the claim finishes, before the thread takes its next transaction:
-            # so the lease is back before any later call can see it taken.
-            with contextlib.suppress(TransportError):
-                self._perform(unclaim)
-        else:
-            with contextlib.suppress(TransportError):
-                self._submit(lambda: self._perform(unclaim))
+        with contextlib.suppress(TransportError):  # closed meanwhile: nothing to give
+            self._perform(unclaim)
 
     async def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
         """Claim until a message comes or ``wait`` runs out (see `_watch.plan`)."""
@@ -138,9 +231,7 @@ class AsyncSqliteTransport(Generic[E]):
             while not self._closed:
                 step = steps.send(reply)
                 if step == LOOK:
-                    reply = await asyncio.wrap_future(
-                        self._submit(partial(engine.look, op.min_priority))
-                    )
+                    reply = await self._submit(partial(engine.look, op.min_priority))
                 elif step == CLAIM:
                     claimed = await self._claim(op)
                     if claimed is not None:
@@ -175,7 +266,7 @@ class AsyncSqliteTransport(Generic[E]):
         if claimed is None and seconds > 0:
             claimed = await self._wait(op, seconds)
         if claimed is None:
-            await asyncio.wrap_future(self._submit(lambda: self._engine_here().idle()))
+            await self._submit(lambda: self._engine_here().idle())
             return None
         return claimed.lease(self._codec)
 
@@ -221,9 +312,9 @@ class AsyncSqliteTransport(Generic[E]):
             for watcher in tuple(engine.waiters):
                 watcher.nudge()
         # Queued behind every transaction handed over before it, which still run.
-        closing = self._thread.submit(self._close_here)
-        self._thread.shutdown(wait=False)
-        await asyncio.shield(asyncio.wrap_future(closing))
+        closing = self._submit(self._close_here)
+        self._thread.stop()
+        await asyncio.shield(closing)
 
     def _close_here(self) -> None:
         self._gone = True

@@ -50,7 +50,7 @@ async def on_engine(
         assert conn is not None
         call(conn)
 
-    await asyncio.wrap_future(transport._submit(here))
+    await transport._submit(here)
 
 
 def test_hundreds_of_tasks_with_forced_rollbacks_lose_and_duplicate_nothing(
