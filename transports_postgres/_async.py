@@ -170,20 +170,24 @@ class _AsyncWaker:
 
     @contextlib.asynccontextmanager
     async def waiting(self, run: Callable[[_ops.Waiter], Awaitable[None]]) -> AsyncIterator[None]:
-        async with self._count:
-            pid = await self._start()
-            if self._waiting == 0:
-                await run(_ops.Waiter(pid, True))
-            self._waiting += 1
+        pid: int | None = None
         try:
+            async with self._count:
+                pid = await self._start()
+                # Counted before the registration is awaited: a cancellation landing after
+                # its commit still unregisters below.
+                self._waiting += 1
+                if self._waiting == 1:
+                    await run(_ops.Waiter(pid, True))
             yield
         finally:
-            self._waiting -= 1
-            if self._waiting == 0 and not self.closed:
-                # In a task: this claim may be finishing because it was cancelled.
-                chore = asyncio.get_running_loop().create_task(self._unregister(run, pid))
-                self._chores.add(chore)
-                chore.add_done_callback(self._chores.discard)
+            if pid is not None:
+                self._waiting -= 1
+                if self._waiting == 0 and not self.closed:
+                    # In a task: this claim may be finishing because it was cancelled.
+                    chore = asyncio.get_running_loop().create_task(self._unregister(run, pid))
+                    self._chores.add(chore)
+                    chore.add_done_callback(self._chores.discard)
 
     async def _unregister(self, run: Callable[[_ops.Waiter], Awaitable[None]], pid: int) -> None:
         async with self._count:
