@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from transports_core import open_async_transport, open_transport
+from transports_core import Transport, open_async_transport, open_transport
 from transports_core.conformance import (
     CLOCK,
     DURABLE,
@@ -31,7 +32,7 @@ class TestSqliteFile(TransportSuite):
 
     @pytest.fixture
     def make_transport(self, transport_url: str, clock: ManualClock) -> TransportFactory:
-        return lambda: open_transport(transport_url, clock=clock)
+        return lambda **options: open_transport(transport_url, clock=clock, **options)
 
 
 class TestSqliteMemory(TransportSuite):
@@ -42,7 +43,14 @@ class TestSqliteMemory(TransportSuite):
     @pytest.fixture
     def make_transport(self, clock: ManualClock) -> Iterator[TransportFactory]:
         with open_transport("sqlite:///:memory:", clock=clock) as shared:
-            yield lambda: shared
+
+            def factory(**options: object) -> Transport[Any]:
+                # Options ask for a handle of their own: a database of its own, here.
+                if options:
+                    return open_transport("sqlite:///:memory:", clock=clock, **options)
+                return shared
+
+            yield factory
 
 
 class TestAsyncSqliteFile(AsyncTransportSuite):
@@ -54,4 +62,4 @@ class TestAsyncSqliteFile(AsyncTransportSuite):
 
     @pytest.fixture
     def make_async_transport(self, transport_url: str, clock: ManualClock) -> AsyncTransportFactory:
-        return lambda: open_async_transport(transport_url, clock=clock)
+        return lambda **options: open_async_transport(transport_url, clock=clock, **options)

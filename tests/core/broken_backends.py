@@ -1,23 +1,44 @@
 """A small in-memory transport with switchable defects, for proving that the conformance
-suite catches each broken promise. With no defects switched on it keeps the contract (and
-passes the suite); it shares no code with the suite's reference model."""
+suite catches each broken promise. With no defects switched on it keeps the whole contract,
+waiting claims, bury and the admin interface included (and passes the suite); it shares no
+code with the suite's reference model. It imports only public names, as any backend must."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from types import TracebackType
+from typing import Any, Literal
 
-from transports_core import Event, Lease, LeaseLost, TransportError
-from transports_core._codec import EventCodec
-from transports_core._validate import (
+from transports_core import (
+    DeadLetter,
+    Event,
+    GroupInfo,
+    HeldGroup,
+    Lease,
+    LeaseLost,
+    PriorityStats,
+    QueueStats,
+    RequeueRefused,
+    TransportError,
+)
+from transports_core.backend import (
+    EventCodec,
+    buried_reason,
     check_delay,
     check_group_id,
     check_lease,
+    check_max_attempts,
+    check_on_dead,
     check_priority,
+    check_reason,
+    check_seq,
     check_visibility,
+    check_wait,
     check_worker_id,
+    exhausted_reason,
 )
 
 try:
@@ -25,7 +46,10 @@ try:
 except ImportError:  # Python 3.10
     from typing_extensions import Self
 
+LastDelivery = Literal["lapsed", "nacked"]
 PARKED = "__parked__"
+# A waiting claim re-checks this often (real seconds) so that it sees a manual clock move.
+RECHECK = 0.2
 
 
 @dataclass(frozen=True)
@@ -38,6 +62,14 @@ class Defects:
     ignore_floor: bool = False  # claim ignores min_priority
     no_fencing: bool = False  # ack/nack/extend act on the seq, whoever holds it now
     drop_every: int = 0  # every n-th publish is silently lost
+    stale_bury: bool = False  # bury acts on the seq, whoever holds it now
+    deaf_wait: bool = False  # a waiting claim is woken by nothing: it looks once, at the end
+    racy_wait_start: bool = False  # a publish between the first look and the wait is missed
+    close_ignores_waiter: bool = False  # close leaves a waiting claim waiting
+    requeue_at_tail: bool = False  # a requeued dead letter goes behind its group's messages
+    bury_ignores_hold: bool = False  # bury releases the group under on_dead="hold"
+    plain_reason: bool = False  # stores the caller's bury reason as it was given
+    says_lapsed: bool = False  # every exhausted letter says its last delivery lapsed
 
 
 @dataclass
@@ -45,9 +77,12 @@ class _Message:
     seq: int
     group: str
     raw: str
+    priority: int
     attempt: int = 0
     holder: str | None = None
     until: float = 0.0
+    allowance: int = 0  # deliveries before this one that a requeue forgave
+    nacked: bool = False  # how the last delivery ended
 
 
 @dataclass
@@ -56,24 +91,48 @@ class _Group:
     created: int
     turn: int = 0
     seqs: list[int] = field(default_factory=list)
+    last_claimed_at: float | None = None
+
+
+@dataclass
+class _Dead:
+    message: _Message
+    reason: str
+    dead_at: float
+    held: bool
 
 
 class MemoryStore:
     def __init__(self, clock: Callable[[], float], defects: Defects = Defects()) -> None:
         self.clock, self.defects = clock, defects
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
         self.messages: dict[int, _Message] = {}
         self.groups: dict[str, _Group] = {}
+        self.dead: dict[int, _Dead] = {}
         self.seq = self.publishes = self.claims = 0
 
-    def open(self) -> MemoryTransport:
-        return MemoryTransport(self)
+    def open(self, **options: Any) -> MemoryTransport:
+        return MemoryTransport(self, **options)
+
+    def opener(self) -> Callable[..., MemoryTransport]:
+        """The factory the suite calls, with its keyword options."""
+        return self.open
 
 
 class MemoryTransport:
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        *,
+        event_type: Any = Event,
+        max_attempts: int | None = None,
+        on_dead: str = "release",
+    ) -> None:
         self._store = store
-        self._codec: EventCodec[Event] = EventCodec(Event)
+        self._codec: EventCodec[Any] = EventCodec(event_type)
+        self._max_attempts = check_max_attempts(max_attempts)
+        self._hold = check_on_dead(on_dead) == "hold"
         self._closed = False
 
     # -- writing ---------------------------------------------------------------------
@@ -84,17 +143,20 @@ class MemoryTransport:
         s.publishes += 1
         if s.defects.drop_every and s.publishes % s.defects.drop_every == 0:
             return s.seq
-        s.messages[s.seq] = _Message(s.seq, group_id, raw)
-        s.groups.setdefault(group_id, _Group(priority, s.seq)).seqs.append(s.seq)
+        s.messages[s.seq] = _Message(s.seq, group_id, raw, priority)
+        group = s.groups.setdefault(group_id, _Group(priority, s.seq))
+        group.seqs.append(s.seq)
+        if not s.defects.deaf_wait:
+            s.changed.notify_all()
         return s.seq
 
-    def publish(self, group_id: str, event: Event, priority: int = 0) -> int:
+    def publish(self, group_id: str, event: object, priority: int = 0) -> int:
         group_id, priority = check_group_id(group_id), check_priority(priority)
         raw = self._codec.encode(event)
         with self._locked():
             return self._append(group_id, raw, priority)
 
-    def publish_many(self, items: Iterable[tuple[str, Event, int]]) -> list[int]:
+    def publish_many(self, items: Iterable[tuple[str, object, int]]) -> list[int]:
         encoded = self._codec.encode_items(items)
         with self._locked():
             return [self._append(g, raw, p) for g, raw, p in encoded]
@@ -108,6 +170,9 @@ class MemoryTransport:
             return True
         return m.until >= now
 
+    def _held(self, name: str) -> bool:
+        return any(d.held and d.message.group == name for d in self._store.dead.values())
+
     def _pick(self, group: _Group, now: float) -> _Message | None:
         s = self._store
         order = [s.messages[seq] for seq in group.seqs]
@@ -119,17 +184,34 @@ class MemoryTransport:
             return None
         return order[0]
 
-    def claim(
-        self, worker_id: str, visibility: float, min_priority: int = 0
-    ) -> Lease[Event] | None:
-        worker_id, visibility = check_worker_id(worker_id), check_visibility(visibility)
-        min_priority = check_priority(min_priority, "min_priority")
+    def _kill(self, m: _Message, reason: str, now: float, hold: bool) -> None:
         s = self._store
-        with self._locked():
-            now = s.clock()
+        del s.messages[m.seq]
+        group = s.groups[m.group]
+        group.seqs.remove(m.seq)
+        if not group.seqs and not hold:
+            del s.groups[m.group]
+        m.holder, m.until = None, 0.0
+        s.dead[m.seq] = _Dead(m, reason, now, hold)
+        s.changed.notify_all()
+
+    def _exhausted(self, m: _Message) -> bool:
+        return (
+            self._max_attempts is not None
+            and m.attempt - m.allowance >= self._max_attempts
+        )
+
+    def _try_claim(
+        self, worker_id: str, visibility: float, min_priority: int
+    ) -> Lease[Any] | None:
+        s = self._store
+        now = s.clock()
+        while True:
             ready = []
             for name, group in s.groups.items():
                 if group.priority < min_priority and not s.defects.ignore_floor:
+                    continue
+                if not group.seqs or self._held(name):
                     continue
                 picked = self._pick(group, now)
                 if picked is not None:
@@ -138,21 +220,61 @@ class MemoryTransport:
             if not ready:
                 return None
             _, name, m = min(ready, key=lambda r: r[0])
+            if self._exhausted(m):
+                assert self._max_attempts is not None
+                last: LastDelivery = (
+                    "lapsed" if s.defects.says_lapsed or not m.nacked else "nacked"
+                )
+                why = exhausted_reason(m.attempt - m.allowance, self._max_attempts, last)
+                self._kill(m, why, now, self._hold)
+                continue
             s.claims += 1
-            s.groups[name].turn = s.claims
+            group = s.groups[name]
+            group.turn, group.last_claimed_at = s.claims, now
             m.attempt += 1
-            m.holder, m.until = worker_id, now + visibility
+            m.holder, m.until, m.nacked = worker_id, now + visibility, False
             return self._codec.lease(m.seq, m.group, m.raw, worker_id, m.attempt, m.until)
+
+    def _next_deadline(self) -> float | None:
+        untils = [m.until for m in self._store.messages.values() if m.holder is not None]
+        return min(untils) if untils else None
+
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
+    ) -> Lease[Any] | None:
+        worker_id, visibility = check_worker_id(worker_id), check_visibility(visibility)
+        min_priority = check_priority(min_priority, "min_priority")
+        wait = check_wait(wait)
+        s = self._store
+        ends = time.monotonic() + wait
+        stubborn = s.defects.close_ignores_waiter
+        if s.defects.deaf_wait and wait > 0:
+            time.sleep(wait)
+        with self._locked():
+            lease = self._try_claim(worker_id, visibility, min_priority)
+            while lease is None and (stubborn or not self._closed):
+                left = ends - time.monotonic()
+                if left <= 0:
+                    break
+                if s.defects.racy_wait_start:
+                    s.lock.release()  # the window: a publish now notifies nobody
+                    time.sleep(0.002)
+                    s.lock.acquire()
+                    s.changed.wait(left)
+                else:
+                    s.changed.wait(min(left, RECHECK))
+                if self._closed and not stubborn:
+                    return None
+                lease = self._try_claim(worker_id, visibility, min_priority)
+        return lease
 
     # -- settling --------------------------------------------------------------------
 
-    def _current(self, lease: Lease[object]) -> _Message:
+    def _current(self, lease: Lease[object], fenced: bool = True) -> _Message:
         m = self._store.messages.get(lease.seq)
         if m is None:
             raise LeaseLost(lease)
-        if not self._store.defects.no_fencing and (
-            m.holder != lease.worker_id or m.attempt != lease.attempt
-        ):
+        if fenced and (m.holder != lease.worker_id or m.attempt != lease.attempt):
             raise LeaseLost(lease)
         return m
 
@@ -160,30 +282,186 @@ class MemoryTransport:
         check_lease(lease)
         s = self._store
         with self._locked():
-            m = self._current(lease)
+            m = self._current(lease, not s.defects.no_fencing)
             del s.messages[m.seq]
             group = s.groups[m.group]
             group.seqs.remove(m.seq)
-            if not group.seqs:
+            if not group.seqs and not self._held(m.group):
                 del s.groups[m.group]
+            s.changed.notify_all()
 
     def nack(self, lease: Lease[object], delay: float = 0) -> None:
         check_lease(lease)
         delay = check_delay(delay)
+        s = self._store
         with self._locked():
-            m = self._current(lease)
-            if delay > 0 and not self._store.defects.ignore_park:
-                m.holder, m.until = PARKED, self._store.clock() + delay
+            m = self._current(lease, not s.defects.no_fencing)
+            if delay > 0 and not s.defects.ignore_park:
+                m.holder, m.until = PARKED, s.clock() + delay
             else:
                 m.holder, m.until = None, 0.0
+            m.nacked = True
+            s.changed.notify_all()
 
-    def extend(self, lease: Lease[Event], visibility: float) -> Lease[Event]:
+    def extend(self, lease: Lease[Any], visibility: float) -> Lease[Any]:
         check_lease(lease)
         visibility = check_visibility(visibility)
+        s = self._store
         with self._locked():
-            m = self._current(lease)
-            m.until = self._store.clock() + visibility
+            m = self._current(lease, not s.defects.no_fencing)
+            m.until = s.clock() + visibility
             return replace(lease, expires_at=m.until)
+
+    def bury(self, lease: Lease[object], reason: str) -> None:
+        check_lease(lease)
+        reason = check_reason(reason)
+        s = self._store
+        with self._locked():
+            m = self._current(lease, not (s.defects.no_fencing or s.defects.stale_bury))
+            stored = reason if s.defects.plain_reason else buried_reason(reason)
+            self._kill(m, stored, s.clock(), self._hold and not s.defects.bury_ignores_hold)
+
+    # -- admin -----------------------------------------------------------------------
+
+    def _state(self, m: _Message, now: float) -> str:
+        if m.holder is None or m.until < now:
+            return "ready"
+        return "parked" if m.holder == PARKED else "in_flight"
+
+    def stats(self) -> QueueStats:
+        s = self._store
+        with self._locked():
+            now = s.clock()
+            counts: dict[int, dict[str, int]] = {}
+            zero = dict.fromkeys(("ready", "in_flight", "parked", "dead"), 0)
+            for m in s.messages.values():
+                row = counts.setdefault(m.priority, dict(zero))
+                row[self._state(m, now)] += 1
+            for d in s.dead.values():
+                row = counts.setdefault(d.message.priority, dict(zero))
+                row["dead"] += 1
+            by = tuple(PriorityStats(p, **counts[p]) for p in sorted(counts))
+            return QueueStats(
+                sum(r.ready for r in by),
+                sum(r.in_flight for r in by),
+                sum(r.parked for r in by),
+                sum(r.dead for r in by),
+                by,
+            )
+
+    def groups(self, limit: int = 10) -> list[GroupInfo]:
+        s = self._store
+        with self._locked():
+            now = s.clock()
+            infos = []
+            for name, group in s.groups.items():
+                if not group.seqs:
+                    continue
+                head = s.messages[group.seqs[0]]
+                state = "held" if self._held(name) else self._state(head, now)
+                busy = head.until if state in ("in_flight", "parked") else None
+                infos.append(
+                    GroupInfo(
+                        name,
+                        group.priority,
+                        len(group.seqs),
+                        head.seq,
+                        state,  # type: ignore[arg-type]
+                        busy,
+                        group.last_claimed_at,
+                    )
+                )
+            infos.sort(key=lambda g: (-g.depth, g.head_seq))
+            return infos[:limit]
+
+    def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        with self._locked():
+            letters = [
+                DeadLetter(
+                    d.message.seq,
+                    d.message.group,
+                    d.message.priority,
+                    d.message.raw,
+                    d.message.attempt,
+                    d.reason,
+                    d.dead_at,
+                    d.held,
+                )
+                for _, d in sorted(self._store.dead.items())
+            ]
+            return letters if limit is None else letters[:limit]
+
+    def held_groups(self) -> list[HeldGroup]:
+        s = self._store
+        with self._locked():
+            return [
+                HeldGroup(
+                    d.message.group,
+                    seq,
+                    len(s.groups[d.message.group].seqs) if d.message.group in s.groups else 0,
+                    d.dead_at,
+                )
+                for seq, d in sorted(s.dead.items())
+                if d.held
+            ]
+
+    def requeue(self, seq: int) -> bool:
+        seq = check_seq(seq)
+        s = self._store
+        with self._locked():
+            d = s.dead.get(seq)
+            if d is None:
+                return False
+            m = d.message
+            now = s.clock()
+            group = s.groups.get(m.group)
+            if group is not None:
+                for other in group.seqs:
+                    held = s.messages[other]
+                    if held.holder is not None and held.holder != PARKED:
+                        raise RequeueRefused(seq, m.group, held.holder)
+            blocker = [k for k, o in s.dead.items() if o.held and o.message.group == m.group]
+            if blocker and blocker[0] != seq:
+                raise RequeueRefused(seq, m.group, None, blocker[0])
+            del s.dead[seq]
+            m.allowance = m.attempt
+            s.messages[seq] = m
+            group = s.groups.setdefault(m.group, _Group(m.priority, seq))
+            if s.defects.requeue_at_tail:
+                group.seqs.append(seq)
+            else:
+                group.seqs = sorted([*group.seqs, seq])
+            s.changed.notify_all()
+            _ = now
+            return True
+
+    def discard(self, seq: int) -> bool:
+        seq = check_seq(seq)
+        s = self._store
+        with self._locked():
+            d = s.dead.pop(seq, None)
+            if d is None:
+                return False
+            group = s.groups.get(d.message.group)
+            if group is not None and not group.seqs and not self._held(d.message.group):
+                del s.groups[d.message.group]
+            s.changed.notify_all()
+            return True
+
+    def purge_group(self, group_id: str) -> int:
+        group_id = check_group_id(group_id)
+        s = self._store
+        with self._locked():
+            group = s.groups.pop(group_id, None)
+            removed = 0
+            for seq in group.seqs if group is not None else []:
+                del s.messages[seq]
+                removed += 1
+            for seq in [k for k, d in s.dead.items() if d.message.group == group_id]:
+                del s.dead[seq]
+                removed += 1
+            s.changed.notify_all()
+            return removed
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -193,7 +471,9 @@ class MemoryTransport:
         return self._store.lock
 
     def close(self) -> None:
-        self._closed = True
+        with self._store.changed:
+            self._closed = True
+            self._store.changed.notify_all()
 
     def __enter__(self) -> Self:
         return self

@@ -8,40 +8,75 @@ any backend runs from one short test file.
 
         @pytest.fixture
         def make_transport(self, tmp_path) -> TransportFactory:
-            return lambda: open_transport(f"mine:///{tmp_path / 'q'}")
+            return lambda **options: open_transport(f"mine:///{tmp_path / 'q'}", **options)
 
-Or from the command line: ``python -m transports_core.conformance URL``. Needs pytest and
-hypothesis (the ``conformance`` extra). See docs/conformance.md.
+Or from the command line: ``python -m transports_core.conformance URL``. The suite needs
+pytest; only its model-based scenario needs hypothesis (the ``conformance`` extra), and it
+skips without it. See docs/conformance.md.
+
+Importing this package imports nothing of the suite and not pytest either: the
+``pytest11`` plugin (``plugin.py``) lives inside it, so this file runs in every pytest run
+wherever the library is installed, and spawned contention workers and the journal's users
+import through it too. Each name below is imported on first use (PEP 562).
 """
 
 from __future__ import annotations
 
-import pytest
+import importlib
+import sys
+from typing import TYPE_CHECKING
 
-# Before the submodules are imported, so that their asserts explain failures.
-pytest.register_assert_rewrite(__name__)
+# Under pytest, rewrite the suite's asserts so their failures explain themselves. Only
+# when pytest is already running: importing it here would load it into every worker.
+if "pytest" in sys.modules:
+    sys.modules["pytest"].register_assert_rewrite(__name__)
 
-from ._base import (  # noqa: E402
-    CAPABILITIES,
-    CLOCK,
-    DURABLE,
-    MULTI_HANDLE,
-    MULTIPROCESS,
-    AsyncTransportFactory,
-    ManualClock,
-    TransportFactory,
-)
-from ._blocking import BlockingTransport, Portal  # noqa: E402
-from ._model import ReferenceModel  # noqa: E402
-from ._properties import PROPERTIES  # noqa: E402
-from ._suite import AsyncTransportSuite, TransportSuite  # noqa: E402
+if TYPE_CHECKING:
+    from ._base import (
+        ADMIN,
+        CAPABILITIES,
+        CLOCK,
+        DURABLE,
+        MULTI_HANDLE,
+        MULTIPROCESS,
+        PARALLEL_CLAIMS,
+        AsyncTransportFactory,
+        ManualClock,
+        TransportFactory,
+    )
+    from ._blocking import BlockingTransport, Portal
+    from ._model import ReferenceModel
+    from ._properties import PROPERTIES
+    from ._suite import AsyncTransportSuite, TransportSuite
+
+# name -> the private module that defines it
+_WHERE = {
+    "ADMIN": "_base",
+    "CAPABILITIES": "_base",
+    "CLOCK": "_base",
+    "DURABLE": "_base",
+    "MULTIPROCESS": "_base",
+    "MULTI_HANDLE": "_base",
+    "PARALLEL_CLAIMS": "_base",
+    "AsyncTransportFactory": "_base",
+    "ManualClock": "_base",
+    "TransportFactory": "_base",
+    "BlockingTransport": "_blocking",
+    "Portal": "_blocking",
+    "ReferenceModel": "_model",
+    "PROPERTIES": "_properties",
+    "AsyncTransportSuite": "_suite",
+    "TransportSuite": "_suite",
+}
 
 __all__ = [
+    "ADMIN",
     "CAPABILITIES",
     "CLOCK",
     "DURABLE",
     "MULTIPROCESS",
     "MULTI_HANDLE",
+    "PARALLEL_CLAIMS",
     "PROPERTIES",
     "AsyncTransportFactory",
     "AsyncTransportSuite",
@@ -52,3 +87,16 @@ __all__ = [
     "TransportFactory",
     "TransportSuite",
 ]
+
+
+def __getattr__(name: str) -> object:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Protocol
 
 import pytest
 
@@ -26,20 +26,35 @@ except ImportError:  # Python 3.10
     from typing_extensions import Self
 
 __all__ = [
+    "ADMIN",
     "CAPABILITIES",
     "checks",
     "CLOCK",
     "DURABLE",
     "MULTIPROCESS",
     "MULTI_HANDLE",
+    "PARALLEL_CLAIMS",
     "AsyncTransportFactory",
     "ManualClock",
     "SuiteBase",
     "TransportFactory",
 ]
 
-TransportFactory = Callable[[], Transport[Event]]
-AsyncTransportFactory = Callable[[], AsyncTransport[Event]]
+
+
+class TransportFactory(Protocol):
+    """Opens a new handle on the test's store. The suite passes keyword options the backend
+    must accept as ``open_transport`` does: ``event_type=`` always may come, and with the
+    ``admin`` capability ``max_attempts=`` and ``on_dead=``. Most calls pass none."""
+
+    def __call__(self, **options: Any) -> Transport[Any]: ...
+
+
+class AsyncTransportFactory(Protocol):
+    """`TransportFactory` for the async twin; it is called on the suite's event loop."""
+
+    def __call__(self, **options: Any) -> AsyncTransport[Any]: ...
+
 
 # The factory's transports read time from the suite's `clock` fixture (the backend passes
 # it on, e.g. as ``clock=``), so lapses and parks are checked without sleeping.
@@ -50,13 +65,22 @@ MULTI_HANDLE: Final = "multi-handle"
 DURABLE: Final = "durable"
 # The `transport_url` fixture names the store, and other OS processes can open it by URL.
 MULTIPROCESS: Final = "multiprocess"
-CAPABILITIES: Final = frozenset({CLOCK, DURABLE, MULTIPROCESS, MULTI_HANDLE})
+# It implements `TransportAdmin` and the dead-letter options ``max_attempts``/``on_dead``.
+ADMIN: Final = "admin"
+# Several claims may be in flight at once without serializing (PostgreSQL's SKIP LOCKED):
+# round-robin is then only bounded, see the ``parallel-fairness-bound`` property.
+PARALLEL_CLAIMS: Final = "parallel-claims"
+CAPABILITIES: Final = frozenset(
+    {ADMIN, CLOCK, DURABLE, MULTIPROCESS, MULTI_HANDLE, PARALLEL_CLAIMS}
+)
 
 WHY: Final = {
     CLOCK: "its transports cannot read time from the suite's clock",
     MULTI_HANDLE: "its factory does not open independent handles on one store",
     DURABLE: "its store does not outlive its handles",
     MULTIPROCESS: "other processes cannot open its store by URL",
+    ADMIN: "it does not implement TransportAdmin and the dead-letter options",
+    PARALLEL_CLAIMS: "its claims serialize, so the strict fairness bound applies instead",
 }
 
 # Real-time margins, used only when the backend does not take the suite's clock.
@@ -133,12 +157,15 @@ class _Tracked:
         return self._inner.publish_many(items)
 
     def claim(
-        self, worker_id: str, visibility: float, min_priority: int = 0
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[Event] | None:
-        lease = self._inner.claim(worker_id, visibility, min_priority)
+        lease = self._inner.claim(worker_id, visibility, min_priority, wait)
         if lease is not None:
             self._leases.append(lease)
         return lease
+
+    def bury(self, lease: Lease[object], reason: str) -> None:
+        self._inner.bury(lease, reason)
 
     def ack(self, lease: Lease[object]) -> None:
         self._inner.ack(lease)
@@ -221,7 +248,7 @@ class SuiteBase:
     ) -> Iterator[None]:
         self._request = request
         self._factory = make_transport
-        self._handles: list[Transport[Event]] = []
+        self._handles: list[Transport[Any]] = []
         self._given: list[Lease[Event]] = []
         self._parks: list[float] = []
         self._clock: ManualClock | None = (
@@ -244,9 +271,10 @@ class SuiteBase:
                 f"backend does not declare the {capability!r} capability: {WHY[capability]}"
             )
 
-    def open(self) -> Transport[Event]:
-        """A new handle on the test's store, closed when the test ends."""
-        handle = self._factory()
+    def open(self, **options: Any) -> Transport[Any]:
+        """A new handle on the test's store, opened with ``options``, closed when the test
+        ends."""
+        handle = self._factory(**options)
         if self.shared_store:
             handle = _Tracked(handle, self._given, self._parks, self.now)
         self._handles.append(handle)

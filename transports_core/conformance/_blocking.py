@@ -9,6 +9,7 @@ Several threads may call through one portal at once. Imports no backend.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
@@ -89,8 +90,15 @@ class BlockingTransport(Generic[E]):
     def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
         return self._portal.run(self.async_transport.publish_many(items))
 
-    def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Lease[E] | None:
-        return self._portal.run(self.async_transport.claim(worker_id, visibility, min_priority))
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
+    ) -> Lease[E] | None:
+        return self._portal.run(
+            self.async_transport.claim(worker_id, visibility, min_priority, wait)
+        )
+
+    def bury(self, lease: Lease[object], reason: str) -> None:
+        self._portal.run(self.async_transport.bury(lease, reason))
 
     def ack(self, lease: Lease[object]) -> None:
         self._portal.run(self.async_transport.ack(lease))
@@ -103,6 +111,18 @@ class BlockingTransport(Generic[E]):
 
     def close(self) -> None:
         self._portal.run(self.async_transport.close())
+
+    def __getattr__(self, name: str) -> object:
+        # The admin methods, and anything else the async twin has: coroutine functions
+        # become blocking calls, other attributes pass through.
+        attribute = getattr(self.async_transport, name)
+        if not inspect.iscoroutinefunction(attribute):
+            return attribute
+
+        def call(*args: object, **kwargs: object) -> object:
+            return self._portal.run(attribute(*args, **kwargs))
+
+        return call
 
     def __enter__(self) -> Self:
         entered = self._portal.run(self.async_transport.__aenter__())

@@ -42,7 +42,7 @@ class TestTransportAtUrl(TransportSuite):
 
     @pytest.fixture
     def make_transport(self, transport_url: str) -> TransportFactory:
-        return lambda: open_transport(transport_url)
+        return lambda **options: open_transport(transport_url, **options)
 
 
 class TestAsyncTransportAtUrl(AsyncTransportSuite):
@@ -58,4 +58,4 @@ class TestAsyncTransportAtUrl(AsyncTransportSuite):
 
     @pytest.fixture
     def make_async_transport(self, transport_url: str) -> AsyncTransportFactory:
-        return lambda: open_async_transport(transport_url)
+        return lambda **options: open_async_transport(transport_url, **options)

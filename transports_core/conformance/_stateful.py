@@ -2,6 +2,9 @@
 extend / time steps against the backend and the `ReferenceModel`, and compares every
 result: which message claim returns (or None), its attempt and expiry, and LeaseLost.
 
+The only module of the suite that imports hypothesis; without it the scenario skips,
+naming the ``conformance`` extra.
+
 Time moves by the suite's manual clock when the backend takes it. Otherwise it is real
 time, and the machine keeps every claim unambiguous: before a claim it sleeps past any
 deadline that falls too close to now, and it discards a step that ran too slowly to judge.
@@ -14,23 +17,36 @@ import itertools
 import time
 from typing import Any, ClassVar
 
-from hypothesis import HealthCheck, Phase, assume, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import (
-    Bundle,
-    MultipleResults,
-    RuleBasedStateMachine,
-    initialize,
-    multiple,
-    rule,
-    run_state_machine_as_test,
-)
+import pytest
+
+try:
+    from hypothesis import HealthCheck, Phase, assume, settings
+    from hypothesis import strategies as st
+    from hypothesis.stateful import (
+        Bundle,
+        MultipleResults,
+        RuleBasedStateMachine,
+        initialize,
+        multiple,
+        rule,
+        run_state_machine_as_test,
+    )
+except ImportError as exc:  # the rest of the suite runs on pytest alone
+    HYPOTHESIS_MISSING: str | None = str(exc)
+else:
+    HYPOTHESIS_MISSING = None
 
 from transports_core import Event, Lease, LeaseLost, Transport
 
 from ._base import MULTI_HANDLE, ManualClock, SuiteBase, checks
 from ._model import Delivery, ReferenceModel, Stale
 from ._properties import MODEL
+
+NEEDS_HYPOTHESIS = (
+    "the model-based scenario needs hypothesis, which is not installed: "
+    "pip install 'durable-transports[conformance]'"
+)
+
 
 _runs = itertools.count()
 
@@ -308,6 +324,8 @@ class ModelScenarios(SuiteBase):
 
     @checks(MODEL)
     def test_model_agreement_random_operations(self) -> None:
+        if HYPOTHESIS_MISSING is not None:
+            pytest.skip(f"{NEEDS_HYPOTHESIS} ({HYPOTHESIS_MISSING})")
         handles = [self.open(), self.open()] if self.has(MULTI_HANDLE) else [self.open()]
         if self._clock is not None:
             check_against_model(

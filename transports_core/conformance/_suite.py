@@ -55,6 +55,10 @@ class AsyncTransportSuite(AsyncNativeScenarios, TransportSuite):
     def make_transport(
         self, make_async_transport: AsyncTransportFactory, _conformance_portal: Portal
     ) -> TransportFactory:
-        return lambda: BlockingTransport(
-            _conformance_portal, _conformance_portal.call(make_async_transport)
-        )
+        def factory(**options: object) -> BlockingTransport[object]:
+            return BlockingTransport(
+                _conformance_portal,
+                _conformance_portal.call(lambda: make_async_transport(**options)),
+            )
+
+        return factory
