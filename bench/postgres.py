@@ -30,8 +30,13 @@ LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/test"
 Conn = psycopg.Connection[Any]
 
 
+# libpq session options for every connection of the run (``--no-flush`` sets one).
+SESSION: list[str] = []
+
+
 def server() -> str:
-    return os.environ.get("TRANSPORTS_POSTGRES_URL") or LOCAL_URL
+    base = os.environ.get("TRANSPORTS_POSTGRES_URL") or LOCAL_URL
+    return base + (f"?{SESSION[0]}" if SESSION else "")
 
 
 @contextmanager
@@ -46,7 +51,8 @@ def schema(prefix: str) -> Iterator[str]:
 
 def queue_url(name: str, **query: object) -> str:
     extra = "".join(f"&{key}={value}" for key, value in query.items())
-    return f"{server()}?schema={name}&pool_min_size=1&pool_max_size=2{extra}"
+    joiner = "&" if SESSION else "?"
+    return f"{server()}{joiner}schema={name}&pool_min_size=1&pool_max_size=2{extra}"
 
 
 def rate(n: int, run: Callable[[], None], rounds: int) -> float:
@@ -77,9 +83,10 @@ def _raw_table(conn: Conn, name: str, n: int, groups: bool = False) -> None:
     )
 
 
-def skip_locked_worker(url: str, name: str, n: int) -> None:
+def skip_locked_worker(start: Any, url: str, name: str, n: int) -> None:
     """What people write by hand: a plain SKIP LOCKED jobs table, no groups."""
     with psycopg.connect(url, autocommit=True) as conn:
+        start.wait(120)
         for _ in range(n):
             row = conn.execute(
                 f'UPDATE "{name}".jobs SET leased_by = %s, expiry = 1 WHERE id = ('
@@ -92,8 +99,10 @@ def skip_locked_worker(url: str, name: str, n: int) -> None:
             conn.execute(f'DELETE FROM "{name}".jobs WHERE id = %s', (row[0],))
 
 
-def transport_worker(url: str, worker: str, n: int) -> None:
+def transport_worker(start: Any, url: str, worker: str, n: int) -> None:
     with open_transport(url) as transport:
+        transport.claim(worker, 60, 4)  # connected (nothing is published at priority 4)
+        start.wait(120)
         for _ in range(n):
             lease = transport.claim(worker, 60)
             if lease is None:
@@ -102,11 +111,15 @@ def transport_worker(url: str, worker: str, n: int) -> None:
 
 
 def _processes(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float:
+    """Seconds from the moment every child has connected (they wait at a barrier, so
+    that starting Python and importing is not measured) until the last one is done."""
     spawn = multiprocessing.get_context("spawn")
-    children = [spawn.Process(target=target, args=a) for a in args]
-    started = time.perf_counter()
+    barrier = spawn.Barrier(len(args) + 1)
+    children = [spawn.Process(target=target, args=(barrier, *a)) for a in args]
     for child in children:
         child.start()
+    barrier.wait(120)
+    started = time.perf_counter()
     for child in children:
         child.join()
         if child.exitcode != 0:
@@ -127,7 +140,7 @@ def floor(n: int, connections: int, rounds: int) -> float:
     return statistics.median((n * connections) / once() for _ in range(rounds))
 
 
-def _floor_slice(url: str, name: str, n: int, index: int, count: int) -> None:
+def _floor_slice(start: Any, url: str, name: str, n: int, index: int, count: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         ids = [
             row[0]
@@ -136,6 +149,7 @@ def _floor_slice(url: str, name: str, n: int, index: int, count: int) -> None:
                 (count, index, n),
             )
         ]
+        start.wait(120)
         for job in ids:
             conn.execute(
                 f'UPDATE "{name}".jobs SET leased_by = %s, expiry = 1 WHERE id = %s', ("w", job)
@@ -277,14 +291,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.postgres", description=__doc__)
     parser.add_argument("--big", action="store_true", help="1M backlog, 200k soak")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", choices=["soak"], help="run one case")
+    parser.add_argument("--only", choices=["soak", "scaling"], help="run one case")
+    parser.add_argument(
+        "--no-flush",
+        action="store_true",
+        help="synchronous_commit=off for every connection: shows what the CPU allows "
+        "when commits do not wait for the disk (never how to run a queue)",
+    )
     args = parser.parse_args(argv)
     rounds = args.rounds
     n = 2000
     out = print
+    if args.no_flush:
+        SESSION.append("options=-csynchronous_commit%3Doff")
     out(f"server: {psycopg.connect(server()).info.parameter_status('server_version')}")
     if args.only == "soak":
         _report_soak(200_000 if args.big else 20_000, out)
+        return 0
+    if args.only == "scaling":
+        _report_scaling(n, rounds, out)
         return 0
 
     floor1 = floor(n, 1, rounds)
@@ -301,18 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         f"plain SKIP LOCKED table, no groups, 1 connection:    {plain:8.0f} msg/s "
         f"= {plain / floor1:.2f}x the floor"
     )
-    by_procs = {}
-    for procs in (1, 4, 8, 16):
-        by_procs[procs] = claim_ack(max(n // procs, 200), procs, 64, 1 if procs > 4 else rounds)
-        speedup = by_procs[procs] / by_procs[1]
-        out(
-            f"claim+ack, {procs:2d} processes, distinct groups:         "
-            f"{by_procs[procs]:8.0f} msg/s = {speedup:.2f}x one process"
-        )
-    out(
-        "  (target: 4 processes >= 2.5x one; on this 2-core machine the client processes "
-        "and the server share the cores)"
-    )
+    _report_scaling(n, rounds, out)
     mine, raw = publish_many(500, 20, rounds)
     out(
         f"publish_many (500 a batch):                          {mine:8.0f} msg/s "
@@ -328,6 +342,22 @@ def main(argv: list[str] | None = None) -> int:
         )
     _report_soak(200_000 if args.big else 20_000, out)
     return 0
+
+
+def _report_scaling(n: int, rounds: int, out: Callable[..., None]) -> None:
+    by_procs = {}
+    for procs in (1, 4, 8, 16):
+        by_procs[procs] = claim_ack(max(n // procs, 200), procs, 64, 1 if procs > 4 else rounds)
+        speedup = by_procs[procs] / by_procs[1]
+        out(
+            f"claim+ack, {procs:2d} processes, distinct groups:         "
+            f"{by_procs[procs]:8.0f} msg/s = {speedup:.2f}x one process"
+        )
+    raw1, raw4 = floor(n, 1, rounds), floor(n // 4, 4, rounds)
+    out(
+        f"  the raw floor at 1 and 4 connections: {raw1:.0f} and {raw4:.0f} msg/s "
+        f"= {raw4 / raw1:.2f}x (target for ours: 4 processes >= 2.5x one)"
+    )
 
 
 def _report_soak(cycles: int, out: Callable[..., None]) -> None:
