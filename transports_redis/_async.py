@@ -52,6 +52,7 @@ class AsyncRedisTransport(Generic[E]):
         self._options = options
         self._codec: EventCodec[E] = EventCodec(event_type)
         self._keys = ops.queue_keys(options.queue, Script("keys", QUEUE_KEYS, (), ""))
+        self._packer = ops.Packer(self._keys)
         self._close_key = ops.close_key(options.queue, uuid.uuid4().hex)
         self._closed = False
         self._waiting = 0
@@ -121,24 +122,20 @@ class AsyncRedisTransport(Generic[E]):
 
     async def _run_once(self, op: ops.Op[T]) -> T:
         clock = self._options.clock
-        args = op.args("" if clock is None else repr(clock()))
         script = op.script
+        packed = self._packer.evalsha(script, op.args("" if clock is None else repr(clock())))
         server = self._options.redacted
         with connecting(server):  # the pool connects it
             conn: Any = await self._pool.get_connection()  # type: ignore[no-untyped-call]
         try:
             with redis_errors(server, script.name, op.writes):
                 try:
-                    await conn.send_command(
-                        "EVALSHA", script.sha, len(self._keys), *self._keys, *args
-                    )
+                    await conn.send_packed_command([packed])
                     reply = await conn.read_response()
                 except rex.NoScriptError:
                     await conn.send_command("SCRIPT", "LOAD", script.source)
                     await conn.read_response()
-                    await conn.send_command(
-                        "EVALSHA", script.sha, len(self._keys), *self._keys, *args
-                    )
+                    await conn.send_packed_command([packed])
                     reply = await conn.read_response()
         except BaseException:
             await conn.disconnect()

@@ -58,6 +58,31 @@ def queue_keys(queue: str, script: Script) -> list[str]:
     return [prefix + suffix for suffix in script.keys]
 
 
+def _bulk(value: Arg) -> bytes:
+    data = value.encode() if isinstance(value, str) else str(value).encode()
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+class Packer:
+    """EVALSHA calls of one queue in the server's wire format (RESP), with the part that
+    never changes (the command, the script's digest, the key names) packed once."""
+
+    __slots__ = ("_heads", "_keys")
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self._keys = b"".join(_bulk(k) for k in keys)
+        self._heads: dict[str, tuple[int, bytes]] = {}
+
+    def evalsha(self, script: Script, args: Sequence[Arg]) -> bytes:
+        head = self._heads.get(script.sha)
+        if head is None:
+            nkeys = len(script.keys)
+            fixed = _bulk("EVALSHA") + _bulk(script.sha) + _bulk(nkeys) + self._keys
+            head = self._heads[script.sha] = (3 + nkeys, fixed)
+        count, fixed = head
+        return b"".join([b"*%d\r\n" % (count + len(args)), fixed, *[_bulk(a) for a in args]])
+
+
 def wake_key(queue: str, floor: int) -> str:
     return f"{key_prefix(queue)}w{floor}"
 

@@ -90,6 +90,7 @@ class RedisTransport(Generic[E]):
         self._options = options
         self._codec: EventCodec[E] = EventCodec(event_type)
         self._keys = ops.queue_keys(options.queue, Script("keys", QUEUE_KEYS, (), ""))
+        self._packer = ops.Packer(self._keys)
         self._close_key = ops.close_key(options.queue, uuid.uuid4().hex)
         self._closed = False
         self._waiting = 0
@@ -153,21 +154,21 @@ class RedisTransport(Generic[E]):
 
     def _run_once(self, op: ops.Op[T]) -> T:
         clock = self._options.clock
-        args = op.args("" if clock is None else repr(clock()))
         script = op.script
+        packed = self._packer.evalsha(script, op.args("" if clock is None else repr(clock())))
         server = self._options.redacted
         with connecting(server):  # the pool connects it
             conn: Any = self._pool.get_connection()
         try:
             with redis_errors(server, script.name, op.writes):
                 try:
-                    conn.send_command("EVALSHA", script.sha, len(self._keys), *self._keys, *args)
+                    conn.send_packed_command([packed])
                     reply = conn.read_response()
                 except rex.NoScriptError:
                     # A restarted or flushed server has lost the script: load it, once.
                     conn.send_command("SCRIPT", "LOAD", script.source)
                     conn.read_response()
-                    conn.send_command("EVALSHA", script.sha, len(self._keys), *self._keys, *args)
+                    conn.send_packed_command([packed])
                     reply = conn.read_response()
         except BaseException:
             conn.disconnect()

@@ -33,7 +33,9 @@ def test_a_connection_killed_mid_call_is_outcome_unknown_and_the_next_call_recon
             thread = threading.Thread(target=publish)
             thread.start()
             deadline = time.monotonic() + 10
-            while not any(c.get("cmd") == "evalsha" for c in raw.client_list()):
+            while not any(
+                "b" in c.get("flags", "") for c in raw.client_list()
+            ):  # held by the pause
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
             raw.client_kill_filter(_type="normal", skipme=True)

@@ -1,0 +1,300 @@
+"""``python -m bench.redis``: the Redis backend against raw redis-py on the same server,
+medians of a few rounds and the ratios the issue sets as targets.
+
+    python -m bench.redis                 # short (about a minute); backlog 1k vs 100k
+    python -m bench.redis --big           # backlog 1k vs 1,000,000
+    TRANSPORTS_REDIS_URL=redis://... python -m bench.redis
+
+Every case works on a queue (or stream) of its own, deleted at the end. The SQLite and,
+when one answers, the PostgreSQL backend run the same claim+ack loop for the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+
+from transports_core import Event, Transport, open_transport
+from transports_redis._scripts import NOTHING
+
+LOCAL_URL = "redis://127.0.0.1:6379/0"
+EVENT = Event(kind="order.created", order=12345, amount=99.5)
+
+
+def server() -> str:
+    return os.environ.get("TRANSPORTS_REDIS_URL") or LOCAL_URL
+
+
+def client() -> redis.Redis:
+    return redis.Redis.from_url(server())
+
+
+def drop(prefix: str) -> None:
+    raw = client()
+    keys = list(raw.scan_iter(match=f"{prefix}*", count=1000))
+    for i in range(0, len(keys), 1000):
+        raw.delete(*keys[i : i + 1000])
+    raw.close()
+
+
+@contextmanager
+def queue(prefix: str) -> Iterator[str]:
+    name = f"bench-{prefix}-{uuid.uuid4().hex[:8]}"
+    try:
+        yield name
+    finally:
+        drop(f"dt:{{{name}}}:")
+
+
+def url(name: str) -> str:
+    return f"{server()}?queue={name}"
+
+
+def median_rate(rounds: int, run: Callable[[], tuple[int, float]]) -> float:
+    """Items a second, the median of ``rounds`` runs of ``run`` (items, seconds)."""
+    rates = []
+    for _ in range(rounds):
+        items, seconds = run()
+        rates.append(items / seconds)
+    return statistics.median(rates)
+
+
+# --- cases -------------------------------------------------------------------------------
+
+
+def floor(n: int) -> tuple[int, float]:
+    """Two trivial EVALSHA round trips per message: what a claim+ack cannot beat."""
+    raw = client()
+    sha = raw.script_load(NOTHING.source)
+    started = time.perf_counter()
+    for _ in range(n):
+        raw.evalsha(sha, 0)
+        raw.evalsha(sha, 0)
+    elapsed = time.perf_counter() - started
+    raw.close()
+    return n, elapsed
+
+
+def claim_ack(transport: Transport[Event], n: int) -> tuple[int, float]:
+    started = time.perf_counter()
+    done = 0
+    while done < n:
+        lease = transport.claim("bench", 60)
+        if lease is None:
+            break
+        transport.ack(lease)
+        done += 1
+    return done, time.perf_counter() - started
+
+
+def fill(transport: Transport[Event], total: int, groups: int, batch: int = 10_000) -> None:
+    for start in range(0, total, batch):
+        transport.publish_many(
+            [(f"g{i % groups}", EVENT, 0) for i in range(start, min(total, start + batch))]
+        )
+
+
+def redis_claim_ack(n: int, groups: int = 100) -> tuple[int, float]:
+    with queue("cycle") as name, open_transport(url(name)) as transport:
+        fill(transport, n, groups)
+        return claim_ack(transport, n)
+
+
+def _worker(address: str, n: int, ready: Any, go: Any, out: Any) -> None:
+    with open_transport(address) as transport:
+        transport.claim("warm", 60, 4)  # connect and load the scripts before the start
+        ready.release()
+        go.wait()
+        done, seconds = claim_ack(transport, n)
+        out.put((done, seconds))
+
+
+def processes(count: int, per_process: int) -> tuple[int, float]:
+    """``count`` processes draining distinct groups of one queue; items over wall time."""
+    ctx = multiprocessing.get_context("spawn")
+    with queue("procs") as name:
+        with open_transport(url(name)) as transport:
+            fill(transport, count * per_process, count * 50)
+        ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
+        children = [
+            ctx.Process(target=_worker, args=(url(name), per_process, ready, go, out))
+            for _ in range(count)
+        ]
+        for child in children:
+            child.start()
+        for _ in children:
+            ready.acquire()
+        started = time.perf_counter()
+        go.set()
+        results = [out.get(timeout=300) for _ in children]
+        elapsed = time.perf_counter() - started
+        for child in children:
+            child.join()
+    return sum(done for done, _ in results), elapsed
+
+
+def claim_latency(backlog: int, groups: int, samples: int) -> float:
+    """Median seconds of one claim (acked outside the timing) with ``backlog`` queued."""
+    with queue("backlog") as name, open_transport(url(name)) as transport:
+        fill(transport, backlog, groups)
+        times = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            lease = transport.claim("bench", 60)
+            times.append(time.perf_counter() - started)
+            assert lease is not None
+            transport.ack(lease)
+            transport.publish(lease.group_id, EVENT)  # keep the backlog where it was
+        return statistics.median(times)
+
+
+def publish_many(batches: int, size: int) -> tuple[int, float]:
+    with queue("many") as name, open_transport(url(name)) as transport:
+        items = [(f"g{i % 100}", EVENT, 0) for i in range(size)]
+        started = time.perf_counter()
+        for _ in range(batches):
+            transport.publish_many(items)
+        return batches * size, time.perf_counter() - started
+
+
+def raw_pipeline(batches: int, size: int) -> tuple[int, float]:
+    """The same data written with a pipeline of plain HSETs and RPUSHes: no order, no groups."""
+    name = f"bench-raw-{uuid.uuid4().hex[:8]}"
+    raw = client()
+    payload = EVENT.model_dump_json()
+    try:
+        started = time.perf_counter()
+        seq = 0
+        for _ in range(batches):
+            pipe = raw.pipeline(transaction=False)
+            for i in range(size):
+                seq += 1
+                pipe.hset(f"{name}:ev", str(seq), payload)
+                pipe.rpush(f"{name}:g{i % 100}", seq)
+            pipe.execute()
+        return batches * size, time.perf_counter() - started
+    finally:
+        raw.close()
+        drop(f"{name}:")
+
+
+def streams(n: int) -> tuple[int, float]:
+    """Redis Streams with a consumer group: XREADGROUP one, XACK it (no groups, no order
+    across consumers, no exclusivity); filled with XADD outside the timing."""
+    name = f"bench-stream-{uuid.uuid4().hex[:8]}"
+    raw = client()
+    payload = EVENT.model_dump_json()
+    try:
+        pipe = raw.pipeline(transaction=False)
+        for _ in range(n):
+            pipe.xadd(name, {"e": payload})
+        pipe.execute()
+        raw.xgroup_create(name, "workers", id="0")
+        started = time.perf_counter()
+        for _ in range(n):
+            got: Any = raw.xreadgroup("workers", "c1", {name: ">"}, count=1)
+            ((_, entries),) = got
+            raw.xack(name, "workers", entries[0][0])
+        return n, time.perf_counter() - started
+    finally:
+        raw.delete(name)
+        raw.close()
+
+
+def memory_per_message(n: int, groups: int) -> float:
+    """Bytes of server memory per queued message (small event), from INFO used_memory."""
+    raw = client()
+    with queue("memory") as name, open_transport(url(name)) as transport:
+        before = int(raw.info("memory")["used_memory"])
+        fill(transport, n, groups)
+        after = int(raw.info("memory")["used_memory"])
+    raw.close()
+    return (after - before) / n
+
+
+def other_backend(address: str, n: int) -> float:
+    with open_transport(address) as transport:
+        fill(transport, n, 100)
+        done, seconds = claim_ack(transport, n)
+        return done / seconds
+
+
+# --- report ----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.redis", description=__doc__)
+    parser.add_argument("--big", action="store_true", help="1,000,000-message backlog")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("-n", type=int, default=3000, help="claim+ack cycles a round")
+    args = parser.parse_args(argv)
+    n, rounds = args.n, args.rounds
+    big = 1_000_000 if args.big else 100_000
+    rows: list[tuple[str, str]] = []
+
+    def show(label: str, value: str) -> None:
+        rows.append((label, value))
+        print(f"{label:<52} {value}", flush=True)
+
+    print(f"server {redis.Redis.from_url(server()).info('server')['redis_version']}, n={n}")
+    floor_rate = median_rate(rounds, lambda: floor(n))
+    show("floor: 2 trivial EVALSHA a message (messages/s)", f"{floor_rate:,.0f}")
+    cycle = median_rate(rounds, lambda: redis_claim_ack(n))
+    show("claim+ack, one connection (messages/s)", f"{cycle:,.0f}")
+    show("  claim+ack / floor (target >= 0.5)", f"{cycle / floor_rate:.2f}")
+    one = median_rate(rounds, lambda: processes(1, n))
+    four = median_rate(rounds, lambda: processes(4, n))
+    show("1 process (messages/s)", f"{one:,.0f}")
+    show("4 processes, distinct groups (messages/s)", f"{four:,.0f}")
+    show(f"  4 / 1 (target >= 2; {os.cpu_count()} cores here)", f"{four / one:.2f}")
+    for groups in (10, 10_000):
+        small = claim_latency(1000, groups, 300)
+        large = claim_latency(big, groups, 300)
+        show(f"claim latency, {groups} groups, 1k queued (us)", f"{small * 1e6:,.0f}")
+        show(f"claim latency, {groups} groups, {big:,} queued (us)", f"{large * 1e6:,.0f}")
+        show("  large / small (target <= 1.3)", f"{large / small:.2f}")
+    many = median_rate(rounds, lambda: publish_many(10, 1000))
+    pipe = median_rate(rounds, lambda: raw_pipeline(10, 1000))
+    show("publish_many, batches of 1,000 (messages/s)", f"{many:,.0f}")
+    show("pipelined raw HSET+RPUSH, batches of 1,000 (messages/s)", f"{pipe:,.0f}")
+    show("  publish_many / raw (target >= 0.5)", f"{many / pipe:.2f}")
+    stream = median_rate(rounds, lambda: streams(n))
+    show("Redis Streams XREADGROUP+XACK (messages/s)", f"{stream:,.0f}")
+    show("  claim+ack / Streams", f"{cycle / stream:.2f}")
+    for groups in (10, 10_000):
+        per = memory_per_message(100_000, groups)
+        show(f"memory per queued message, {groups} groups (bytes)", f"{per:,.0f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        sqlite = median_rate(1, lambda: (n, n / other_backend(f"sqlite:///{tmp}/q.db", n)))
+    show("SQLite claim+ack, same loop (messages/s)", f"{sqlite:,.0f}")
+    pg = os.environ.get("TRANSPORTS_POSTGRES_URL") or "postgresql://postgres@127.0.0.1:5432/test"
+    schema = f"bench_redis_{uuid.uuid4().hex[:8]}"
+    try:
+        rate = other_backend(f"{pg}?schema={schema}", n)
+        show("PostgreSQL claim+ack, same loop (messages/s)", f"{rate:,.0f}")
+    except Exception as exc:  # the table is still useful without it
+        show("PostgreSQL claim+ack", f"not measured ({type(exc).__name__})")
+    finally:
+        try:
+            import psycopg
+
+            with psycopg.connect(pg, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        except Exception:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
