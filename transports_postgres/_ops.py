@@ -161,7 +161,8 @@ class Setup(Operation[None]):
         return (Stmt(sql.READ_IDENTITY, (self.schema,)),)
 
     def done(self, results: list[Result], now: float | None) -> More | None:
-        return MORE
+        # Ours already: only its meta is read, no lock taken. Else: create, under the lock.
+        return More(CheckMeta(self.schema)) if _is_ours(self.schema, results[0]) else MORE
 
     def steps(self, now: float | None) -> Steps[None]:
         (_, identity) = yield (
@@ -176,6 +177,22 @@ class Setup(Operation[None]):
             Stmt(sql.CREATE_SCHEMA),
             *(Stmt(s, (sql.OWNER, str(sql.SCHEMA_VERSION)) if s.names else ()) for s in sql.SCHEMA),
         )
+
+
+class CheckMeta(Operation[None]):
+    """Refuse our schema at another version, or a `meta` that belongs to someone else."""
+
+    __slots__ = ("schema",)
+    call = "open"
+    writes = False
+    begin = sql.BEGIN_READ
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+
+    def steps(self, now: float | None) -> Steps[None]:
+        (meta,) = yield (Stmt(sql.READ_META),)
+        _check_meta(self.schema, meta.rows)
 
 
 # --- publish --------------------------------------------------------------------------------
