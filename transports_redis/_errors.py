@@ -48,7 +48,7 @@ def redis_errors(server: str, operation: str, writes: bool) -> Iterator[None]:
         raise TransportError(f"{server}: {operation}: the connection was lost ({exc})") from exc
     except rex.ResponseError as exc:
         text = str(exc)
-        if text.startswith("OOM"):
+        if isinstance(exc, rex.OutOfMemoryError) or text.startswith("OOM"):
             why = "the server is out of memory (maxmemory reached; nothing was written)"
         elif text.startswith("READONLY"):
             why = "the server is a read-only replica; connect to the primary"

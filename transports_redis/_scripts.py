@@ -146,6 +146,10 @@ class Script:
     keys: tuple[str, ...]
     args: tuple[str, ...]
     body: str
+    # Script flags (Redis 7): ``allow-oom`` for the calls that drain a full server,
+    # ``no-writes`` for reads. Every script has the shebang line: without it, Redis checks
+    # memory at each write inside the script and may stop one halfway.
+    flags: str = ""
     source: str = field(init=False)
     sha: str = field(init=False)
 
@@ -156,7 +160,10 @@ class Script:
         bind.append(
             f"local A = {{{', '.join(f'{a} = ARGV[{i}]' for i, a in enumerate(self.args, 1))}}}"
         )
-        source = "\n".join([f"-- durable-transports: {self.name}", *bind, HELPERS, self.body])
+        shebang = f"#!lua flags={self.flags}" if self.flags else "#!lua"
+        source = "\n".join(
+            [shebang, f"-- durable-transports: {self.name}", *bind, HELPERS, self.body]
+        )
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "sha", hashlib.sha1(source.encode()).hexdigest())
 
@@ -268,6 +275,7 @@ while true do
   end
 end
 """,
+    flags="allow-oom",
 )
 
 FENCE: Final = ("group", "seq", "worker", "att")
@@ -284,6 +292,7 @@ local n = advance(A.group, r)
 if n then make_ready(A.group, n) end
 return 1
 """,
+    flags="allow-oom",
 )
 
 # delay 0: ready again at once; else parked, its group held, until now + delay.
@@ -308,6 +317,7 @@ else
 end
 return 1
 """,
+    flags="allow-oom",
 )
 
 # Reply: the lease's new end, or 0 when the lease is lost.
@@ -324,6 +334,7 @@ save(A.group, r)
 make_busy(A.group, r)
 return f17(r.due)
 """,
+    flags="allow-oom",
 )
 
 BURY: Final = Script(
@@ -336,6 +347,7 @@ if r == nil then return 0 end
 kill(A.group, r, clock(A.now), 'b', A.reason, '', 0, A.on_dead)
 return 1
 """,
+    flags="allow-oom",
 )
 
 # --- admin: reads write nothing; each is one script, so one consistent snapshot --------
@@ -374,6 +386,7 @@ for i = 1, #dead, 2 do
 end
 return out
 """,
+    flags="no-writes",
 )
 
 # Reply: {now, then per group: group, prio, depth, head, state, busy_until or '', last or ''}
@@ -412,6 +425,7 @@ for i = 1, math.min(#rows, tonumber(A.limit)) do
 end
 return out
 """,
+    flags="no-writes",
 )
 
 # Reply per dead letter, in seq order: seq, group, prio, raw, attempts, kind, text,
@@ -433,6 +447,7 @@ for _, seq in ipairs(seqs) do
 end
 return out
 """,
+    flags="no-writes",
 )
 
 # Reply per held group, in seq order of its dead letter: group, seq, waiting, since.
@@ -451,6 +466,7 @@ for _, seq in ipairs(redis.call('ZRANGE', K.deadq, 0, -1)) do
 end
 return out
 """,
+    flags="no-writes",
 )
 
 # Back at its place in its group's chain (by seq), with a fresh allowance of deliveries.
@@ -530,6 +546,7 @@ if held == 1 then
 end
 return 1
 """,
+    flags="allow-oom",
 )
 
 # Reply: how many messages and dead letters it removed (a held one counted once).
@@ -566,6 +583,7 @@ for i = 1, #dead, 2 do
 end
 return removed
 """,
+    flags="allow-oom",
 )
 
 # Read-only: a list of broken invariants (empty when the structures are sound). Every
@@ -619,6 +637,7 @@ end
 if redis.call('HLEN', K.dead) ~= redis.call('ZCARD', K.deadq) then fail('dead index') end
 return bad
 """,
+    flags="no-writes",
 )
 
 # The benchmark's floor: a script that reads nothing and writes nothing.

@@ -68,3 +68,23 @@ def test_an_evicting_maxmemory_policy_is_refused_or_warned_about() -> None:
         with pytest.warns(RuntimeWarning, match="allkeys-lru"):
             transport = open_transport(with_queue(server.url, "lru"), maxmemory_policy="warn")
         transport.close()
+
+
+def test_a_full_server_refuses_publishes_but_workers_still_drain_it() -> None:
+    with private_server("--maxmemory-policy", "noeviction") as server:
+        raw = redis.Redis(port=server.port)
+        used = int(raw.info("memory")["used_memory"])
+        raw.config_set("maxmemory", used + 2_000_000)
+        with open_transport(with_queue(server.url, "full")) as transport:
+            big = "x" * 10_000
+            with pytest.raises(TransportError, match="out of memory"):  # noqa: PT012
+                for n in range(1000):
+                    transport.publish(f"g{n % 7}", Event(n=n, pad=big))
+            assert transport.stats().ready > 0  # type: ignore[attr-defined]
+            drained = 0
+            while (lease := transport.claim("w", 30)) is not None:
+                transport.ack(lease)  # claims and acks run even at the limit
+                drained += 1
+            assert drained > 50
+            assert transport.publish("g", Event(n=-1)) > 0  # the memory came back
+        raw.close()
