@@ -1,0 +1,92 @@
+"""The sans-I/O half, with no server: arguments are checked when an operation is built,
+calls are packed in the wire format, replies are read back exactly, and every script
+declares its keys and arguments once."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+
+from transports_core import Event, Lease, LeaseLost, RequeueRefused
+from transports_core.backend import EventCodec, exhausted_reason
+from transports_redis import AsyncRedisTransport, RedisTransport
+from transports_redis import _ops as ops
+from transports_redis import _scripts as scripts
+
+CODEC: EventCodec[Event] = EventCodec(Event)
+
+
+def test_bad_arguments_are_refused_when_the_operation_is_built() -> None:
+    with pytest.raises(ValueError, match="priority"):
+        ops.Publish(CODEC, "g", Event(), 9)
+    with pytest.raises(TypeError, match="group_id"):
+        ops.Publish(CODEC, 3, Event(), 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not a valid Event"):
+        ops.Publish(CODEC, "g", {"n": 1}, 0)
+    with pytest.raises(ValueError, match="reserved"):
+        ops.Claim("__mine", 5, 0, None, "release")
+    with pytest.raises(ValueError, match="visibility"):
+        ops.Claim("w", 0, 0, None, "release")
+    with pytest.raises(TypeError, match="items\\[1\\]"):
+        ops.PublishMany(CODEC, [("g", Event(), 0), ("g", Event())])  # type: ignore[list-item]
+    lease = Lease(1, "g", Event(), "w", 1, 0.0)
+    with pytest.raises(ValueError, match="reason"):
+        ops.Bury(lease, "  ", "release")
+    with pytest.raises(ValueError, match="delay"):
+        ops.Nack(lease, -1)
+
+
+def test_a_call_is_packed_as_one_resp_array() -> None:
+    keys = ops.queue_keys("q", scripts.ACK)
+    packed = ops.Packer(keys).evalsha(scripts.ACK, ("grp", 7, "w", 1))
+    parts = packed.split(b"\r\n")
+    assert parts[0] == b"*%d" % (3 + len(keys) + 4)
+    strings = parts[2::2][: 3 + len(keys) + 4]
+    assert strings[:3] == [b"EVALSHA", scripts.ACK.sha.encode(), str(len(keys)).encode()]
+    assert strings[3 : 3 + len(keys)] == [k.encode() for k in keys]
+    assert strings[3 + len(keys) :] == [b"grp", b"7", b"w", b"1"]
+    assert all(k.startswith("dt:{q}:") for k in keys)
+
+
+def test_replies_are_read_exactly() -> None:
+    claim = ops.Claim("w", 2.5, 0, None, "release")
+    got = claim.result([1, 12, "g", '{"n":1}', 3, "1796317695.1234567"])
+    assert got == ops.Claimed(12, "g", '{"n":1}', "w", 3, 1796317695.1234567)
+    idle = claim.result([0, "100.5", ""])
+    assert idle == ops.Idle(100.5, None)
+    assert ops.wait_timeout(10, ops.Idle(100.0, 100.5), 5) == pytest.approx(0.502)
+    assert ops.wait_timeout(0.1, ops.Idle(100.0, None), 5) == 0.1
+    lease = Lease(12, "g", Event(), "w", 3, 0.0)
+    with pytest.raises(LeaseLost):
+        ops.Ack(lease).result(0)
+    with pytest.raises(RequeueRefused, match="worker 'w9'"):
+        ops.Requeue(5).result([-1, "w9", "g"])
+    letters = ops.DeadLetters(None).result([5, "g", 2, "{}", 4, "x", "", 3, 3, "lapsed", "1.5", 1])
+    assert letters[0].reason == exhausted_reason(3, 3, "lapsed")
+    assert letters[0].held
+
+
+def test_every_script_names_its_keys_and_arguments_once() -> None:
+    for script in scripts.ALL:
+        assert script.source.startswith("#!lua")
+        assert len(set(script.keys)) == len(script.keys)
+        body = script.body
+        # Only publish_many, whose items are variadic, reads ARGV by position.
+        if script is not scripts.PUBLISH_MANY:
+            assert "ARGV[" not in body, script.name
+        assert "KEYS[" not in body, script.name
+        for name in re.findall(r"\bA\.(\w+)", body):
+            assert name in script.args, (script.name, name)
+        for name in re.findall(r"\bK\.(\w+)", body + scripts.HELPERS):
+            assert name in scripts.QUEUE_KEYS, (script.name, name)
+
+
+def test_the_twins_have_the_same_methods_and_signatures() -> None:
+    public = [n for n in dir(RedisTransport) if not n.startswith("_")]
+    assert public == [n for n in dir(AsyncRedisTransport) if not n.startswith("_")]
+    for name in public:
+        sync, other = getattr(RedisTransport, name), getattr(AsyncRedisTransport, name)
+        assert inspect.signature(sync) == inspect.signature(other), name
+        assert inspect.iscoroutinefunction(other), name
