@@ -183,7 +183,7 @@ class AsyncSqliteTransport(Generic[E]):
             self._engine = Engine(self._options)
         return self._engine
 
-    def _perform(self, op: _ops.Operation[T]) -> T:
+    def _perform(self, op: _ops.Op[T]) -> T:
         return self._engine_here().run(op)
 
     def _submit(
@@ -194,7 +194,7 @@ class AsyncSqliteTransport(Generic[E]):
         except TransportError:
             raise TransportError(f"{self!r} is closed") from None
 
-    async def _run(self, op: _ops.Operation[T]) -> T:
+    async def _run(self, op: _ops.Op[T]) -> T:
         return await self._submit(partial(self._perform, op))
 
     async def _claim(self, op: _ops.Claim) -> _ops.Claimed | None:
@@ -266,7 +266,8 @@ class AsyncSqliteTransport(Generic[E]):
         if claimed is None and seconds > 0:
             claimed = await self._wait(op, seconds)
         if claimed is None:
-            await self._submit(lambda: self._engine_here().idle())
+            if not self._closed:  # closed while it waited: the wait ends with nothing
+                await self._submit(lambda: self._engine_here().idle())
             return None
         return claimed.lease(self._codec)
 

@@ -1,21 +1,21 @@
 """Every SQLite operation, sans-I/O, shared by the sync and async drivers.
 
-An operation validates its arguments when it is built (so bad input never takes the write
-lock). Given the transaction's ``now``, an `Op` is a generator that yields `Stmt` objects,
-receives a `Result` for each, and returns its value or raises `LeaseLost`; a `Single`, for
-the calls on a worker's path, is one statement and what to make of its result. Neither
-does I/O, reads a clock or imports a driver: the drivers open the transaction, run the
-statements, and commit once the operation has its value.
+An operation (`Op`) validates its arguments when it is built, so bad input never takes the
+write lock. Given the transaction's ``now``, it may offer one statement first, and say
+from its rows whether that was all; otherwise (or when it has no first statement) its
+steps are a generator that yields `Stmt` objects, receives a `Result` for each, and
+returns the value or raises `LeaseLost`. No operation does I/O, reads a clock or imports
+a driver: the engine opens the transaction, runs the statements, and commits once the
+operation has its value.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeAlias, TypeVar
+from typing import Any, Final, Generic, Literal, NamedTuple, TypeVar
 
 from transports_core import (
     DeadLetter,
@@ -78,46 +78,63 @@ Steps = Generator[Stmt, Result, T]
 AUTOCOMMIT = None
 
 
-@dataclass(slots=True)
-class Op(Generic[T]):
-    """An operation, checked and ready: ``steps(now)`` gives its steps for the
-    transaction's `now`; the runner opens the transaction with `begin` (None: AUTOCOMMIT).
-    An op that only moves a lease is not `durable` (see `lease_durability`)."""
-
-    steps: Callable[[float], Steps[T]]
-    begin: str | None = sql.BEGIN_WRITE
-    durable: bool = True
-    wakes: bool = True  # may make a message deliverable: waiting claims look again
-
-
-class Single(ABC, Generic[T]):
-    """An operation that is one statement: publish, ack, nack and extend, and a claim
-    when nothing has lapsed. The runner runs ``statement(now)`` and returns what `result`
-    makes of its rows and row count; only if that is None does it go on, with the steps
-    ``more(now)`` gives, if any, as for an `Op`.
-
-    These are the calls on a worker's path, so they are plain slotted objects holding
-    their checked arguments, not a generator in a closure: per claim+ack, that is 8 us
-    less Python, measured in memory (45 to 47 against 53 to 54 us a cycle), and 2 us a
-    publish (19 against 21)."""
+class NotFinished:
+    """What `Op.done` returns when the first statement was not enough: go on with `steps`."""
 
     __slots__ = ()
-    begin: ClassVar[str | None] = AUTOCOMMIT
-    durable: ClassVar[bool] = True
-    wakes: ClassVar[bool] = True
 
-    @abstractmethod
-    def statement(self, now: float) -> tuple[str, Params]: ...
+    def __repr__(self) -> str:
+        return "MORE"
 
-    @abstractmethod
-    def result(self, rows: list[Any], rowcount: int, now: float) -> T: ...
 
-    def more(self, now: float) -> Steps[T] | None:
+MORE: Final = NotFinished()
+
+
+class Op(Generic[T]):
+    """An operation, checked and ready to run in one transaction, opened with `begin`
+    (None: AUTOCOMMIT). An op that only moves a lease is not `durable` (see
+    `lease_durability`); one that cannot make a message deliverable does not `wake`
+    waiting claims.
+
+    The calls on a worker's path (publish, claim, ack, nack, extend) are usually one
+    statement: `first` gives it and `done` makes the value of its rows and row count, or
+    says `MORE`. Every other op, and those when `done` says `MORE`, run their `steps`.
+    These are plain slotted objects holding their checked arguments, so a call on a
+    worker's path builds no generator."""
+
+    __slots__ = ()
+    begin: str | None = sql.BEGIN_WRITE
+    durable: bool = True
+    wakes: bool = True
+
+    def first(self, now: float) -> tuple[str, Params] | None:
         return None
 
+    def done(self, rows: list[Any], rowcount: int, now: float) -> T | NotFinished:
+        return MORE
 
-# What a runner runs in one transaction.
-Operation: TypeAlias = "Op[T] | Single[T]"
+    def steps(self, now: float) -> Steps[T]:
+        raise NotImplementedError(f"{type(self).__name__} has no steps")
+
+
+class Plan(Op[T]):
+    """An op that is only steps: ``steps(now)`` gives them, for the transaction's `now`."""
+
+    __slots__ = ("_steps", "begin", "durable", "wakes")
+
+    def __init__(
+        self,
+        steps: Callable[[float], Steps[T]],
+        begin: str | None = sql.BEGIN_WRITE,
+        *,
+        durable: bool = True,
+        wakes: bool = True,
+    ) -> None:
+        self._steps = steps
+        self.begin, self.durable, self.wakes = begin, durable, wakes
+
+    def steps(self, now: float) -> Steps[T]:
+        return self._steps(now)
 
 
 class Claimed(NamedTuple):
@@ -154,14 +171,14 @@ def _is_empty(path: str, identity: Result) -> bool:
     return False
 
 
-def needs_setup(path: str) -> Op[bool]:
+def needs_setup(path: str) -> Plan[bool]:
     """Read-only: is the database empty? Refuse a foreign or unknown one. Run first, in a
     read transaction, so that a read-only queue opens without asking for the write lock."""
 
     def steps(now: float) -> Steps[bool]:
         return _is_empty(path, (yield Stmt(sql.READ_IDENTITY)))
 
-    return Op(steps, sql.BEGIN_READ, wakes=False)
+    return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
 def setup(path: str) -> Op[None]:
@@ -173,7 +190,7 @@ def setup(path: str) -> Op[None]:
             for statement in sql.SCHEMA:
                 yield Stmt(statement)
 
-    return Op(steps)
+    return Plan(steps)
 
 
 def new_file() -> Op[None]:
@@ -182,7 +199,7 @@ def new_file() -> Op[None]:
     def steps(now: float) -> Steps[None]:
         yield Stmt(sql.NEW_FILE_PAGE_SIZE)
 
-    return Op(steps, AUTOCOMMIT)
+    return Plan(steps, AUTOCOMMIT)
 
 
 def session(synchronous: str, memory: bool) -> Op[None]:
@@ -193,20 +210,21 @@ def session(synchronous: str, memory: bool) -> Op[None]:
         for pragma in sql.session_pragmas(synchronous, memory, mode):
             yield Stmt(pragma)
 
-    return Op(steps, AUTOCOMMIT)
+    return Plan(steps, AUTOCOMMIT)
 
 
-class Publish(Single[int]):
+class Publish(Op[int]):
     __slots__ = ("params",)
+    begin = AUTOCOMMIT
 
     def __init__(self, codec: EventCodec[Any], group_id: str, event: object, priority: int) -> None:
         # PUBLISH binds these by position, in this order (see `_sql.positional`).
         self.params = (check_group_id(group_id), check_priority(priority), codec.encode(event))
 
-    def statement(self, now: float) -> tuple[str, Params]:
+    def first(self, now: float) -> tuple[str, Params]:
         return sql.PUBLISH, self.params
 
-    def result(self, rows: list[Any], rowcount: int, now: float) -> int:
+    def done(self, rows: list[Any], rowcount: int, now: float) -> int:
         seq: int = rows[0][0]
         return seq
 
@@ -250,14 +268,14 @@ def publish_many(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) 
         yield Stmt(sql.INSERT_ROW, many=rows)
         return list(seqs)
 
-    return Op(steps)
+    return Plan(steps)
 
 
 # No head has this many deliveries: CLAIM_READY's guard when there is no max_attempts.
 _UNLIMITED = 2**62
 
 
-class Claim(Single[Claimed | None]):
+class Claim(Op[Claimed | None]):
     """Lease the next ready head. With ``max_attempts``, a head that has had that many
     deliveries is buried instead (see `_bury`) and the claim goes on to the next one.
 
@@ -288,17 +306,18 @@ class Claim(Single[Claimed | None]):
     def _lease(self, now: float) -> tuple[str, float, int, float]:
         return (self.worker_id, now + self.visibility, self.min_priority, now)  # CLAIM_PARAMS
 
-    def statement(self, now: float) -> tuple[str, Params]:
+    def first(self, now: float) -> tuple[str, Params]:
         max_attempts = _UNLIMITED if self.max_attempts is None else self.max_attempts
         return sql.CLAIM_READY, (*self._lease(now), max_attempts)
 
-    def result(self, rows: list[Any], rowcount: int, now: float) -> Claimed | None:
-        if not rows:
-            return None
+    def done(self, rows: list[Any], rowcount: int, now: float) -> Claimed | NotFinished:
+        return self._claimed(rows, now) if rows else MORE
+
+    def _claimed(self, rows: list[Any], now: float) -> Claimed:
         seq, group_id, raw, attempt = rows[0]
         return Claimed(seq, group_id, raw, self.worker_id, attempt, now + self.visibility)
 
-    def more(self, now: float) -> Steps[Claimed | None]:
+    def steps(self, now: float) -> Steps[Claimed | None]:
         max_attempts = self.max_attempts
         lease = {"worker_id": self.worker_id, "expires_at": now + self.visibility, "now": now}
         yield Stmt(sql.WAKE_LAPSED, {"now": now})
@@ -314,7 +333,7 @@ class Claim(Single[Claimed | None]):
                 yield from _bury(now, group_id, seq, delivered, reason, self.on_dead)
                 continue
             found = (yield Stmt(sql.CLAIM_GROUP, lease | {"group_id": group_id})).rows
-            return self.result(found, len(found), now)
+            return self._claimed(found, now) if found else None
 
 
 class Claims:
@@ -322,8 +341,8 @@ class Claims:
 
     A worker asks with the same arguments every time, usually the very same objects
     (literals, or values set once), so while they are identical the checked op is used
-    again: building and checking it anew cost 3 to 5 us of a 45 us claim+ack (measured
-    in memory). Identity, not equality, so that no argument escapes its checks: ``True ==
+    again (building and checking it anew is a tenth of a claim+ack in memory). Identity,
+    not equality, so that no argument escapes its checks: ``True ==
     1 == 1.0``, but only the int is a priority. The op holds only checked arguments, and
     the last is swapped in one assignment, so threads may share this."""
 
@@ -374,17 +393,18 @@ def bury(lease: Lease[object], reason: str, on_dead: str) -> Op[None]:
             raise LeaseLost(lease)
         yield from _bury(now, lease.group_id, lease.seq, lease.attempt, stored, on_dead)
 
-    return Op(steps)
+    return Plan(steps)
 
 
 def _fence(lease: Lease[object]) -> tuple[str, int, str, int]:
     return (lease.group_id, lease.seq, lease.worker_id, lease.attempt)  # FENCE_PARAMS
 
 
-class _Settle(Single[T]):
+class _Settle(Op[T]):
     """ack, nack and extend: one statement fenced by the lease (see _LEASE_HOLDER)."""
 
     __slots__ = ("fence", "lease")
+    begin = AUTOCOMMIT
 
     def __init__(self, lease: Lease[Any]) -> None:
         self.lease = check_lease(lease)
@@ -400,10 +420,10 @@ class _Settle(Single[T]):
 class Ack(_Settle[None]):
     __slots__ = ()
 
-    def statement(self, now: float) -> tuple[str, Params]:
+    def first(self, now: float) -> tuple[str, Params]:
         return sql.ACK, self.fence
 
-    def result(self, rows: list[Any], rowcount: int, now: float) -> None:
+    def done(self, rows: list[Any], rowcount: int, now: float) -> None:
         self._held(rowcount)
 
 
@@ -415,12 +435,12 @@ class Nack(_Settle[None]):
         super().__init__(lease)
         self.delay = check_delay(delay)
 
-    def statement(self, now: float) -> tuple[str, Params]:
+    def first(self, now: float) -> tuple[str, Params]:
         if self.delay > 0:  # park: the group stays held until the delay has passed
             return sql.RELEASE, (*self.fence, sql.PARKED, now + self.delay)
         return sql.RELEASE, (*self.fence, None, None)
 
-    def result(self, rows: list[Any], rowcount: int, now: float) -> None:
+    def done(self, rows: list[Any], rowcount: int, now: float) -> None:
         self._held(rowcount)
 
 
@@ -430,10 +450,10 @@ class Unclaim(_Settle[None]):
     __slots__ = ()
     durable = False
 
-    def statement(self, now: float) -> tuple[str, Params]:
+    def first(self, now: float) -> tuple[str, Params]:
         return sql.UNCLAIM, dict(zip(sql.FENCE_PARAMS, self.fence, strict=True))
 
-    def result(self, rows: list[Any], rowcount: int, now: float) -> None:
+    def done(self, rows: list[Any], rowcount: int, now: float) -> None:
         return None  # settled meanwhile (it lapsed and was taken): nothing to give back
 
 
@@ -446,10 +466,10 @@ class Extend(_Settle[Lease[T]]):
         super().__init__(lease)
         self.visibility = check_visibility(visibility)
 
-    def statement(self, now: float) -> tuple[str, Params]:
+    def first(self, now: float) -> tuple[str, Params]:
         return sql.EXTEND, (*self.fence, now + self.visibility)
 
-    def result(self, rows: list[Any], rowcount: int, now: float) -> Lease[T]:
+    def done(self, rows: list[Any], rowcount: int, now: float) -> Lease[T]:
         self._held(rowcount)
         lease = self.lease
         return Lease(
@@ -479,10 +499,9 @@ def lease_durability(synchronous: str, memory: bool) -> Relax | None:
     commit reaches the disk with the next publish or ack, which flush the whole WAL. That
     halves the flushes of a claim+ack. ``extra`` flushes every commit, leases included;
     ``normal`` and ``off`` flush none anyway, and a database in memory has no disk. The
-    bracket runs outside the transaction (SQLite refuses to change the level inside one),
-    so it costs two statements: the sync runner uses it, while for the async one two more
-    trips to its thread cost more than the flush (measured at ``full``: 996 to 1,124
-    claim+acks a second bracketed, 1,381 to 1,420 without)."""
+    bracket runs outside the transaction (SQLite refuses to change the level inside one):
+    two statements more, on the engine both twins run. See docs/sqlite.md, "Durability of
+    leases"."""
     if synchronous != "full" or memory:
         return None
     return Relax(sql.set_synchronous("normal"), sql.set_synchronous(synchronous))
@@ -522,7 +541,7 @@ def stats() -> Op[QueueStats]:
             by_priority=by_priority,
         )
 
-    return Op(steps, sql.BEGIN_READ, wakes=False)
+    return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
 def _group_info(row: Sequence[Any], now: float) -> GroupInfo:
@@ -552,7 +571,7 @@ def groups(limit: int) -> Op[list[GroupInfo]]:
         rows = (yield Stmt(sql.DEEPEST_GROUPS, {"limit": limit})).rows
         return [_group_info(row, now) for row in rows]
 
-    return Op(steps, sql.BEGIN_READ, wakes=False)
+    return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
 def dead_letters(limit: int | None) -> Op[list[DeadLetter]]:
@@ -565,7 +584,7 @@ def dead_letters(limit: int | None) -> Op[list[DeadLetter]]:
             for seq, group_id, priority, event, attempts, reason, dead_at, held in rows
         ]
 
-    return Op(steps, sql.BEGIN_READ, wakes=False)
+    return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
 def held_groups() -> Op[list[HeldGroup]]:
@@ -576,7 +595,7 @@ def held_groups() -> Op[list[HeldGroup]]:
             for group_id, seq, dead_at, waiting in rows
         ]
 
-    return Op(steps, sql.BEGIN_READ, wakes=False)
+    return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
 def requeue(seq: int) -> Op[bool]:
@@ -612,7 +631,7 @@ def requeue(seq: int) -> Op[bool]:
         yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
         return True
 
-    return Op(steps)
+    return Plan(steps)
 
 
 def discard(seq: int) -> Op[bool]:
@@ -629,7 +648,7 @@ def discard(seq: int) -> Op[bool]:
         yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
         return True
 
-    return Op(steps)
+    return Plan(steps)
 
 
 def purge_group(group_id: str) -> Op[int]:
@@ -645,7 +664,7 @@ def purge_group(group_id: str) -> Op[int]:
         dead = (yield Stmt(sql.PURGE_GROUP_DEAD_LETTERS, params)).rowcount
         return int(len(chain) + dead - held)
 
-    return Op(steps)
+    return Plan(steps)
 
 
 # --- waiting claims -------------------------------------------------------------------------
@@ -658,4 +677,4 @@ def wait_state(min_priority: int) -> Op[tuple[int, float | None]]:
         ((version, due),) = (yield Stmt(sql.WAIT_STATE, params)).rows
         return version, due
 
-    return Op(steps, AUTOCOMMIT, wakes=False)
+    return Plan(steps, AUTOCOMMIT, wakes=False)

@@ -27,9 +27,9 @@ APPLICATION_ID: Final = 0x44545131
 SCHEMA_VERSION: Final = 3
 
 # In WAL mode a commit costs about as much per page as the bytes it writes, and a claim
-# or an ack writes two or three pages: 1 KiB pages keep those commits cheap (measured
-# against 2 and 4 KiB), and a batch, which only appends, fills its pages in order. Run
-# before `setup`, outside any transaction, and only when the file is new.
+# or an ack writes two or three pages: 1 KiB pages keep those commits cheaper than 2 or
+# 4 KiB ones, and a batch, which only appends, fills its pages in order. Run before
+# `setup`, outside any transaction, and only when the file is new.
 NEW_FILE_PAGE_SIZE: Final = "PRAGMA page_size = 1024"
 
 # Writes take the write lock up front (IMMEDIATE), so that claims in every process
@@ -53,8 +53,7 @@ _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 def positional(statement: str, *names: str) -> str:
     """``statement`` with each ``:name`` written as ``?N``, N the name's place in ``names``.
 
-    sqlite3 binds a tuple for less than a dict: about a microsecond less for a statement of
-    five parameters, which is 2 to 3% of a claim+ack on disk. So the statements that run
+    sqlite3 binds a tuple for less than a dict. So the statements that run
     for every message (publish, claim, ack, nack, extend) are written with names and bound
     from tuples in this order. Raises ``ValueError`` unless ``names`` are exactly the
     statement's parameters, each once."""
@@ -503,12 +502,10 @@ PURGE_GROUP_DEAD_LETTERS: Final = "DELETE FROM dead_letters WHERE group_id = :gr
 # SQLite checkpoints the WAL into the database once it holds this many frames. Its default,
 # 1,000, is 4 MiB of WAL with its default 4 KiB pages, but only 1 MiB with ours. Where
 # commits are not flushed (`normal`, `off`), checkpointing after 4 MiB, as often by the
-# byte as by default, lets a batch publish pay fewer of them: publish_many at `normal`
-# measured 0.61 to 0.63 of the raw batch, against 0.44 to 0.58 after 1 MiB. Where every
-# commit is flushed (`full`, `extra`), the default stays: while the WAL file still grows
-# (when new, or after an idle truncation), each flush also commits the file's new size,
-# and a 4 MiB WAL grows for four times as long (publish at `full` measured 0.52 to 0.62
-# of the raw insert, against 0.81 to 0.82).
+# byte as by default, lets a batch publish pay fewer of them. Where every commit is
+# flushed (`full`, `extra`), the default stays: while the WAL file still grows (when new,
+# or after an idle truncation), each flush also commits the file's new size, and a 4 MiB
+# WAL grows for four times as long. The figures are in the commit log.
 CHECKPOINT_PAGES: Final = {"off": 4096, "normal": 4096, "full": 1000, "extra": 1000}
 # Under load, journal_size_limit trims the WAL to this size whenever SQLite restarts it.
 # The auto-checkpoint keeps it near 4,096 frames of a 1 KiB page plus a header each at most,

@@ -61,14 +61,14 @@ def _drive(conn: sqlite3.Connection, steps: _ops.Steps[T]) -> T:
         return value
 
 
-def _perform(conn: sqlite3.Connection, op: _ops.Operation[T], now: float) -> T:
-    if isinstance(op, _ops.Op):  # not the ABC `Single`, whose isinstance is slow
-        return _drive(conn, op.steps(now))
-    cursor = conn.execute(*op.statement(now))
-    rows = cursor.fetchall() if cursor.description else []
-    value = op.result(rows, cursor.rowcount, now)
-    steps = None if value is not None else op.more(now)
-    return value if steps is None else _drive(conn, steps)
+def _perform(conn: sqlite3.Connection, op: _ops.Op[T], now: float) -> T:
+    first = op.first(now)
+    if first is not None:
+        cursor = conn.execute(*first)
+        value = op.done(cursor.fetchall() if cursor.description else [], cursor.rowcount, now)
+        if not isinstance(value, _ops.NotFinished):
+            return value
+    return _drive(conn, op.steps(now))
 
 
 class Engine:
@@ -107,7 +107,7 @@ class Engine:
             raise
         self.conn: sqlite3.Connection | None = conn
 
-    def run(self, op: _ops.Operation[T]) -> T:
+    def run(self, op: _ops.Op[T]) -> T:
         conn = self.conn
         if conn is None:
             raise TransportError(f"the transport on sqlite:///{self.options.path} is closed")
@@ -123,7 +123,7 @@ class Engine:
         version, due = self.run(_ops.wait_state(min_priority))
         return WaitState(version, self.commits, due)
 
-    def _transaction(self, conn: sqlite3.Connection, op: _ops.Operation[T]) -> T:
+    def _transaction(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
         """Run ``op`` in one transaction, again from the start while it fails on contention
         (see `retry_delay`): nothing of a failed attempt was committed."""
         started = time.monotonic()
@@ -141,7 +141,7 @@ class Engine:
                     failed = exc
             raise failed
 
-    def _attempt(self, conn: sqlite3.Connection, op: _ops.Operation[T]) -> T:
+    def _attempt(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
         relax = None if op.durable else self._relax
         if relax is None:
             return self._commit(conn, op)
@@ -151,7 +151,7 @@ class Engine:
         finally:
             conn.execute(relax.after)
 
-    def _commit(self, conn: sqlite3.Connection, op: _ops.Operation[T]) -> T:
+    def _commit(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
         begin = op.begin
         if begin is None:  # AUTOCOMMIT: each statement is its own transaction
             return _perform(conn, op, self.options.clock())
@@ -209,7 +209,7 @@ class SqliteTransport(Generic[E]):
         self._lock = threading.Lock()
         self._engine = Engine(options)
 
-    def _run(self, op: _ops.Operation[T]) -> T:
+    def _run(self, op: _ops.Op[T]) -> T:
         with self._lock:
             return self._engine.run(op)
 

@@ -42,7 +42,7 @@ def bound(stmt: Stmt) -> tuple[str, dict[str, Any]]:
 
 
 def drive(
-    op: _ops.Operation[T], results: Sequence[Result], now: float = NOW
+    op: _ops.Op[T], results: Sequence[Result], now: float = NOW
 ) -> tuple[list[Stmt], T]:
     """Run ``op`` as a driver would, answering its statements with ``results`` in order;
     return what it ran and what it returned. Fails if it wants more answers."""
@@ -56,12 +56,16 @@ def drive(
             raise AssertionError(f"the operation wants more results after {seen}")
         return result
 
-    steps: _ops.Steps[T] | None
-    if isinstance(op, _ops.Op):
-        steps = op.steps(now)
+    steps: _ops.Steps[T] | None = None
+    first = op.first(now)
+    if first is not None:
+        done = op.done(*answer(Stmt(*first)), now)
+        if isinstance(done, _ops.NotFinished):
+            steps = op.steps(now)
+        else:
+            value: T = done
     else:
-        value: T = op.result(*answer(Stmt(*op.statement(now))), now)
-        steps = None if value is not None else op.more(now)
+        steps = op.steps(now)
     if steps is not None:
         try:
             stmt = next(steps)
@@ -187,7 +191,7 @@ def test_ack_deletes_under_the_lease_fence() -> None:
     ids=["ack", "nack", "park", "extend"],
 )
 def test_settling_raises_lease_lost_when_no_row_matches(
-    op: Callable[[], _ops.Operation[Any]],
+    op: Callable[[], _ops.Op[Any]],
 ) -> None:
     with pytest.raises(LeaseLost) as info:
         drive(op(), [NOTHING])

@@ -132,7 +132,7 @@ def hold(db: str) -> None:
         print("holding", flush=True)
         time.sleep(600)
 
-    transport._run(_ops.Op(steps))
+    transport._run(_ops.Plan(steps))
 
 
 def contend(db: str, name: str, count: int) -> None:
