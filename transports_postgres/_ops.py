@@ -665,7 +665,7 @@ class PurgeGroup(Operation[int]):
 
     def steps(self, now: float | None) -> Steps[int]:
         g = (self.group_id,)
-        yield (Stmt(sql.LOCK_GROUP_ROW, g),)
+        yield (Stmt(sql.LOCK_GROUP_DEAD_LETTERS, g), Stmt(sql.LOCK_GROUP_ROW, g))
         _, messages, dead = yield (
             Stmt(sql.DROP_GROUP, g),
             Stmt(sql.PURGE_MESSAGES, g),

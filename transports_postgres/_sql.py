@@ -574,6 +574,12 @@ SELECT d.group_id, d.seq, d.dead_at, g.depth - 1
  ORDER BY d.seq
 """,
 )
+# A purge takes its locks in the order requeue and discard do (dead letters, then the
+# group), so the two never deadlock.
+LOCK_GROUP_DEAD_LETTERS: Final = Statement(
+    "SELECT 1 FROM {s}.dead_letters WHERE group_id = :group_id ORDER BY seq FOR UPDATE",
+    ("group_id",),
+)
 PURGE_MESSAGES: Final = Statement(
     "DELETE FROM {s}.messages WHERE group_id = :group_id RETURNING seq", ("group_id",)
 )
