@@ -75,11 +75,16 @@ local function make_ready(group, r)
   redis.call('ZADD', rkey(r.prio), f17(score(r)), group)
   signal(r.prio)
 end
--- a waiting claim sleeps until the earliest deadline: wake it when that moves earlier
-local function make_busy(group, r)
-  local first = redis.call('ZRANGE', K.busy, 0, 0, 'WITHSCORES')
+local function earliest()
+  if redis.call('EXISTS', K.busy) == 0 then return nil end
+  return tonumber(redis.call('ZRANGE', K.busy, 0, 0, 'WITHSCORES')[2])
+end
+-- a waiting claim sleeps until the earliest deadline: wake it when that moves earlier;
+-- `first` is that deadline when the caller knows it already (false: look it up)
+local function make_busy(group, r, first)
+  if first == false then first = earliest() end
   redis.call('ZADD', K.busy, f17(r.due), group)
-  if first[1] == nil or tonumber(first[2]) > r.due then signal(r.prio) end
+  if first == nil or first > r.due then signal(r.prio) end
 end
 local function unlist(group, r)
   redis.call('ZREM', K.busy, group)
@@ -234,27 +239,42 @@ CLAIM: Final = Script(
     ("worker", "vis", "floor", "now", "max", "on_dead", "cascade"),
     r"""
 local now = clock(A.now)
-local due = redis.call('ZRANGEBYSCORE', K.busy, '-inf', '(' .. f17(now))
-for _, group in ipairs(due) do
-  local r = load(group)
-  redis.call('ZREM', K.busy, group)
-  if r then
-    if r.worker == '' then r.due = 0; save(group, r) end
-    redis.call('ZADD', rkey(r.prio), f17(score(r)), group)
+local first = earliest()
+if first ~= nil and first < now then
+  local due = redis.call('ZRANGEBYSCORE', K.busy, '-inf', '(' .. f17(now))
+  for _, group in ipairs(due) do
+    local r = load(group)
+    redis.call('ZREM', K.busy, group)
+    if r then
+      if r.worker == '' then r.due = 0; save(group, r) end
+      redis.call('ZADD', rkey(r.prio), f17(score(r)), group)
+    end
   end
+  first = earliest()
 end
 local floor, max = tonumber(A.floor), tonumber(A.max)
 while true do
-  local best, best_score = nil, nil
+  -- EXISTS first: most queues use one or two priorities, and ZRANGE costs ten times more
+  local ready = {}
   for p = floor, 4 do
-    local top = redis.call('ZRANGE', rkey(p), 0, 0, 'WITHSCORES')
-    if top[1] and (best == nil or tonumber(top[2]) < best_score) then
-      best, best_score = top[1], tonumber(top[2])
+    if redis.call('EXISTS', rkey(p)) == 1 then ready[#ready + 1] = rkey(p) end
+  end
+  local best = nil
+  if #ready == 1 then
+    best = redis.call('ZRANGE', ready[1], 0, 0)[1]
+  elseif #ready > 1 then
+    local best_score = nil
+    for _, k in ipairs(ready) do
+      local top = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+      if best == nil or tonumber(top[2]) < best_score then
+        best, best_score = top[1], tonumber(top[2])
+      end
     end
   end
   if best == nil then
-    local first = redis.call('ZRANGE', K.busy, 0, 0, 'WITHSCORES')
-    return {0, f17(now), first[2] or ''}
+    local next_due = ''
+    if first ~= nil then next_due = f17(first) end
+    return {0, f17(now), next_due}
   end
   local r = load(best)
   if max > 0 and r.att - r.base >= max then
@@ -265,7 +285,7 @@ while true do
     redis.call('ZREM', rkey(r.prio), best)
     r.att, r.worker, r.due, r.last = r.att + 1, A.worker, now + tonumber(A.vis), now
     save(best, r)
-    make_busy(best, r)
+    make_busy(best, r, first)
     if A.cascade == '1' then
       for p = 4, 0, -1 do
         if redis.call('ZCARD', rkey(p)) > 0 then signal(p); break end
@@ -309,7 +329,7 @@ r.worker = ''
 if delay > 0 then
   r.due = clock(A.now) + delay
   save(A.group, r)
-  make_busy(A.group, r)
+  make_busy(A.group, r, false)
 else
   r.due = 0
   save(A.group, r)
@@ -331,7 +351,7 @@ if r == nil then return 0 end
 unlist(A.group, r)
 r.due = clock(A.now) + tonumber(A.vis)
 save(A.group, r)
-make_busy(A.group, r)
+make_busy(A.group, r, false)
 return f17(r.due)
 """,
     flags="allow-oom",
