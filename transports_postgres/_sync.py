@@ -13,7 +13,7 @@ import functools
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -202,7 +202,7 @@ class _Waker:
         return pid
 
     @contextlib.contextmanager
-    def waiting(self, run: Any) -> Iterator[None]:
+    def waiting(self, run: Callable[[_ops.Waiter], None]) -> Iterator[None]:
         """Listen, and register as waiting while the block runs."""
         with self._count:
             pid = self._start()
