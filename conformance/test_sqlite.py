@@ -11,6 +11,7 @@ import pytest
 
 from transports_core import Transport, open_async_transport, open_transport
 from transports_core.conformance import (
+    ADMIN,
     CLOCK,
     DURABLE,
     MULTI_HANDLE,
@@ -24,7 +25,7 @@ from transports_core.conformance import (
 
 
 class TestSqliteFile(TransportSuite):
-    capabilities = frozenset({CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS})
+    capabilities = frozenset({ADMIN, CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS})
 
     @pytest.fixture
     def transport_url(self, tmp_path: Path) -> str:
@@ -38,7 +39,7 @@ class TestSqliteFile(TransportSuite):
 class TestSqliteMemory(TransportSuite):
     # One in-memory database per connection: every "handle" is the one transport, which
     # is neither durable nor reachable from another process.
-    capabilities = frozenset({CLOCK})
+    capabilities = frozenset({ADMIN, CLOCK})
 
     @pytest.fixture
     def make_transport(self, clock: ManualClock) -> Iterator[TransportFactory]:
@@ -54,7 +55,7 @@ class TestSqliteMemory(TransportSuite):
 
 
 class TestAsyncSqliteFile(AsyncTransportSuite):
-    capabilities = frozenset({CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS})
+    capabilities = frozenset({ADMIN, CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS})
 
     @pytest.fixture
     def transport_url(self, tmp_path: Path) -> str:

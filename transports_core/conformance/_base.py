@@ -14,11 +14,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any, ClassVar, Final, Protocol
+from typing import Any, ClassVar, Final, Protocol, TypeVar
 
 import pytest
 
 from transports_core import AsyncTransport, Event, Lease, LeaseLost, Transport
+
+ExcT = TypeVar("ExcT", bound=BaseException)
 
 try:
     from typing import Self
@@ -94,6 +96,23 @@ def seen(lease: Lease[Event] | None, *fields: str) -> tuple[object, ...] | None:
     return None if lease is None else tuple(getattr(lease, name) for name in fields)
 
 
+def must_raise(
+    prop: str, error: type[ExcT] | tuple[type[ExcT], ...], what: str, call: Callable[[], object]
+) -> ExcT:
+    """Call ``call`` and return the ``error`` it raised; fail, naming ``prop``, if it
+    raised nothing (any other error propagates as it is)."""
+    try:
+        call()
+    except error as exc:
+        return exc
+    pytest.fail(f"{prop}: {what} did not raise {_names(error)}")
+
+
+def _names(error: type[BaseException] | tuple[type[BaseException], ...]) -> str:
+    kinds = error if isinstance(error, tuple) else (error,)
+    return " or ".join(kind.__name__ for kind in kinds)
+
+
 def checks(prop: str) -> pytest.MarkDecorator:
     """Mark a scenario with the property it checks (see `_properties`)."""
     return pytest.mark.conformance_property(prop)
@@ -166,6 +185,9 @@ class _Tracked:
 
     def bury(self, lease: Lease[object], reason: str) -> None:
         self._inner.bury(lease, reason)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)  # the admin methods
 
     def ack(self, lease: Lease[object]) -> None:
         self._inner.ack(lease)

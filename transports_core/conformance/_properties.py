@@ -34,6 +34,30 @@ CONTENTION_PROCESSES: Final = "contention-processes"
 CONTENTION_TASKS: Final = "contention-tasks"
 ASYNC_CONTEXT: Final = "async-context"
 MODEL: Final = "model-agreement"
+WAIT_ZERO: Final = "wait-zero-never-blocks"
+WAIT_EMPTY: Final = "wait-empty-returns-none-after-the-wait"
+WAIT_WAKE: Final = "wait-woken-by-publish-ack-lapse-park-end"
+WAIT_RACE: Final = "wait-never-misses-a-racing-publish"
+WAIT_CLOSE: Final = "wait-woken-by-close"
+BURY_FENCING: Final = "bury-fencing"
+BURY: Final = "bury-dead-letters-now"
+BURY_POLICY: Final = "bury-obeys-on-dead"
+DEAD_REASON: Final = "dead-letter-reason"
+ADMIN_STATS: Final = "admin-stats-and-groups"
+ADMIN_DEAD: Final = "admin-dead-letters-by-policy"
+ADMIN_REQUEUE: Final = "admin-requeue-to-head-in-order"
+ADMIN_REFUSED: Final = "admin-requeue-refused"
+ADMIN_DISCARD: Final = "admin-discard"
+ADMIN_PURGE: Final = "admin-purge-group"
+PARALLEL_FAIRNESS: Final = "parallel-fairness-bound"
+EVENT_TYPE: Final = "event-type-round-trip"
+EVENT_REFUSED: Final = "event-type-refused-at-publish"
+DECODE_ERROR: Final = "decode-error-carries-a-lease"
+BATCH_PRIORITY: Final = "publish-many-priority"
+SEQ_NEVER_REUSED: Final = "seq-never-reused"
+RESERVED_WORKER: Final = "reserved-worker-ids-refused"
+TIMING_EDGES: Final = "timing-from-the-right-moment"
+LAPSED_ACROSS_REOPEN: Final = "lapsed-lease-current-across-reopen"
 
 # What each property means, in the order the CLI reports them.
 PROPERTIES: Final[dict[str, str]] = {
@@ -62,4 +86,28 @@ PROPERTIES: Final[dict[str, str]] = {
     CONTENTION_TASKS: "asyncio tasks at once: no loss, no duplicate, order kept, one lease a group",
     ASYNC_CONTEXT: "async with returns the transport and closes it",
     MODEL: "random operation sequences agree with the suite's reference model",
+    WAIT_ZERO: "claim(wait=0) returns at once, with or without a message",
+    WAIT_EMPTY: "claim(wait=w) with nothing deliverable returns None, and not before w",
+    WAIT_WAKE: "a waiting claim is woken by a publish, an ack or nack, a lapse, a park's end",
+    WAIT_RACE: "a publish racing the start of a waiting claim is never missed",
+    WAIT_CLOSE: "close() from another thread wakes a waiting claim at once: None, no lease",
+    BURY_FENCING: "bury of a lease no longer current raises LeaseLost and changes nothing",
+    BURY: "bury takes the message out of delivery at once, for good",
+    BURY_POLICY: "after bury, on_dead=release lets the group go on, on_dead=hold blocks it",
+    DEAD_REASON: "dead_letters() says how each died: buried with the reason, lapsed, nacked",
+    ADMIN_STATS: "stats() and groups() count ready, in-flight, parked, dead; deepest first",
+    ADMIN_DEAD: "max_attempts makes dead letters, held or released as on_dead says",
+    ADMIN_REQUEUE: "requeue puts dead letters back at the head of their group, in seq order",
+    ADMIN_REFUSED: "requeue while a worker holds the group raises RequeueRefused(seq, holder)",
+    ADMIN_DISCARD: "discard deletes a dead letter for good, and a group it held goes on",
+    ADMIN_PURGE: "purge_group removes a group's messages and dead letters; holders lose",
+    PARALLEL_FAIRNESS: "with C claims in flight, each serves one of the C oldest ready groups",
+    EVENT_TYPE: "a transport opened with event_type= gives leases of that type (unions too)",
+    EVENT_REFUSED: "an event that is not of the event type is refused at publish: TypeError",
+    DECODE_ERROR: "a stored event that no longer decodes raises EventDecodeError with a lease",
+    BATCH_PRIORITY: "publish_many sets a new group's priority from its first item only",
+    SEQ_NEVER_REUSED: "seqs are never handed out twice, even after acking the newest and reopening",
+    RESERVED_WORKER: "worker ids beginning with __ are refused by every method taking one",
+    TIMING_EDGES: "a lease is claimable once expires_at passed; a park counts from the nack",
+    LAPSED_ACROSS_REOPEN: "a lapsed lease nobody re-claimed stays current across reopening",
 }

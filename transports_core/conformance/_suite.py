@@ -10,15 +10,18 @@ from typing import ClassVar
 
 import pytest
 
+from ._admin import AdminScenarios
 from ._async_native import AsyncNativeScenarios
 from ._base import AsyncTransportFactory, TransportFactory
 from ._blocking import BlockingTransport, Portal
+from ._bury import BuryScenarios
 from ._claim import ClaimScenarios
 from ._contention import ContentionScenarios
 from ._lifecycle import LifecycleScenarios
 from ._publish import PublishScenarios
 from ._settle import SettleScenarios
 from ._stateful import ModelScenarios
+from ._wait import WaitScenarios
 
 __all__ = ["AsyncTransportSuite", "TransportSuite"]
 
@@ -29,6 +32,9 @@ class TransportSuite(
     SettleScenarios,
     LifecycleScenarios,
     ContentionScenarios,
+    WaitScenarios,
+    BuryScenarios,
+    AdminScenarios,
     ModelScenarios,
 ):
     """Every scenario of the contract, for a sync `Transport`.

@@ -1,0 +1,266 @@
+"""Scenarios of `TransportAdmin` and the dead-letter options, behind the ``admin``
+capability: stats and group listings, dead letters under both ``on_dead`` policies, held
+groups, requeue to the head in original order, requeue refused while a worker holds the
+group, discard, and purge of a group.
+
+Also the bounded fairness of backends whose claims run in parallel (``parallel-claims``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, cast
+
+from transports_core import (
+    GroupInfo,
+    HeldGroup,
+    LeaseLost,
+    PriorityStats,
+    QueueStats,
+    RequeueRefused,
+    Transport,
+    TransportAdmin,
+)
+
+from ._base import ADMIN, MULTI_HANDLE, PARALLEL_CLAIMS, SuiteBase, checks, must_raise, seen
+from ._claim import take
+from ._properties import (
+    ADMIN_DEAD,
+    ADMIN_DISCARD,
+    ADMIN_PURGE,
+    ADMIN_REFUSED,
+    ADMIN_REQUEUE,
+    ADMIN_STATS,
+    PARALLEL_FAIRNESS,
+)
+from ._publish import ev
+
+IN_FLIGHT = 4  # claims at once in the parallel fairness scenario
+ROUNDS = 6
+
+
+def admin(t: Transport[Any]) -> TransportAdmin:
+    """The admin face of a handle of a backend that declares ``admin``."""
+    return cast(TransportAdmin, t)
+
+
+def drain(t: Transport[Any], worker: str = "w9") -> list[int]:
+    """Claim and ack until nothing comes; the events' n, in order."""
+    got = []
+    while (lease := t.claim(worker, 3600)) is not None:
+        got.append(lease.event.n)
+        t.ack(lease)
+    return got
+
+
+class AdminScenarios(SuiteBase):
+    def open_admin(self, **options: Any) -> tuple[Transport[Any], TransportAdmin]:
+        self.require(ADMIN)
+        t = self.open(**options)
+        return t, admin(t)
+
+    @checks(ADMIN_STATS)
+    def test_admin_stats_and_groups_count_each_state(self) -> None:
+        t, a = self.open_admin()
+        for n in range(3):
+            t.publish("a", ev(n))
+        t.publish("c", ev(20))
+        t.publish("c", ev(21))
+        t.publish("b", ev(10), 2)
+        leased = take(t, "w1", self.hold)
+        parked = take(t, "w1", self.hold)
+        assert (leased.group_id, parked.group_id) == ("a", "c"), (
+            f"{ADMIN_STATS}: the first claims gave {leased} and {parked}"
+        )
+        t.nack(parked, self.hold)
+        stats = a.stats()
+        want = QueueStats(
+            4, 1, 1, 0, (PriorityStats(0, 3, 1, 1, 0), PriorityStats(2, 1, 0, 0, 0))
+        )
+        assert stats == want, f"{ADMIN_STATS}: stats() gave {stats}, expected {want}"
+        groups = a.groups()
+        shape = [(g.group_id, g.depth, g.state, g.priority) for g in groups]
+        assert shape == [("a", 3, "in_flight", 0), ("c", 2, "parked", 0), ("b", 1, "ready", 2)], (
+            f"{ADMIN_STATS}: groups() gave {shape}, expected a, c, b deepest first"
+        )
+        by_name: dict[str, GroupInfo] = {g.group_id: g for g in groups}
+        assert (by_name["b"].busy_until, by_name["b"].last_claimed_at) == (None, None), (
+            f"{ADMIN_STATS}: never-claimed ready group b: {by_name['b']}"
+        )
+        busy = by_name["a"].busy_until
+        assert abs((busy or 0.0) - leased.expires_at) < 1e-3, (
+            f"{ADMIN_STATS}: a's busy_until {by_name['a'].busy_until} is not its lease's "
+            f"expires_at {leased.expires_at}"
+        )
+        assert by_name["a"].head_seq == leased.seq, f"{ADMIN_STATS}: {by_name['a']}"
+        assert [g.group_id for g in a.groups(limit=2)] == ["a", "c"], (
+            f"{ADMIN_STATS}: groups(limit=2)"
+        )
+
+    @checks(ADMIN_DEAD)
+    def test_admin_dead_letters_under_release(self) -> None:
+        t, a = self.open_admin(max_attempts=1, on_dead="release")
+        first = t.publish("a", ev(1))
+        t.publish("a", ev(2))
+        lease = take(t, "w1", self.brief)
+        self.pass_deadline(lease.expires_at)
+        nxt = t.claim("w2", self.hold)
+        assert seen(nxt, "event") == (ev(2),), (
+            f"{ADMIN_DEAD}: max_attempts=1, on_dead='release': after the lapse the group's "
+            f"next message must come; claim gave {nxt}"
+        )
+        dead = a.dead_letters()
+        assert [(d.seq, d.group_id, d.attempts, d.held) for d in dead] == [
+            (first, "a", 1, False)
+        ], f"{ADMIN_DEAD}: dead_letters() gave {dead}"
+        assert a.held_groups() == [], f"{ADMIN_DEAD}: release holds nothing"
+        assert a.stats().dead == 1, f"{ADMIN_DEAD}: stats() counts {a.stats().dead} dead"
+
+    @checks(ADMIN_DEAD)
+    def test_admin_dead_letters_under_hold_block_the_group(self) -> None:
+        t, a = self.open_admin(max_attempts=1, on_dead="hold")
+        first = t.publish("a", ev(1))
+        t.publish("a", ev(2))
+        t.publish("a", ev(3))
+        lease = take(t, "w1", self.brief)
+        self.pass_deadline(lease.expires_at)
+        blocked = t.claim("w2", self.hold)
+        assert blocked is None, (
+            f"{ADMIN_DEAD}: max_attempts=1, on_dead='hold': the group waits behind its dead "
+            f"letter; claim gave {blocked}"
+        )
+        held = a.held_groups()
+        assert [(h.group_id, h.seq, h.waiting) for h in held] == [("a", first, 2)], (
+            f"{ADMIN_DEAD}: held_groups() gave {held}"
+        )
+        assert isinstance(held[0], HeldGroup)
+        dead = a.dead_letters()
+        assert [(d.seq, d.held) for d in dead] == [(first, True)], (
+            f"{ADMIN_DEAD}: dead_letters() gave {dead}"
+        )
+        states = [(g.group_id, g.state) for g in a.groups()]
+        assert states == [("a", "held")], f"{ADMIN_DEAD}: groups() gave {states}"
+
+    @checks(ADMIN_REQUEUE)
+    def test_admin_requeue_puts_dead_letters_back_at_the_head_in_order(self) -> None:
+        t, a = self.open_admin(on_dead="release")
+        seqs = [t.publish("a", ev(n)) for n in range(4)]
+        first = take(t, "w1", self.hold)
+        t.bury(first, "one")
+        second = take(t, "w1", self.hold)
+        t.bury(second, "two")
+        assert (first.seq, second.seq) == tuple(seqs[:2])
+        # Requeued newest first: they must still come back in their original order.
+        assert a.requeue(second.seq) is True, f"{ADMIN_REQUEUE}: requeue of a dead letter"
+        assert a.requeue(first.seq) is True, f"{ADMIN_REQUEUE}: requeue of a dead letter"
+        assert a.requeue(first.seq) is False, f"{ADMIN_REQUEUE}: requeue of a requeued one"
+        assert a.dead_letters() == [], f"{ADMIN_REQUEUE}: dead letters left after requeue"
+        again = take(t, "w2", self.hold)
+        assert (again.seq, again.attempt) == (first.seq, 2), (
+            f"{ADMIN_REQUEUE}: after requeue, claim gave {again}; expected seq {first.seq} "
+            "at the head of its group, attempt 2 (attempts keep counting)"
+        )
+        t.ack(again)
+        rest = drain(t)
+        assert rest == [1, 2, 3], (
+            f"{ADMIN_REQUEUE}: after the head, the group came as n={rest}, expected [1, 2, 3]"
+        )
+
+    @checks(ADMIN_REFUSED)
+    def test_admin_requeue_refused_while_a_worker_holds_the_group(self) -> None:
+        t, a = self.open_admin(on_dead="release")
+        t.publish("a", ev(1))
+        t.publish("a", ev(2))
+        dead = take(t, "w1", self.hold)
+        t.bury(dead, "bad")
+        holding = take(t, "w7", self.brief)
+        for when in ("leased", "lapsed but not re-claimed"):
+            refused = must_raise(
+                ADMIN_REFUSED,
+                RequeueRefused,
+                f"requeue while w7's lease is {when}",
+                lambda: a.requeue(dead.seq),
+            )
+            assert (refused.seq, refused.group_id, refused.holder) == (dead.seq, "a", "w7"), (
+                f"{ADMIN_REFUSED}: RequeueRefused carried seq {refused.seq}, group "
+                f"{refused.group_id!r}, holder {refused.holder!r}"
+            )
+            assert [d.seq for d in a.dead_letters()] == [dead.seq], (
+                f"{ADMIN_REFUSED}: a refused requeue changed the dead letters"
+            )
+            self.pass_deadline(holding.expires_at)
+        t.ack(holding)
+        assert a.requeue(dead.seq) is True, f"{ADMIN_REFUSED}: requeue once the group settled"
+        assert drain(t) == [1], f"{ADMIN_REFUSED}: the requeued message"
+
+    @checks(ADMIN_DISCARD)
+    def test_admin_discard_deletes_for_good_and_frees_a_held_group(self) -> None:
+        t, a = self.open_admin(on_dead="hold")
+        t.publish("a", ev(1))
+        t.publish("a", ev(2))
+        dead = take(t, "w1", self.hold)
+        t.bury(dead, "bad")
+        assert t.claim("w1", self.hold) is None, f"{ADMIN_DISCARD}: held group delivered"
+        assert a.discard(dead.seq) is True, f"{ADMIN_DISCARD}: discard of a dead letter"
+        assert a.discard(dead.seq) is False, f"{ADMIN_DISCARD}: a second discard"
+        assert (a.dead_letters(), a.held_groups()) == ([], []), (
+            f"{ADMIN_DISCARD}: left after discard: {a.dead_letters()} {a.held_groups()}"
+        )
+        assert drain(t) == [2], f"{ADMIN_DISCARD}: after the discard the group must go on"
+        assert a.requeue(dead.seq) is False, f"{ADMIN_DISCARD}: requeue of a discarded letter"
+
+    @checks(ADMIN_PURGE)
+    def test_admin_purge_group_removes_messages_and_dead_letters(self) -> None:
+        t, a = self.open_admin(on_dead="release")
+        t.publish("a", ev(0))
+        t.bury(take(t, "w1", self.hold), "bad")
+        for n in range(1, 4):
+            t.publish("a", ev(n))
+        t.publish("b", ev(10))
+        held = take(t, "w1", self.hold)
+        assert held.group_id == "a", f"{ADMIN_PURGE}: claim gave {held}"
+        removed = a.purge_group("a")
+        assert removed == 4, f"{ADMIN_PURGE}: purge_group('a') removed {removed}, expected 4"
+        must_raise(ADMIN_PURGE, LeaseLost, "ack of a purged lease", lambda: t.ack(held))
+        assert a.dead_letters() == [], f"{ADMIN_PURGE}: dead letters left: {a.dead_letters()}"
+        assert drain(t) == [10], f"{ADMIN_PURGE}: only b's message may be left"
+        assert a.purge_group("a") == 0, f"{ADMIN_PURGE}: a second purge"
+
+    @checks(PARALLEL_FAIRNESS)
+    def test_parallel_fairness_bound_claims_in_flight_serve_the_oldest_groups(self) -> None:
+        self.require(PARALLEL_CLAIMS)
+        self.require(MULTI_HANDLE)
+        t = self.open()
+        groups = [f"g{i:02d}" for i in range(IN_FLIGHT * 3)]
+        for rnd in range(ROUNDS):
+            for group in groups:
+                t.publish(group, ev(rnd))
+        handles = [self.open() for _ in range(IN_FLIGHT)]
+        for handle in handles:
+            handle.publish_many([])
+        # The order the groups are due in: never claimed first, then least recently.
+        due = list(groups)
+        start = threading.Barrier(IN_FLIGHT, timeout=30)
+        for rnd in range(ROUNDS * len(groups) // IN_FLIGHT):
+            leases: list[Any] = [None] * IN_FLIGHT
+
+            def claimer(i: int, leases: list[Any] = leases) -> None:
+                start.wait()
+                leases[i] = handles[i].claim(f"w{i}", self.hold)
+
+            threads = [threading.Thread(target=claimer, args=(i,)) for i in range(IN_FLIGHT)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            got = [None if lease is None else lease.group_id for lease in leases]
+            oldest = due[:IN_FLIGHT]
+            assert sorted(g for g in got if g) == sorted(oldest), (
+                f"{PARALLEL_FAIRNESS}: round {rnd}: {IN_FLIGHT} claims at once served {got}; "
+                f"each must serve one of the {IN_FLIGHT} oldest ready groups {oldest}"
+            )
+            for lease in leases:
+                t.ack(lease)
+            # Claimed groups go to the back, in the order their claims were made.
+            order = sorted(leases, key=lambda lease: lease.expires_at)
+            due = [g for g in due if g not in oldest] + [lease.group_id for lease in order]

@@ -1,0 +1,260 @@
+"""Scenarios of waiting claims, ``claim(wait=)``: wait=0 never blocks, an empty wait ends
+with None only once the wait has run, each way a message becomes deliverable wakes a
+waiter, a publish racing the start of a wait is never missed, and close wakes a waiter.
+
+Waits are real seconds whatever clock the backend reads. A waiter runs on a thread of its
+own, on a handle of its own when the backend has several; the test measures how long it
+blocked with `time.monotonic` and asserts it returned well before its wait ran out.
+
+With the ``clock`` capability a lapse or a park's end happens when the test moves the
+manual clock, which no store can observe. Such a backend must re-check, while it waits,
+at the next deadline computed from its clock and at least about once a second of real
+time; the suite allows `CLOCK_WAKE` real seconds for that after it moves the clock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Final
+
+from transports_core import Lease, Transport
+
+from ._base import MULTI_HANDLE, SuiteBase, checks, seen
+from ._claim import take
+from ._properties import WAIT_CLOSE, WAIT_EMPTY, WAIT_RACE, WAIT_WAKE, WAIT_ZERO
+from ._publish import ev
+
+# A wait meant to be cut short by a wake.
+LONG: Final = 20.0
+# A publish, ack or nack must wake a waiter well within this many real seconds.
+WAKE: Final = 2.0
+# A lapse or park end on a manual clock must be noticed within this many real seconds.
+CLOCK_WAKE: Final = 3.5
+# How long the test lets a waiter settle into its wait before waking it (not a
+# synchronisation: the property holds if the wake comes before the wait began, too).
+SETTLE: Final = 0.1
+RACES: Final = 200
+
+
+class Waiter:
+    """``claim(worker, visibility, wait=...)`` running on a thread of its own."""
+
+    def __init__(self, t: Transport[Any], worker: str, visibility: float, wait: float) -> None:
+        self.lease: Lease[Any] | None = None
+        self.error: BaseException | None = None
+        self.began = self.ended = 0.0
+        self._thread = threading.Thread(
+            target=self._run, args=(t, worker, visibility, wait), daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, t: Transport[Any], worker: str, visibility: float, wait: float) -> None:
+        self.began = time.monotonic()
+        try:
+            self.lease = t.claim(worker, visibility, wait=wait)
+        except BaseException as exc:  # re-raised in the test's thread
+            self.error = exc
+        finally:
+            self.ended = time.monotonic()
+
+    def result(self, prop: str, within: float) -> tuple[Lease[Any] | None, float]:
+        """The claim's result and how long it blocked; fails if it has not returned
+        ``within`` seconds from now."""
+        self._thread.join(within)
+        assert not self._thread.is_alive(), (
+            f"{prop}: the waiting claim had not returned {within:.1f} s after it was woken"
+        )
+        if self.error is not None:
+            raise AssertionError(f"{prop}: the waiting claim raised {self.error!r}") from (
+                self.error
+            )
+        return self.lease, self.ended - self.began
+
+
+class WaitScenarios(SuiteBase):
+    def _waiter_handle(self, t: Transport[Any]) -> Transport[Any]:
+        return self.open() if self.has(MULTI_HANDLE) else t
+
+    def _lapse(self, deadline: float) -> float:
+        """Let ``deadline`` pass, and return how long (real seconds) a waiter may then
+        take to notice."""
+        if self._clock is not None:
+            self._clock.advance_to(deadline + 0.5)
+            return CLOCK_WAKE
+        left = deadline - time.time()
+        return max(left, 0) + WAKE
+
+    @checks(WAIT_ZERO)
+    def test_wait_zero_never_blocks(self) -> None:
+        t = self.open()
+        began = time.monotonic()
+        none = t.claim("w1", self.hold, wait=0)
+        t.publish("a", ev(1))
+        lease = take(t, "w1", self.hold)
+        held = t.claim("w2", self.hold, wait=0)
+        took = time.monotonic() - began
+        assert (none, held) == (None, None), f"{WAIT_ZERO}: claims gave {none} and {held}"
+        assert lease.event.n == 1
+        assert took < WAKE, f"{WAIT_ZERO}: three claims with wait=0 took {took:.2f} s"
+
+    @checks(WAIT_EMPTY)
+    def test_wait_empty_returns_none_after_the_wait(self) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        take(t, "w1", self.hold)  # the one group is leased: nothing is deliverable
+        for wait in (0.3, 0.6):
+            began = time.monotonic()
+            got = t.claim("w2", self.hold, wait=wait)
+            took = time.monotonic() - began
+            assert got is None, f"{WAIT_EMPTY}: claim(wait={wait}) on a held group gave {got}"
+            assert took >= wait - 0.02, (
+                f"{WAIT_EMPTY}: claim(wait={wait}) returned None after {took:.3f} s, "
+                "before its wait ran out"
+            )
+
+    @checks(WAIT_WAKE)
+    def test_wait_woken_by_a_publish(self) -> None:
+        t = self.open()
+        waiter = Waiter(self._waiter_handle(t), "w1", self.hold, LONG)
+        time.sleep(SETTLE)
+        seq = t.publish("a", ev(1))
+        lease, took = waiter.result(WAIT_WAKE, WAKE)
+        assert seen(lease, "seq") == (seq,), (
+            f"{WAIT_WAKE}: a claim waiting {LONG} s when seq {seq} was published gave {lease}"
+        )
+        assert took < LONG / 2, f"{WAIT_WAKE}: the publish woke the waiter after {took:.2f} s"
+
+    @checks(WAIT_WAKE)
+    def test_wait_woken_by_an_ack_or_nack_that_frees_the_group(self) -> None:
+        t = self.open()
+        for settle in ("ack", "nack"):
+            t.publish("a", ev(1))
+            t.publish("a", ev(2))
+            first = take(t, "w1", self.hold)
+            waiter = Waiter(self._waiter_handle(t), "w2", self.hold, LONG)
+            time.sleep(SETTLE)
+            if settle == "ack":
+                t.ack(first)
+            else:
+                t.nack(first)
+            lease, took = waiter.result(WAIT_WAKE, WAKE)
+            want = (2, 1) if settle == "ack" else (1, 2)
+            got = None if lease is None else (lease.event.n, lease.attempt)
+            assert got == want, (
+                f"{WAIT_WAKE}: the {settle} of a's first message woke the waiter with {lease}; "
+                f"expected n, attempt = {want}"
+            )
+            assert took < LONG / 2, f"{WAIT_WAKE}: the {settle} woke it after {took:.2f} s"
+            assert lease is not None
+            t.ack(lease)
+            if settle == "nack":
+                t.ack(take(t, "w1", self.hold))
+
+    @checks(WAIT_WAKE)
+    def test_wait_woken_by_a_lease_that_lapses(self) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        first = take(t, "w1", self.brief)
+        waiter = Waiter(self._waiter_handle(t), "w2", self.hold, LONG)
+        time.sleep(SETTLE)
+        allow = self._lapse(first.expires_at)
+        lease, took = waiter.result(WAIT_WAKE, allow)
+        assert seen(lease, "seq", "attempt") == (first.seq, 2), (
+            f"{WAIT_WAKE}: when w1's lease lapsed, the waiting claim gave {lease}"
+        )
+        assert took < LONG / 2, f"{WAIT_WAKE}: the lapse woke it after {took:.2f} s"
+
+    @checks(WAIT_WAKE)
+    def test_wait_woken_by_the_end_of_a_park(self) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        first = take(t, "w1", self.hold)
+        parked_at = self.now()
+        t.nack(first, self.brief)
+        waiter = Waiter(self._waiter_handle(t), "w2", self.hold, LONG)
+        time.sleep(SETTLE)
+        allow = self._lapse(parked_at + self.brief)
+        lease, took = waiter.result(WAIT_WAKE, allow)
+        assert seen(lease, "seq", "attempt") == (first.seq, 2), (
+            f"{WAIT_WAKE}: when the park ended, the waiting claim gave {lease}"
+        )
+        assert took < LONG / 2, f"{WAIT_WAKE}: the park's end woke it after {took:.2f} s"
+
+    @checks(WAIT_RACE)
+    def test_wait_never_misses_a_racing_publish(self) -> None:
+        t = self.open()
+        waiting = self._waiter_handle(t)
+        start = threading.Barrier(2, timeout=30)
+        got: list[Lease[Any] | None] = []
+        took: list[float] = []
+        errors: list[BaseException] = []
+
+        def claimer() -> None:
+            try:
+                for _ in range(RACES):
+                    start.wait()
+                    began = time.monotonic()
+                    lease = waiting.claim("w1", self.hold, wait=LONG)
+                    took.append(time.monotonic() - began)
+                    got.append(lease)
+                    if lease is None or took[-1] > WAKE:
+                        start.abort()  # missed: the publisher stops too
+                        return
+                    waiting.ack(lease)
+                    start.wait()  # acked before the next publish
+            except BaseException as exc:  # reported in the test's thread
+                errors.append(exc)
+                start.abort()
+
+        thread = threading.Thread(target=claimer, daemon=True)
+        thread.start()
+        published: list[int] = []
+        try:
+            for race in range(RACES):
+                start.wait()
+                # Land the publish at varied points of the claim's start, up to ~2 ms in.
+                if race % 5:
+                    time.sleep(0.0005 * (race % 5))
+                published.append(t.publish("a", ev(len(published))))
+                start.wait(WAKE)  # the claim must have come back with it by then
+        except threading.BrokenBarrierError:
+            pass
+        thread.join(WAKE)
+        assert not thread.is_alive(), (
+            f"{WAIT_RACE}: race {len(published)} of {RACES}: a publish made as the claim "
+            f"began waiting was missed; claim(wait={LONG}) had not returned {WAKE} s later"
+        )
+        if errors:
+            raise AssertionError(f"{WAIT_RACE}: the claimer raised {errors[0]!r}") from errors[0]
+        pairs = enumerate(zip(got, took, strict=True))
+        missed = [i for i, (lease, spent) in pairs if lease is None or spent > WAKE]
+        assert not missed, (
+            f"{WAIT_RACE}: race {missed[0] + 1} of {RACES}: a publish made as the claim began "
+            f"waiting was missed; claim(wait={LONG}) returned {got[missed[0]]} after "
+            f"{took[missed[0]]:.2f} s"
+        )
+        assert [lease.seq for lease in got if lease] == published, (
+            f"{WAIT_RACE}: the waiting claims gave other messages than the {RACES} published"
+        )
+
+    @checks(WAIT_CLOSE)
+    def test_wait_woken_by_close_from_another_thread(self) -> None:
+        t = self.open()
+        doomed = self.open() if self.has(MULTI_HANDLE) else t
+        t.publish("a", ev(1))
+        held = take(t, "w1", self.hold)  # nothing deliverable: the waiter blocks
+        waiter = Waiter(doomed, "w2", self.hold, LONG)
+        time.sleep(SETTLE)
+        doomed.close()
+        lease, took = waiter.result(WAIT_CLOSE, WAKE)
+        assert lease is None, f"{WAIT_CLOSE}: the claim woken by close returned {lease}"
+        assert took < LONG / 2, f"{WAIT_CLOSE}: close woke it after {took:.2f} s"
+        if doomed is not t:
+            t.ack(held)
+            seq = t.publish("b", ev(2))
+            after = t.claim("w3", self.hold)
+            assert seen(after, "seq", "attempt") == (seq, 1), (
+                f"{WAIT_CLOSE}: after close, the next message came as {after}: the closed "
+                "claim leased something"
+            )
