@@ -98,15 +98,6 @@ def test_release_moves_the_message_aside_and_the_group_goes_on(
         assert queue.held_groups() == []
 
 
-def test_lapsed_leases_count_as_failed_deliveries(open_queue: Opener, clock: ManualClock) -> None:
-    with open_queue(max_attempts=1) as queue:
-        queue.publish("g", Event(n=1))
-        assert queue.claim("w", 5) is not None  # its worker dies
-        clock.advance(6)
-        assert queue.claim("w", 5) is None
-        assert [d.attempts for d in queue.dead_letters()] == [1]
-
-
 def test_hold_blocks_the_group_until_the_dead_letter_is_requeued(
     open_queue: Opener, clock: ManualClock
 ) -> None:
@@ -155,19 +146,6 @@ def queue_item(queue: Queue) -> int:
     queue.ack(lease)
     n: int = lease.event.n
     return n
-
-
-def test_discarding_a_holding_dead_letter_lets_the_group_go_on(open_queue: Opener) -> None:
-    with open_queue(max_attempts=1, on_dead="hold") as queue:
-        poison = queue.publish("g", Event(n=1))
-        queue.publish("g", Event(n=2))
-        _fail(queue, 1)
-        assert queue.claim("w", 10) is None
-        assert queue.discard(poison) is True
-        assert queue.discard(poison) is False
-        assert queue_item(queue) == 2
-        assert queue.dead_letters() == []
-        assert queue.groups() == []
 
 
 def test_requeue_returns_a_released_dead_letter_to_its_place(open_queue: Opener) -> None:
@@ -277,24 +255,6 @@ def test_a_stale_lease_from_before_the_dead_letter_stays_fenced(
         with pytest.raises(LeaseLost):
             queue.ack(stale)
         queue.ack(fresh)
-
-
-def test_purge_group_removes_messages_leases_and_dead_letters(open_queue: Opener) -> None:
-    with open_queue(max_attempts=1) as queue:
-        queue.publish("g", Event(n=1))
-        for n in range(2, 5):
-            queue.publish("g", Event(n=n))
-        _fail(queue, 1)
-        lease = queue.claim("w", 10)  # buries n=1, leases n=2
-        assert lease is not None
-        assert lease.group_id == "g"
-        queue.publish("keep", Event(n=0))
-        assert queue.purge_group("g") == 4  # three messages and one dead letter
-        with pytest.raises(LeaseLost):
-            queue.ack(lease)
-        assert queue.dead_letters() == []
-        assert [g.group_id for g in queue.groups()] == ["keep"]
-        assert queue.purge_group("nothing-here") == 0
 
 
 def test_purge_counts_a_holding_dead_letter_once(open_queue: Opener) -> None:
