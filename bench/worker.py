@@ -107,14 +107,14 @@ def runtime(url: str, n: int, concurrency: int) -> float:
     _fill(url, n)
     count = _Count(n)
     # Opened before the clock starts, as the bare loop's handles are.
-    handles = [open_transport(url), open_transport(url)]
+    handles = [open_transport(url) for _ in range(concurrency + 1)]  # a claimer per slot
     worker = Worker(
         handles.pop, _noop, concurrency=concurrency, handle_signals=False, hooks=[count]
     )
     thread = threading.Thread(target=worker.run, daemon=True)
     began = time.perf_counter()
     thread.start()
-    if not count.all.wait(600):
+    if not count.all.wait(120):
         raise RuntimeError(f"the worker settled only {count.done} of {n}")
     elapsed = time.perf_counter() - began
     worker.stop()

@@ -121,7 +121,7 @@ class AsyncWorker(Generic[E]):
         self._wake: asyncio.Event | None = None
         self._claims: set[asyncio.Future[Lease[E] | None]] = set()
         self._running: dict[int, _Running[E]] = {}
-        self._claimer: AsyncTransport[E] | None = None
+        self._claimers: list[AsyncTransport[E]] = []
         self._settler: AsyncTransport[E] | None = None
         self._owned = False
         self._started = False
@@ -172,19 +172,23 @@ class AsyncWorker(Generic[E]):
             def opener() -> AsyncTransport[Any]:
                 return open_async_transport(url, event_type=self._event_type)
         elif hasattr(source, "claim") and hasattr(source, "extend"):
-            self._claimer = self._settler = source  # type: ignore[assignment]
+            self._settler = source  # type: ignore[assignment]
+            self._claimers = [source] * self.concurrency  # type: ignore[list-item]
             return
         elif callable(source):
             opener = source
         else:
             raise TypeError(f"source must be a URL, a transport or a factory, got {source!r}")
+        # One claiming handle per slot, so that no claim queues behind another slot's,
+        # and one handle shared by the renewals and settles.
         self._settler = opener()
-        try:
-            self._claimer = opener()
-        except BaseException:
-            await self._settler.close()
-            raise
         self._owned = True
+        try:
+            for _ in range(self.concurrency):
+                self._claimers.append(opener())
+        except BaseException:
+            await self._close_handles()
+            raise
 
     async def run(self) -> int:
         """Work until stopped; return `EXIT_DRAINED` or `EXIT_HANDED_BACK`."""
@@ -195,7 +199,7 @@ class AsyncWorker(Generic[E]):
         self._wake = asyncio.Event()
         await self._open()
         signals = self._install_signals()
-        slots = [self._loop.create_task(self._slot()) for _ in range(self.concurrency)]
+        slots = [self._loop.create_task(self._slot(claimer)) for claimer in self._claimers]
         try:
             code = await self._supervise()
         finally:
@@ -223,7 +227,7 @@ class AsyncWorker(Generic[E]):
 
     async def _close_handles(self) -> None:
         if self._owned:
-            for handle in (self._claimer, self._settler):
+            for handle in (*self._claimers, self._settler):
                 if handle is not None:
                     try:
                         await handle.close()
@@ -260,10 +264,8 @@ class AsyncWorker(Generic[E]):
         self.handed_back += handed
         return EXIT_HANDED_BACK if self.handed_back else EXIT_DRAINED
 
-    async def _slot(self) -> None:
+    async def _slot(self, claimer: AsyncTransport[E]) -> None:
         """Claim while free, handle, settle; until the worker stops."""
-        claimer = self._claimer
-        assert claimer is not None
         wait = min(OWN_WAIT, self.visibility / 2)
         backoff = CLAIM_BACKOFF[0]
         try:

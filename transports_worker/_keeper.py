@@ -35,6 +35,7 @@ __all__ = [
 E = TypeVar("E")
 LOGGER: Final = logging.getLogger("transports_worker")
 RENEW_EVERY: Final = 1 / 3  # of the visibility
+IDLE_WAKE: Final = 1.0  # seconds a schedule with nothing due sleeps before it looks again
 
 
 def retry_interval(visibility: float) -> float:
@@ -112,8 +113,12 @@ class Schedule:
                 if ready:
                     self._planned = now
                     return ready
+                # With nothing due, still wake now and then: so that adding a job due
+                # later than that needs no notify, which would cost a thread switch for
+                # every delivery of a quick handler (released before this thread looks).
+                planned = min(planned, now + IDLE_WAKE)
                 self._planned = planned
-                self._cond.wait(None if planned == float("inf") else planned - now)
+                self._cond.wait(planned - now)
             return None
 
     def _run(self) -> None:

@@ -82,9 +82,10 @@ class Worker(Generic[E]):
     """Runs ``handler(event, ctx)`` for every message, until stopped.
 
     ``source`` is a URL (opened with ``event_type``), a `Transport`, or a factory that
-    opens one. From a URL or a factory the worker opens two handles, one to claim and one
-    to settle, so that `stop` wakes a blocked claim at once; a transport passed in is
-    used for both and not closed.
+    opens one. From a URL or a factory the worker opens a claiming handle per slot and
+    one more to renew and settle, so that no claim queues behind another and `stop`
+    wakes blocked claims at once (by closing them); a transport passed in is used for
+    everything and not closed.
 
     Outcomes: a return acks; `Retry` nacks with its delay; `Bury` buries; any other
     exception is retried after the ``retry`` policy's backoff, or buried (with its type
@@ -141,7 +142,7 @@ class Worker(Generic[E]):
         self._pipe: tuple[int, int] | None = None
         self._running: dict[int, _Running[E]] = {}
         self._running_lock = threading.Lock()
-        self._claimer: Transport[E] | None = None
+        self._claimers: list[Transport[E]] = []
         self._settler: Transport[E] | None = None
         self._owned = False
         self._fatal: BaseException | None = None
@@ -201,19 +202,23 @@ class Worker(Generic[E]):
             def opener() -> Transport[Any]:
                 return open_transport(url, event_type=self._event_type)
         elif hasattr(source, "claim") and hasattr(source, "extend"):
-            self._claimer = self._settler = source  # type: ignore[assignment]
+            self._settler = source  # type: ignore[assignment]
+            self._claimers = [source] * self.concurrency  # type: ignore[list-item]
             return
         elif callable(source):
             opener = source
         else:
             raise TypeError(f"source must be a URL, a Transport or a factory, got {source!r}")
+        # One claiming handle per slot, so that no claim queues behind another slot's,
+        # and one handle shared by the renewals and settles.
         self._settler = opener()
-        try:
-            self._claimer = opener()
-        except BaseException:
-            self._settler.close()
-            raise
         self._owned = True
+        try:
+            for _ in range(self.concurrency):
+                self._claimers.append(opener())
+        except BaseException:
+            self._close_handles()
+            raise
 
     def run(self) -> int:
         """Work until stopped (by `stop`, SIGTERM or SIGINT); return the exit code."""
@@ -229,8 +234,10 @@ class Worker(Generic[E]):
         self._renewals = Schedule("worker-renewals")
         self._watchdog = Schedule("worker-watchdog")
         threads = [
-            threading.Thread(target=self._slot, name=f"worker-slot-{n}", daemon=True)
-            for n in range(self.concurrency)
+            threading.Thread(
+                target=self._slot, args=(claimer,), name=f"worker-slot-{n}", daemon=True
+            )
+            for n, claimer in enumerate(self._claimers)
         ]
         try:
             for thread in threads:
@@ -267,7 +274,7 @@ class Worker(Generic[E]):
 
     def _close_handles(self) -> None:
         if self._owned:
-            for handle in (self._claimer, self._settler):
+            for handle in (*self._claimers, self._settler):
                 if handle is not None:
                     try:
                         handle.close()
@@ -278,11 +285,12 @@ class Worker(Generic[E]):
         while self._requests == 0 and self._fatal is None:
             self._sleep(None)
         self._stopping.set()
-        if self._owned and self._claimer is not None:
-            try:
-                self._claimer.close()  # wakes a blocked claim, which then leases nothing
-            except Exception:  # the drain matters more than a handle that closed badly
-                LOGGER.exception("closing the claiming handle failed")
+        if self._owned:
+            for claimer in self._claimers:
+                try:
+                    claimer.close()  # wakes a blocked claim, which then leases nothing
+                except Exception:  # the drain matters more than a handle that closed badly
+                    LOGGER.exception("closing a claiming handle failed")
         deadline = time.monotonic() + self.grace
         while self._requests < 2:
             with self._running_lock:
@@ -310,10 +318,8 @@ class Worker(Generic[E]):
 
     # -- claiming --------------------------------------------------------------------
 
-    def _slot(self) -> None:
+    def _slot(self, claimer: Transport[E]) -> None:
         """Claim while free, handle, settle; until the worker stops."""
-        claimer = self._claimer
-        assert claimer is not None
         # At most half a visibility, so that a lease granted late in a long wait is
         # still confirmed (by its first renewal, due at once) well before its end.
         wait = min(OWN_WAIT if self._owned else SHARED_WAIT, self.visibility / 2)
