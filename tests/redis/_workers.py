@@ -44,8 +44,9 @@ def hold(url: str, visibility: float, report: str) -> None:
 def churn(url: str, name: str, journal: str, stop: str) -> None:
     """Publish and claim+ack until ``stop`` exists, riding out a server that dies and comes
     back. Each line is written only once its call returned: ``P seq group n`` for a
-    publish, ``A seq`` for an ack; a call whose outcome is unknown writes nothing."""
-    from transports_core import Event, TransportError
+    publish, ``A seq`` for an ack, ``U seq`` for an ack whose outcome is unknown (it may
+    have taken effect); a publish whose outcome is unknown writes nothing."""
+    from transports_core import Event, OutcomeUnknown, TransportError
 
     n = 0
     with open(journal, "a", buffering=1) as out, open_transport(url) as transport:
@@ -57,7 +58,11 @@ def churn(url: str, name: str, journal: str, stop: str) -> None:
                 n += 1
                 lease = transport.claim(name, 2.0)
                 if lease is not None:
-                    transport.ack(lease)
+                    try:
+                        transport.ack(lease)
+                    except OutcomeUnknown:
+                        out.write(f"U {lease.seq}\n")
+                        raise
                     out.write(f"A {lease.seq}\n")
             except TransportError:
                 time.sleep(0.05)  # the server is down: the next call reconnects

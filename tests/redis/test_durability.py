@@ -47,13 +47,15 @@ def test_a_sigkilled_aof_server_loses_nothing_that_returned(tmp_path: Path) -> N
 
         published: dict[int, str] = {}
         acked: set[int] = set()
+        maybe: set[int] = set()  # acks cut off by the crash: they may have taken effect
         for journal in journals:
             for line in journal.read_text().splitlines():
                 kind, seq, *rest = line.split()
                 if kind == "P":
                     published[int(seq)] = rest[0]
                 else:
-                    acked.add(int(seq))
+                    (acked if kind == "A" else maybe).add(int(seq))
+        assert len(maybe) <= PROCESSES  # only a call in flight at the kill is cut off
         assert len(published) >= 250  # about half the 600 lines written
         drained: set[int] = set()
         with open_transport(url) as transport:
@@ -64,7 +66,7 @@ def test_a_sigkilled_aof_server_loses_nothing_that_returned(tmp_path: Path) -> N
                 drained.add(lease.seq)
                 transport.ack(lease)
             assert transport.check() == []
-        lost = set(published) - acked - drained
+        lost = set(published) - acked - drained - maybe
         assert not lost, f"published messages lost: {sorted(lost)[:10]}"
 
 
