@@ -334,9 +334,13 @@ class Worker(Generic[E]):
                 except EventDecodeError as exc:
                     self._bury_undecodable(exc)
                     continue
-                except TransportError as exc:
+                except Exception as exc:
                     if self._stopping.is_set():
+                        # The worker closed this handle to wake the claim: whatever the
+                        # backend raised about that, nothing was leased.
                         return
+                    if not isinstance(exc, TransportError):
+                        raise
                     LOGGER.warning("claim failed, retrying in %.1fs: %s", backoff, exc)
                     self._stopping.wait(backoff)
                     backoff = min(backoff * 2, CLAIM_BACKOFF[1])
