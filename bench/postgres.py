@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import signal
 import statistics
 import sys
 import time
@@ -299,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         "when commits do not wait for the disk (never how to run a queue)",
     )
     args = parser.parse_args(argv)
+    # A terminated run still drops its schemas (the `schema` context managers' finally).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rounds = args.rounds
     n = 2000
     out = print
