@@ -24,7 +24,18 @@ from transports_core.conformance import (
 )
 
 
-class TestSqliteFile(TransportSuite):
+class _KnownGaps(TransportSuite):
+    @pytest.mark.xfail(
+        strict=True,
+        reason="SQLite settles a parked message for a lease forged with its '__parked__' "
+        "sentinel as worker id; fixed once core's check_lease (or the backend) refuses "
+        "reserved worker ids",
+    )
+    def test_reserved_worker_ids_in_a_lease_are_refused_by_settling_calls(self) -> None:
+        super().test_reserved_worker_ids_in_a_lease_are_refused_by_settling_calls()
+
+
+class TestSqliteFile(_KnownGaps):
     capabilities = frozenset({ADMIN, CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS})
 
     @pytest.fixture
@@ -36,7 +47,7 @@ class TestSqliteFile(TransportSuite):
         return lambda **options: open_transport(transport_url, clock=clock, **options)
 
 
-class TestSqliteMemory(TransportSuite):
+class TestSqliteMemory(_KnownGaps):
     # One in-memory database per connection: every "handle" is the one transport, which
     # is neither durable nor reachable from another process.
     capabilities = frozenset({ADMIN, CLOCK})
@@ -54,7 +65,7 @@ class TestSqliteMemory(TransportSuite):
             yield factory
 
 
-class TestAsyncSqliteFile(AsyncTransportSuite):
+class TestAsyncSqliteFile(AsyncTransportSuite, _KnownGaps):
     capabilities = frozenset({ADMIN, CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS})
 
     @pytest.fixture

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from transports_core import (
     DeadLetter,
     Event,
+    EventDecodeError,
     GroupInfo,
     HeldGroup,
     Lease,
@@ -25,6 +26,7 @@ from transports_core import (
     TransportError,
 )
 from transports_core.backend import (
+    RESERVED_PREFIX,
     EventCodec,
     buried_reason,
     check_delay,
@@ -70,6 +72,15 @@ class Defects:
     bury_ignores_hold: bool = False  # bury releases the group under on_dead="hold"
     plain_reason: bool = False  # stores the caller's bury reason as it was given
     says_lapsed: bool = False  # every exhausted letter says its last delivery lapsed
+    sentinel_lease: bool = False  # a lease naming the park sentinel settles a parked message
+    batch_priority_last: bool = False  # publish_many gives a group its last item's priority
+    seq_from_max: bool = False  # a new seq is one more than the highest stored
+    grace: float = 0.0  # a lapsed lease or ended park is only claimable this long after
+    park_from_claim: bool = False  # a park's delay counts from the claim, not the nack
+    reopen_loses_lapsed: bool = False  # opening a handle forgets lapsed leases
+    racy_claim: bool = False  # picks and marks a message under two separate locks
+    ignore_event_type: bool = False  # encodes and decodes every event as the default Event
+    decode_unleased: bool = False  # a message that does not decode is not leased after all
 
 
 @dataclass
@@ -83,6 +94,7 @@ class _Message:
     until: float = 0.0
     allowance: int = 0  # deliveries before this one that a requeue forgave
     nacked: bool = False  # how the last delivery ended
+    claimed_at: float = 0.0
 
 
 @dataclass
@@ -131,14 +143,22 @@ class MemoryTransport:
     ) -> None:
         self._store = store
         self._codec: EventCodec[Any] = EventCodec(event_type)
+        self._decoder = EventCodec(Event) if store.defects.ignore_event_type else self._codec
         self._max_attempts = check_max_attempts(max_attempts)
         self._hold = check_on_dead(on_dead) == "hold"
         self._closed = False
+        if store.defects.reopen_loses_lapsed:
+            now = store.clock()
+            for m in store.messages.values():
+                if m.holder not in (None, PARKED) and m.until < now:
+                    m.holder = None
 
     # -- writing ---------------------------------------------------------------------
 
     def _append(self, group_id: str, raw: str, priority: int) -> int:
         s = self._store
+        if s.defects.seq_from_max:
+            s.seq = max([*s.messages, *s.dead], default=0)
         s.seq += 1
         s.publishes += 1
         if s.defects.drop_every and s.publishes % s.defects.drop_every == 0:
@@ -159,7 +179,11 @@ class MemoryTransport:
     def publish_many(self, items: Iterable[tuple[str, object, int]]) -> list[int]:
         encoded = self._codec.encode_items(items)
         with self._locked():
-            return [self._append(g, raw, p) for g, raw, p in encoded]
+            seqs = [self._append(g, raw, p) for g, raw, p in encoded]
+            if self._store.defects.batch_priority_last:
+                for g, _, p in encoded:
+                    self._store.groups[g].priority = p
+            return seqs
 
     # -- claiming --------------------------------------------------------------------
 
@@ -168,7 +192,7 @@ class MemoryTransport:
             return False
         if self._store.defects.eternal_leases and m.holder != PARKED:
             return True
-        return m.until >= now
+        return m.until + self._store.defects.grace >= now
 
     def _held(self, name: str) -> bool:
         return any(d.held and d.message.group == name for d in self._store.dead.values())
@@ -228,12 +252,22 @@ class MemoryTransport:
                 why = exhausted_reason(m.attempt - m.allowance, self._max_attempts, last)
                 self._kill(m, why, now, self._hold)
                 continue
+            if s.defects.racy_claim:
+                s.lock.release()  # another claim may pick the same message meanwhile
+                time.sleep(0.0005)
+                s.lock.acquire()
             s.claims += 1
             group = s.groups[name]
             group.turn, group.last_claimed_at = s.claims, now
             m.attempt += 1
             m.holder, m.until, m.nacked = worker_id, now + visibility, False
-            return self._codec.lease(m.seq, m.group, m.raw, worker_id, m.attempt, m.until)
+            m.claimed_at = now
+            try:
+                return self._decoder.lease(m.seq, m.group, m.raw, worker_id, m.attempt, m.until)
+            except EventDecodeError:
+                if s.defects.decode_unleased:
+                    m.holder = None
+                raise
 
     def _next_deadline(self) -> float | None:
         untils = [m.until for m in self._store.messages.values() if m.holder is not None]
@@ -271,6 +305,8 @@ class MemoryTransport:
     # -- settling --------------------------------------------------------------------
 
     def _current(self, lease: Lease[object], fenced: bool = True) -> _Message:
+        if lease.worker_id.startswith(RESERVED_PREFIX) and not self._store.defects.sentinel_lease:
+            raise ValueError(f"worker_id {lease.worker_id!r} is reserved")
         m = self._store.messages.get(lease.seq)
         if m is None:
             raise LeaseLost(lease)
@@ -297,7 +333,8 @@ class MemoryTransport:
         with self._locked():
             m = self._current(lease, not s.defects.no_fencing)
             if delay > 0 and not s.defects.ignore_park:
-                m.holder, m.until = PARKED, s.clock() + delay
+                start = m.claimed_at if s.defects.park_from_claim else s.clock()
+                m.holder, m.until = PARKED, start + delay
             else:
                 m.holder, m.until = None, 0.0
             m.nacked = True

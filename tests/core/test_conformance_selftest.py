@@ -55,6 +55,15 @@ BREAKS = {
     "bury_ignores_hold=True": ("bury-obeys-on-dead", "test_bury_on_dead_hold", False),
     "plain_reason=True": ("dead-letter-reason", "test_dead_letter_reason_of_a_buried", False),
     "says_lapsed=True": ("dead-letter-reason", "test_dead_letter_reason_says", False),
+    "sentinel_lease=True": ("reserved-worker-ids-refused", "test_reserved_worker_ids_in_a", False),
+    "batch_priority_last=True": ("publish-many-priority", "test_publish_many_first_item", False),
+    "seq_from_max=True": ("seq-never-reused", "test_seq_never_reused", False),
+    "grace=0.5": ("timing-from-the-right-moment", "test_timing_a_lease_is_claimable", False),
+    "park_from_claim=True": ("timing-from-the-right-moment", "test_timing_a_park_lasts", False),
+    "reopen_loses_lapsed=True": ("lapsed-lease-current-across-reopen", "test_lapsed_lease", False),
+    "ignore_event_type=True": ("event-type-round-trip", "test_event_type_round_trip", False),
+    "decode_unleased=True": ("decode-error-carries-a-lease", "test_decode_error", False),
+    "racy_claim=True": ("contention-threads", "test_contention_threads", False),
 }
 
 

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from transports_core import AsyncTransport, Event, Lease
+from transports_core import AsyncTransport, Event, Lease, TransportError
 
 from ._base import DURABLE, AsyncTransportFactory, SuiteBase, checks, seen
 from ._blocking import Portal
@@ -64,6 +64,15 @@ class AsyncNativeScenarios(SuiteBase):
             async with t as entered:
                 assert entered is t, f"{ASYNC_CONTEXT}: __aenter__ returned {entered!r}"
                 seq = await t.publish("a", ev(1))
+            try:
+                await t.publish("a", ev(2))
+            except TransportError:
+                pass  # closed, as it must be
+            else:
+                raise AssertionError(
+                    f"{ASYNC_CONTEXT}: after async with, the transport still published: "
+                    "__aexit__ did not close it"
+                )
             await t.close()  # closing again is harmless
             if not self.has(DURABLE):
                 return seq, None

@@ -17,6 +17,7 @@ from ._blocking import BlockingTransport, Portal
 from ._bury import BuryScenarios
 from ._claim import ClaimScenarios
 from ._contention import ContentionScenarios
+from ._edges import EdgeScenarios
 from ._lifecycle import LifecycleScenarios
 from ._publish import PublishScenarios
 from ._settle import SettleScenarios
@@ -35,6 +36,7 @@ class TransportSuite(
     WaitScenarios,
     BuryScenarios,
     AdminScenarios,
+    EdgeScenarios,
     ModelScenarios,
 ):
     """Every scenario of the contract, for a sync `Transport`.
