@@ -6,10 +6,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
-import subprocess
-import sys
 import tempfile
-import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
@@ -17,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests._privileged import as_nobody
 from transports_core import Event, TransportError, open_transport
 from transports_sqlite import _sql as sql
 
@@ -108,36 +106,6 @@ def test_empty_file_is_adopted_as_a_new_queue(tmp_path: Path) -> None:
 # read-only files: root ignores file modes, so as root the writer is a child process that
 # drops to nobody first
 
-NOBODY = 65534
-READ_ONLY_CHILD = textwrap.dedent(
-    """
-    import os, sys
-    from transports_core import Event, TransportError, open_transport
-    import transports_sqlite  # everything is imported before dropping privileges
-    os.setgid(int(sys.argv[2]))
-    os.setuid(int(sys.argv[2]))
-    try:
-        with open_transport("sqlite:///" + sys.argv[1]) as t:
-            t.publish("g", Event(i=2))
-    except TransportError as exc:
-        print("refused:", exc)
-    else:
-        print("written")
-    """
-)
-
-
-def _write_as_another_user(path: Path) -> str:
-    child = subprocess.run(
-        [sys.executable, "-c", READ_ONLY_CHILD, str(path), str(NOBODY)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert child.returncode == 0, child.stderr
-    return child.stdout
-
 
 def _write_in_process(path: Path) -> str:
     try:
@@ -146,6 +114,11 @@ def _write_in_process(path: Path) -> str:
     except TransportError as exc:
         return f"refused: {exc}\n"
     return "written\n"
+
+
+def _write_as_another_user(path: Path) -> str:
+    # Forked, so it works where the installation is private to root (see `as_nobody`).
+    return str(as_nobody(lambda: _write_in_process(path)))
 
 
 @pytest.fixture
