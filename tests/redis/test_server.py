@@ -88,3 +88,17 @@ def test_a_full_server_refuses_publishes_but_workers_still_drain_it() -> None:
             assert drained > 50
             assert transport.publish("g", Event(n=-1)) > 0  # the memory came back
         raw.close()
+
+
+def test_a_unix_socket_url_reaches_the_server(tmp_path_factory: pytest.TempPathFactory) -> None:
+    socket_path = tmp_path_factory.mktemp("sock") / "redis.sock"
+    with private_server("--unixsocket", str(socket_path), "--unixsocketperm", "700") as server:
+        with open_transport(f"unix://{socket_path}?db=2&queue=sock") as transport:
+            seq = transport.publish("g", Event(n=1))
+            lease = transport.claim("w", 5)
+            assert lease is not None
+            assert lease.seq == seq
+            transport.ack(lease)
+        raw = redis.Redis(port=server.port, db=2)
+        assert raw.get("dt:{sock}:seq") == b"1"  # in database 2, as the URL asked
+        raw.close()
