@@ -129,6 +129,19 @@ def test_cli_passes_a_sqlite_file_and_prints_one_line_per_property(tmp_path: Pat
     assert [p.name for p in tmp_path.iterdir()] == ["queue.db"]
 
 
+def test_cli_reports_the_contracts_new_properties_by_name(tmp_path: Path) -> None:
+    chosen = "wait_zero or wait_woken_by_a_publish or bury_fencing or event_type_round_trip"
+    done = run_cli(tmp_path, "sqlite:///queue.db", "--", "-k", chosen)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line.split()[:2] for line in done.stdout.splitlines()[1:]]
+    assert lines == [
+        ["PASS", "wait-zero-never-blocks"],
+        ["PASS", "wait-woken-by-publish-ack-lapse-park-end"],
+        ["PASS", "bury-fencing"],
+        ["PASS", "event-type-round-trip"],
+    ], done.stdout
+
+
 def test_cli_fails_with_the_reason_when_a_url_names_no_shared_store(tmp_path: Path) -> None:
     # Every open of sqlite:///:memory: is a new, empty database, so a message published
     # on one handle is not there for the next: the CLI must say so and exit 1.
