@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any, ClassVar, Final, Literal, Protocol
 
 import pytest
@@ -42,6 +44,7 @@ from transports_core import (
     TransportAdmin,
 )
 from transports_core.backend import buried_reason
+from transports_core.conformance.journal import Journal, check, read
 
 from ._async import AsyncWorker
 from ._context import AsyncContext, Context
@@ -110,6 +113,57 @@ class Recorder(Hooks):
         with self._cond:
             done = self._cond.wait_for(lambda: len(self.settled_) >= count, timeout)
         assert done, f"only {len(self.settled_)} of {count} deliveries settled: {self.outcomes()}"
+
+
+class _Held:
+    """When a handler held its lease, as the journal wants it: from its start (just after
+    the claim returned) to its end (just before the worker settles)."""
+
+    spans: ClassVar[dict[tuple[int, int, str], list[int]]] = {}
+    lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, key: tuple[int, int, str]) -> None:
+        self.key = key
+        with self.lock:
+            self.spans[key] = [time.monotonic_ns(), 0]
+
+    def end(self) -> None:
+        with self.lock:
+            self.spans[self.key][1] = time.monotonic_ns()
+
+
+class _Journaling(Hooks):
+    """Writes one journal entry per delivery that reached its settle."""
+
+    OUTCOMES: ClassVar[dict[str, str]] = {"acked": "ack", "retried": "nack", "failed": "nack"}
+
+    def __init__(self, path: Path, total: int) -> None:
+        self._journal = Journal(path)
+        self.acked = 0
+        self._cond = threading.Condition()
+
+    @staticmethod
+    def begin(lease: Lease[Event]) -> _Held:
+        return _Held((lease.seq, lease.attempt, lease.worker_id))
+
+    def settled(
+        self, delivery: Delivery, outcome: Outcome, seconds: float, error: BaseException | None
+    ) -> None:
+        with _Held.lock:
+            claimed, released = _Held.spans.pop(
+                (delivery.seq, delivery.attempt, delivery.worker_id)
+            )
+        self._journal.record(delivery, claimed, released, self.OUTCOMES.get(outcome, outcome))
+        with self._cond:
+            self.acked += outcome == "acked"
+            self._cond.notify_all()
+
+    def wait(self, timeout: float) -> None:
+        with self._cond:
+            self._cond.wait(timeout)
+
+    def close(self) -> None:
+        self._journal.close()
 
 
 class Running:
@@ -579,6 +633,54 @@ class WorkerSuite:
         (letter,) = admin.dead_letters()
         assert letter.group_id == "g"
         assert "does not decode" in letter.reason
+
+    # -- contention ------------------------------------------------------------------
+
+    def test_two_workers_keep_each_group_in_order_one_at_a_time_and_lose_nothing(
+        self,
+        start: Callable[..., Running],
+        store: Transport[Event],
+        tmp_path: Path,
+    ) -> None:
+        groups, per_group = 6, 8
+        published: dict[int, str] = {}
+        for n in range(per_group):
+            for g in range(groups):
+                published[store.publish(f"g{g}", Event(n=n))] = f"g{g}"
+        journals = [tmp_path / "w0.jsonl", tmp_path / "w1.jsonl"]
+        recorders = [_Journaling(path, len(published)) for path in journals]
+        rng = random.Random(17)
+        holds = [rng.uniform(0, 0.02) for _ in range(64)]
+
+        def handle(event: Event, ctx: Context[Event]) -> None:
+            held = _Journaling.begin(ctx.lease)
+            try:
+                ctx.sleep(holds[ctx.lease.seq % len(holds)])
+                if ctx.lease.seq % 5 == 0 and ctx.attempt == 1:
+                    raise Retry(0.01)
+            finally:
+                held.end()
+
+        async def ahandle(event: Event, ctx: AsyncContext[Event]) -> None:
+            held = _Journaling.begin(ctx.lease)
+            try:
+                await ctx.sleep(holds[ctx.lease.seq % len(holds)])
+                if ctx.lease.seq % 5 == 0 and ctx.attempt == 1:
+                    raise Retry(0.01)
+            finally:
+                held.end()
+
+        running = [start(handle, ahandle, concurrency=4, hooks=[r]) for r in recorders]
+        deadline = time.monotonic() + PATIENCE
+        while sum(r.acked for r in recorders) < len(published):
+            assert time.monotonic() < deadline, "the two workers did not drain the queue"
+            recorders[0].wait(0.1)
+        for worker in running:
+            assert worker.stop() == 0
+        for recorder in recorders:
+            recorder.close()
+        problems = check(published, read(journals))
+        assert not problems, "\n".join(problems)
 
     # -- the lease keeper alone ------------------------------------------------------
 
