@@ -107,6 +107,8 @@ class AsyncRedisTransport(Generic[E]):
             raise
         finally:
             await self._pool.release(conn)
+            if self._closed:  # closed while this call ran: its connection goes too
+                await conn.disconnect()
 
     async def _run(self, op: ops.Op[T]) -> T:
         if self._closed:
@@ -142,6 +144,8 @@ class AsyncRedisTransport(Generic[E]):
             raise
         finally:
             await self._pool.release(conn)
+            if self._closed:  # closed while this call ran: its connection goes too
+                await conn.disconnect()
         return op.result(reply)
 
     async def _claim_once(self, op: ops.Claim) -> ops.Claimed | ops.Idle:
@@ -180,8 +184,10 @@ class AsyncRedisTransport(Generic[E]):
                 f"{timeout:.6f}",
                 timeout=timeout + self._options.socket_timeout,
             )
-        except TransportError:
-            if not self._closed:
+        except Exception:
+            # close() shuts the socket under a blocked read, and redis-py may then fail
+            # with any error (a closed file, say): once closed, that is the wake-up.
+            if not self._is_closed():
                 raise
         finally:
             self._waiting -= 1
@@ -217,7 +223,7 @@ class AsyncRedisTransport(Generic[E]):
                 return None
             try:
                 got = await self._claim_once(op)
-            except TransportError:
+            except Exception:
                 if self._is_closed():
                     return None
                 raise
@@ -276,7 +282,9 @@ class AsyncRedisTransport(Generic[E]):
                 pass
         if self._giving_back:
             await asyncio.gather(*self._giving_back, return_exceptions=True)
-        await self._pool.disconnect()
+        # Calls in flight finish on their connections (a blocked claim was woken above)
+        # and drop them as they end.
+        await self._pool.disconnect(inuse_connections=False)
 
     async def __aenter__(self) -> Self:
         return self

@@ -141,6 +141,8 @@ class RedisTransport(Generic[E]):
             raise
         finally:
             self._pool.release(conn)
+            if self._closed:  # closed while this call ran: its connection goes too
+                conn.disconnect()
 
     def _run(self, op: ops.Op[T]) -> T:
         if self._closed:
@@ -175,6 +177,8 @@ class RedisTransport(Generic[E]):
             raise
         finally:
             self._pool.release(conn)
+            if self._closed:  # closed while this call ran: its connection goes too
+                conn.disconnect()
         return op.result(reply)
 
     def _claim_op(
@@ -212,8 +216,10 @@ class RedisTransport(Generic[E]):
                 f"{timeout:.6f}",
                 timeout=timeout + self._options.socket_timeout,
             )
-        except TransportError:
-            if not self._closed:
+        except Exception:
+            # close() shuts the socket under a blocked read, and redis-py may then fail
+            # with any error (a closed file, say): once closed, that is the wake-up.
+            if not self._is_closed():
                 raise
         finally:
             with self._lock:
@@ -251,7 +257,7 @@ class RedisTransport(Generic[E]):
                 return None
             try:
                 got = self._run(op)
-            except TransportError:
+            except Exception:
                 if self._is_closed():
                     return None
                 raise
@@ -313,7 +319,10 @@ class RedisTransport(Generic[E]):
                 self._command("PEXPIRE", self._close_key, CLOSE_KEY_MS, writes=True)
             except TransportError:
                 pass
-        self._pool.disconnect()
+        # Calls in flight finish on their connections (a blocked claim was woken above)
+        # and drop them as they end: shutting a socket under a call would leave its outcome
+        # unknown.
+        self._pool.disconnect(inuse_connections=False)
 
     def __enter__(self) -> Self:
         return self

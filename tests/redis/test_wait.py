@@ -95,3 +95,15 @@ def test_lease_times_keep_seventeen_digits(queue_url: str) -> None:
         longer = transport.extend(lease, 7.000000000000001)
         assert longer.expires_at == now + 7.000000000000001
         transport.ack(longer)
+
+
+def test_close_at_any_moment_of_a_waiting_claim_returns_none(queue_url: str) -> None:
+    # Before its first look, during it, or while it blocks: close() never surfaces as an
+    # error of the claim (redis-py fails in several ways on a socket shut under a read).
+    for step in range(20):
+        transport = open_transport(queue_url)
+        thread, got = _claim_in_thread(transport)
+        time.sleep(0.002 * step)
+        transport.close()
+        thread.join(WAIT + 5)
+        assert got == [None], step
