@@ -3,7 +3,8 @@ and the async twin on a file."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ from transports_core.conformance import (
     MULTIPROCESS,
     AsyncTransportFactory,
     AsyncTransportSuite,
+    BlockingTransport,
     ManualClock,
+    Portal,
     TransportFactory,
     TransportSuite,
 )
@@ -45,6 +48,16 @@ class TestSqliteFile(_KnownGaps):
     @pytest.fixture
     def make_transport(self, transport_url: str, clock: ManualClock) -> TransportFactory:
         return lambda **options: open_transport(transport_url, clock=clock, **options)
+
+    @pytest.fixture
+    def make_store(self, tmp_path: Path, clock: ManualClock) -> Callable[[], TransportFactory]:
+        stores = itertools.count()
+
+        def store() -> TransportFactory:
+            url = f"sqlite:///{tmp_path / f'model-{next(stores)}.db'}"
+            return lambda **options: open_transport(url, clock=clock, **options)
+
+        return store
 
 
 class TestSqliteMemory(_KnownGaps):
@@ -75,3 +88,22 @@ class TestAsyncSqliteFile(AsyncTransportSuite, _KnownGaps):
     @pytest.fixture
     def make_async_transport(self, transport_url: str, clock: ManualClock) -> AsyncTransportFactory:
         return lambda **options: open_async_transport(transport_url, clock=clock, **options)
+
+    @pytest.fixture
+    def make_store(
+        self, tmp_path: Path, clock: ManualClock, _conformance_portal: Portal
+    ) -> Callable[[], TransportFactory]:
+        stores = itertools.count()
+
+        def store() -> TransportFactory:
+            url = f"sqlite:///{tmp_path / f'model-{next(stores)}.db'}"
+
+            def factory(**options: object) -> Transport[Any]:
+                opened = _conformance_portal.call(
+                    lambda: open_async_transport(url, clock=clock, **options)
+                )
+                return BlockingTransport(_conformance_portal, opened)
+
+            return factory
+
+        return store

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
@@ -28,6 +29,7 @@ try:
         RuleBasedStateMachine,
         initialize,
         multiple,
+        precondition,
         rule,
         run_state_machine_as_test,
     )
@@ -38,7 +40,7 @@ else:
 
 from transports_core import Event, Lease, LeaseLost, Transport
 
-from ._base import MULTI_HANDLE, ManualClock, SuiteBase, checks
+from ._base import DURABLE, MULTI_HANDLE, ManualClock, SuiteBase, TransportFactory, checks
 from ._model import Delivery, ReferenceModel, Stale
 from ._properties import MODEL
 
@@ -124,23 +126,30 @@ def _expected(want: Delivery | None, prefix: str) -> str:
 
 
 def check_against_model(
-    handles: list[Transport[Event]],
+    store: Callable[[], TransportFactory],
+    count: int,
+    durable: bool,
     clock: ManualClock | None,
     examples: int,
     steps: int,
     shrink: bool = True,
+    fresh: bool = True,
 ) -> None:
+    """``store()`` gives, for each example, a factory of ``count`` handles on one store:
+    a fresh, empty store when ``fresh``, else the same one, emptied after each example."""
     timing: _ManualTime | _RealTime = _ManualTime(clock) if clock is not None else _RealTime()
     workers = st.sampled_from(["w1", "w2", "w3"])
     groups = st.sampled_from("abcd")
     priorities = st.sampled_from([0, 0, 0, 1, 3, 4])
-    via = st.integers(0, len(handles) - 1)
+    via = st.integers(0, count - 1)
 
     class Machine(RuleBasedStateMachine):
         leases: ClassVar[Bundle[Lease[Event]]] = Bundle("leases")
 
         def __init__(self) -> None:
             super().__init__()
+            self.factory = store()
+            self.handles: list[Transport[Any]] = [self.factory() for _ in range(count)]
             self.model = ReferenceModel()
             self.keys: dict[int, int] = {}  # backend seq -> model key
             self.last_seq = 0
@@ -162,7 +171,7 @@ def check_against_model(
         @rule(group=groups, priority=priorities, handle=via)
         def publish(self, group: str, priority: int, handle: int) -> None:
             key = self.model.publish(group, priority)
-            seq = handles[handle].publish(self.prefix + group, Event(n=key), priority)
+            seq = self.handles[handle].publish(self.prefix + group, Event(n=key), priority)
             assert seq > self.last_seq, f"{MODEL}: publish returned seq {seq} after {self.last_seq}"
             self.last_seq = seq
             self.keys[seq] = key
@@ -179,7 +188,7 @@ def check_against_model(
         ) -> Lease[Event] | MultipleResults[Lease[Event]]:
             timing.before_claim(self.model.deadlines())
             started = timing.now()
-            got = handles[handle].claim(worker, visibility, min_priority)
+            got = self.handles[handle].claim(worker, visibility, min_priority)
             assume(timing.judgeable(started, timing.now()))
             want = self.model.claim(worker, started, visibility, min_priority)
             call = f"claim({worker!r}, {visibility}, min_priority={min_priority})"
@@ -232,7 +241,7 @@ def check_against_model(
             self.settle(
                 lease,
                 "ack",
-                lambda: handles[handle].ack(lease),
+                lambda: self.handles[handle].ack(lease),
                 lambda: self.model.ack(key, lease.worker_id, lease.attempt),
             )
 
@@ -243,7 +252,7 @@ def check_against_model(
             self.settle(
                 lease,
                 f"nack(delay={delay})",
-                lambda: handles[handle].nack(lease, delay),
+                lambda: self.handles[handle].nack(lease, delay),
                 lambda: self.model.nack(key, lease.worker_id, lease.attempt, now, delay),
             )
 
@@ -261,7 +270,7 @@ def check_against_model(
             outcome = self.settle(
                 lease,
                 f"extend({visibility})",
-                lambda: handles[handle].extend(lease, visibility),
+                lambda: self.handles[handle].extend(lease, visibility),
                 lambda: self.model.extend(key, lease.worker_id, lease.attempt, now, visibility),
             )
             if outcome is None:
@@ -278,9 +287,50 @@ def check_against_model(
         def let_time_pass(self, seconds: float) -> None:
             timing.advance(seconds, self.model.deadlines())
 
+        @rule(
+            batch=st.lists(st.tuples(groups, priorities), min_size=1, max_size=4),
+            handle=via,
+        )
+        def publish_many(self, batch: list[tuple[str, int]], handle: int) -> None:
+            keys = [self.model.publish(group, priority) for group, priority in batch]
+            items = [
+                (self.prefix + group, Event(n=key), priority)
+                for (group, priority), key in zip(batch, keys, strict=True)
+            ]
+            seqs = self.handles[handle].publish_many(items)
+            assert (len(seqs), seqs) == (len(keys), sorted(seqs)), (
+                f"{MODEL}: publish_many of {len(keys)} items returned seqs {seqs}"
+            )
+            assert seqs[0] > self.last_seq, (
+                f"{MODEL}: publish_many returned seq {seqs[0]} after {self.last_seq}"
+            )
+            self.last_seq = seqs[-1]
+            self.keys.update(zip(seqs, keys, strict=True))
+
+        @precondition(lambda self: durable)
+        @rule()
+        def reopen(self) -> None:
+            # Every handle closed, then as many opened again: a durable store keeps it all.
+            for transport in self.handles:
+                transport.close()
+            self.handles = [self.factory() for _ in range(count)]
+
+        @precondition(lambda self: clock is not None and bool(self.model.deadlines()))
+        @rule(pick=st.integers(0, 100), after=st.booleans())
+        def to_the_edge_of_a_deadline(self, pick: int, after: bool) -> None:
+            # A millisecond either side of a lease's expiry or a park's end.
+            assert clock is not None
+            ahead = sorted(d for d in self.model.deadlines() if d > clock.now() + 0.002)
+            if ahead:
+                clock.advance_to(ahead[pick % len(ahead)] + (0.001 if after else -0.001))
+
         def teardown(self) -> None:
+            if fresh:
+                for handle in self.handles:
+                    handle.close()
+                return
             # Give everything back, so that the next example starts from an empty store.
-            transport = handles[0]
+            transport = self.handles[0]
             for key, worker, attempt in self.model.current():
                 lease = self.live.get((key, worker, attempt))
                 if lease is not None:
@@ -314,28 +364,37 @@ def check_against_model(
 
 class ModelScenarios(SuiteBase):
     # Examples x steps for the model-based test; raise them for a deeper (slower) search.
-    model_examples: ClassVar[int] = 30
-    model_steps: ClassVar[int] = 30
+    model_examples: ClassVar[int] = 40
+    model_steps: ClassVar[int] = 40
     # Without the clock capability every lapse is a real sleep, so fewer and shorter runs.
     real_time_model_examples: ClassVar[int] = 8
     real_time_model_steps: ClassVar[int] = 20
     # Shrinking turns a failure into a short reproduction, at the price of time.
     model_shrink: ClassVar[bool] = True
 
+    @pytest.fixture
+    def make_store(self) -> Callable[[], TransportFactory] | None:
+        """Override to give the model-based test a fresh store for each example: return a
+        callable that makes a new, empty store and returns a factory of handles on it.
+        Without it (None) every example runs on the test's store, emptied in between,
+        where a broken backend's leftovers can spill into the next example."""
+        return None
+
     @checks(MODEL)
-    def test_model_agreement_random_operations(self) -> None:
+    def test_model_agreement_random_operations(
+        self, make_store: Callable[[], TransportFactory] | None
+    ) -> None:
         if HYPOTHESIS_MISSING is not None:
             pytest.skip(f"{NEEDS_HYPOTHESIS} ({HYPOTHESIS_MISSING})")
-        handles = [self.open(), self.open()] if self.has(MULTI_HANDLE) else [self.open()]
+        count = 2 if self.has(MULTI_HANDLE) else 1
+        fresh = make_store is not None and not self.shared_store
+        store = make_store if make_store is not None and fresh else (lambda: self.open)
+        # Reopening a shared store would close the handles the test itself keeps.
+        durable = self.has(DURABLE) and fresh
         if self._clock is not None:
-            check_against_model(
-                handles, self._clock, self.model_examples, self.model_steps, self.model_shrink
-            )
+            examples, steps = self.model_examples, self.model_steps
         else:
-            check_against_model(
-                handles,
-                None,
-                self.real_time_model_examples,
-                self.real_time_model_steps,
-                self.model_shrink,
-            )
+            examples, steps = self.real_time_model_examples, self.real_time_model_steps
+        check_against_model(
+            store, count, durable, self._clock, examples, steps, self.model_shrink, fresh
+        )
