@@ -226,9 +226,11 @@ class _Waker:
     def close(self) -> None:
         self.closed = True
         self._bump()
+        # Not yet started (a claim is starting it right now): it sees `closed` and ends.
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(LISTEN_TICK * 4)
+        if thread is None or thread.ident is None or thread is threading.current_thread():
+            return
+        thread.join(LISTEN_TICK * 4)
 
 
 class PostgresTransport(Generic[E]):
