@@ -27,6 +27,7 @@ from transports_core import (
 )
 from transports_core.backend import (
     RESERVED_PREFIX,
+    Backend,
     EventCodec,
     buried_reason,
     check_delay,
@@ -523,3 +524,149 @@ class MemoryTransport:
         /,
     ) -> None:
         self.close()
+
+
+# -- a store in a file, for defects that only show across processes -----------------------
+
+_IN_PROCESS = threading.Lock()
+
+
+class FileTransport:
+    """A JSON file as the store, opened by ``brokenfile:///PATH?defect=NAME``: each call
+    reads, changes and replaces the whole file under an exclusive ``flock``. Only what the
+    contention scenarios use (publish, publish_many, claim, ack). Defects: ``process-lock``
+    takes a lock that only this process's threads respect, and ``unlocked`` reads under the
+    lock but writes after letting go of it."""
+
+    def __init__(self, path: str, defect: str) -> None:
+        self._path, self._defect = path, defect
+        self._codec: EventCodec[Any] = EventCodec(Event)
+
+    def _locked(self) -> Any:
+        import contextlib
+        import fcntl
+
+        @contextlib.contextmanager
+        def hold() -> Any:
+            if self._defect == "process-lock":
+                with _IN_PROCESS:
+                    yield
+                return
+            with open(self._path + ".lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+
+        return hold()
+
+    def _read(self) -> dict[str, Any]:
+        import json
+        import os
+
+        if not os.path.exists(self._path):
+            return {"seq": 0, "messages": {}, "turns": {}, "claims": 0}
+        with open(self._path) as f:
+            state: dict[str, Any] = json.load(f)
+        return state
+
+    def _write(self, state: dict[str, Any]) -> None:
+        import json
+        import os
+
+        temporary = f"{self._path}.{os.getpid()}.{threading.get_ident()}"
+        with open(temporary, "w") as f:
+            json.dump(state, f)
+        os.replace(temporary, self._path)
+
+    def _change(self, change: Callable[[dict[str, Any]], Any]) -> Any:
+        with self._locked():
+            state = self._read()
+            if self._defect != "unlocked":
+                result = change(state)
+                self._write(state)
+                return result
+        result = change(state)
+        time.sleep(0.0005)
+        with self._locked():
+            self._write(state)
+        return result
+
+    def publish(self, group_id: str, event: object, priority: int = 0) -> int:
+        return self.publish_many([(group_id, event, priority)])[0]
+
+    def publish_many(self, items: Iterable[tuple[str, object, int]]) -> list[int]:
+        encoded = self._codec.encode_items(items)
+
+        def change(state: dict[str, Any]) -> list[int]:
+            seqs = []
+            for group, raw, _ in encoded:
+                state["seq"] += 1
+                state["messages"][str(state["seq"])] = [group, raw, 0, None, 0.0]
+                seqs.append(state["seq"])
+            return seqs
+
+        return list(self._change(change)) if encoded else []
+
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
+    ) -> Lease[Any] | None:
+        check_worker_id(worker_id)
+
+        def change(state: dict[str, Any]) -> tuple[Any, ...] | None:
+            now = time.time()
+            heads: dict[str, tuple[int, list[Any]]] = {}
+            for key, m in state["messages"].items():
+                if m[0] not in heads or int(key) < heads[m[0]][0]:
+                    heads[m[0]] = (int(key), m)
+            ready = [
+                (state["turns"].get(g, 0), seq, g, m)
+                for g, (seq, m) in heads.items()
+                if m[3] is None or m[4] < now
+            ]
+            if not ready:
+                return None
+            _, seq, group, m = min(ready)
+            state["claims"] += 1
+            state["turns"][group] = state["claims"]
+            m[2] += 1
+            m[3], m[4] = worker_id, now + visibility
+            return (seq, group, m[1], worker_id, m[2], m[4])
+
+        got = self._change(change)
+        return None if got is None else self._codec.lease(*got)
+
+    def ack(self, lease: Lease[object]) -> None:
+        def change(state: dict[str, Any]) -> None:
+            m = state["messages"].get(str(lease.seq))
+            if m is None or (m[3], m[2]) != (lease.worker_id, lease.attempt):
+                raise LeaseLost(lease)
+            del state["messages"][str(lease.seq)]
+
+        self._change(change)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        t: type[BaseException] | None,
+        e: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> None:
+        self.close()
+
+
+def _open_file(url: str, event_type: object, options: Any) -> FileTransport:
+    from urllib.parse import parse_qs, urlsplit
+
+    parts = urlsplit(url)
+    return FileTransport(parts.path, parse_qs(parts.query).get("defect", [""])[0])
+
+
+file_backend = Backend(open=_open_file)  # type: ignore[arg-type]  # contention calls only
