@@ -99,8 +99,12 @@ def test_broken_backend_fails_on_the_property_it_breaks(
     hits = [report for report in failed if f"::{test_name}" in report.nodeid]
     assert hits, f"with {defect}, no {test_name}* failed; failures: {[r.nodeid for r in failed]}"
     for report in hits:
-        assert prop in report.longreprtext, (
-            f"the failure of {report.nodeid} does not name {prop!r}:\n{report.longreprtext}"
+        # The failure's own message (not the traceback, which shows the test's name).
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = str(getattr(crash, "message", ""))
+        assert prop in message, (
+            f"the failure of {report.nodeid} does not name {prop!r}: {message}\n"
+            f"{report.longreprtext}"
         )
     if model_too:
         assert any("test_model_agreement" in report.nodeid for report in failed), (

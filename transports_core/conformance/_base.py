@@ -91,6 +91,14 @@ REAL_HOLD: Final = 60.0  # a lease meant to outlast the test
 REAL_MARGIN: Final = 0.25  # slack after a deadline before it is taken as passed
 
 
+_current = ["the contract"]
+
+
+def current_property() -> str:
+    """The property the running scenario checks, for helpers' failure messages."""
+    return _current[0]
+
+
 def seen(lease: Lease[Event] | None, *fields: str) -> tuple[object, ...] | None:
     """The named fields of a claimed lease, or None when claim returned None."""
     return None if lease is None else tuple(getattr(lease, name) for name in fields)
@@ -269,6 +277,8 @@ class SuiteBase:
         self, request: pytest.FixtureRequest, make_transport: TransportFactory
     ) -> Iterator[None]:
         self._request = request
+        marker = request.node.get_closest_marker("conformance_property")
+        _current[0] = str(marker.args[0]) if marker else request.node.name
         self._factory = make_transport
         self._handles: list[Transport[Any]] = []
         self._given: list[Lease[Event]] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from transports_core import Event, Lease, Transport
 
-from ._base import SuiteBase, checks, seen
+from ._base import SuiteBase, checks, current_property, seen
 from ._properties import (
     CLAIM,
     CLAIM_NONE,
@@ -24,7 +24,9 @@ def take(
 ) -> Lease[Event]:
     """Claim, failing (not erroring) if nothing comes."""
     lease = t.claim(worker, visibility, min_priority)
-    assert lease is not None, f"claim by {worker!r} (min_priority={min_priority}) returned None"
+    assert lease is not None, (
+        f"{current_property()}: claim by {worker!r} (min_priority={min_priority}) returned None"
+    )
     return lease
 
 

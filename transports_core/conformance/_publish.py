@@ -11,7 +11,7 @@ import pytest
 
 from transports_core import Event, Lease, Transport
 
-from ._base import SuiteBase, checks, seen
+from ._base import SuiteBase, checks, must_raise, seen
 from ._properties import BAD_INPUT, NO_LOSS, PUBLISH
 
 
@@ -122,10 +122,9 @@ class PublishScenarios(SuiteBase):
         held = t.claim("w1", self.hold)
         assert held is not None
         waiting = t.publish("b", ev(2))
-        with pytest.raises(error) as raised:
-            call(t, held)
-        assert argument.lower() in str(raised.value).lower(), (
-            f"{BAD_INPUT}: the {error.__name__} does not name {argument!r}: {raised.value}"
+        raised = must_raise(BAD_INPUT, error, f"the bad call ({argument})", lambda: call(t, held))
+        assert argument.lower() in str(raised).lower(), (
+            f"{BAD_INPUT}: the {error.__name__} does not name {argument!r}: {raised}"
         )
         # Nothing was written: b's message is the only deliverable one, a's lease still holds.
         nxt = t.claim("w2", self.hold)

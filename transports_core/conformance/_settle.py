@@ -9,7 +9,7 @@ import pytest
 
 from transports_core import Event, Lease, LeaseLost, Transport
 
-from ._base import SuiteBase, checks, seen
+from ._base import SuiteBase, checks, must_raise, seen
 from ._claim import take
 from ._properties import ATTEMPT, EXTEND, FENCING, LEASE_RECOVERY, NACK_NOW, NO_LOSS, PARK
 from ._publish import ev
@@ -20,6 +20,7 @@ SETTLES: list[tuple[str, Settle]] = [
     ("nack", lambda t, lease: t.nack(lease)),
     ("nack-delay", lambda t, lease: t.nack(lease, 1.0)),
     ("extend", lambda t, lease: t.extend(lease, 60)),
+    ("bury", lambda t, lease: t.bury(lease, "stale")),
 ]
 settles = pytest.mark.parametrize("settle", [pytest.param(fn, id=name) for name, fn in SETTLES])
 
@@ -100,9 +101,10 @@ class SettleScenarios(SuiteBase):
         assert current.seq == stale.seq, (
             f"{LEASE_RECOVERY}: expected seq {stale.seq}, got {current}"
         )
-        with pytest.raises(LeaseLost) as raised:
-            settle(t, stale)
-        assert raised.value.lease == stale, f"{FENCING}: LeaseLost carries {raised.value.lease}"
+        raised = must_raise(
+            FENCING, LeaseLost, "a call on a re-claimed lease", lambda: settle(t, stale)
+        )
+        assert raised.lease == stale, f"{FENCING}: LeaseLost carries {raised.lease}"
         # w2's lease is untouched: still held, still current, message still there.
         intruder = t.claim("w3", self.hold)
         assert intruder is None, f"{FENCING}: the stale call released w2's lease: w3 got {intruder}"
@@ -120,8 +122,7 @@ class SettleScenarios(SuiteBase):
         self.pass_deadline(first.expires_at)
         second = take(t, "w1", self.hold)
         assert second.attempt == first.attempt + 1, f"{ATTEMPT}: {first} then {second}"
-        with pytest.raises(LeaseLost):
-            settle(t, first)
+        must_raise(FENCING, LeaseLost, "a call on an older attempt", lambda: settle(t, first))
         assert t.claim("w2", self.hold) is None, f"{FENCING}: attempt 1 released attempt 2"
         t.ack(second)
 
@@ -133,12 +134,10 @@ class SettleScenarios(SuiteBase):
         t.publish("a", ev(2))
         acked = take(t, "w1", self.hold)
         t.ack(acked)
-        with pytest.raises(LeaseLost):
-            settle(t, acked)
+        must_raise(FENCING, LeaseLost, "a call on an acked lease", lambda: settle(t, acked))
         nacked = take(t, "w1", self.hold)
         t.nack(nacked, self.brief)
-        with pytest.raises(LeaseLost):
-            settle(t, nacked)
+        must_raise(FENCING, LeaseLost, "a call on a nacked lease", lambda: settle(t, nacked))
         assert t.claim("w2", self.hold) is None, f"{FENCING}: a stale call ended the park"
 
     @checks(FENCING)
