@@ -115,8 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--noconftest",
         "-p",
         "no:cacheprovider",
-        # `python -m` imported the suite (and hypothesis) before pytest could install its
-        # assertion rewriter; every assertion of the suite carries its own message anyway.
+        # `python -m` imported this package before pytest could install its assertion
+        # rewriter; every assertion of the suite carries its own message anyway.
         "-W",
         "ignore::pytest.PytestAssertRewriteWarning",
         *([] if args.verbose else ["-p", "no:terminal"]),

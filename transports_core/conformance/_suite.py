@@ -49,7 +49,8 @@ class TransportSuite(
 
             @pytest.fixture
             def make_transport(self, tmp_path, clock) -> TransportFactory:
-                return lambda: open_transport(f"mine:///{tmp_path}", clock=clock)
+                url = f"mine:///{tmp_path}"
+                return lambda **options: open_transport(url, clock=clock, **options)
     """
 
 
