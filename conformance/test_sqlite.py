@@ -27,18 +27,7 @@ from transports_core.conformance import (
 )
 
 
-class _KnownGaps(TransportSuite):
-    @pytest.mark.xfail(
-        strict=True,
-        reason="SQLite settles a parked message for a lease forged with its '__parked__' "
-        "sentinel as worker id; fixed once core's check_lease (or the backend) refuses "
-        "reserved worker ids",
-    )
-    def test_reserved_worker_ids_in_a_lease_are_refused_by_settling_calls(self) -> None:
-        super().test_reserved_worker_ids_in_a_lease_are_refused_by_settling_calls()
-
-
-class TestSqliteFile(_KnownGaps):
+class TestSqliteFile(TransportSuite):
     capabilities = frozenset({ADMIN, CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS})
 
     @pytest.fixture
@@ -60,7 +49,7 @@ class TestSqliteFile(_KnownGaps):
         return store
 
 
-class TestSqliteMemory(_KnownGaps):
+class TestSqliteMemory(TransportSuite):
     # One in-memory database per connection: every "handle" is the one transport, which
     # is neither durable nor reachable from another process.
     capabilities = frozenset({ADMIN, CLOCK})
@@ -78,7 +67,7 @@ class TestSqliteMemory(_KnownGaps):
             yield factory
 
 
-class TestAsyncSqliteFile(AsyncTransportSuite, _KnownGaps):
+class TestAsyncSqliteFile(AsyncTransportSuite):
     capabilities = frozenset({ADMIN, CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS})
 
     @pytest.fixture

@@ -136,9 +136,15 @@ def check_on_dead(value: object) -> str:
 
 
 def check_lease(lease: object) -> Lease[object]:
-    """A `Lease` (whether it is current is for the backend to say)."""
+    """A `Lease` held by a worker (whether it is current is for the backend to say): one
+    carrying a reserved worker id was made by hand, and would match a backend's marker."""
     if not isinstance(lease, Lease):
         raise TypeError(f"expected a Lease, got {type(lease).__name__}: {lease!r:.200}")
+    if not isinstance(lease.worker_id, str) or lease.worker_id.startswith(RESERVED_PREFIX):
+        raise ValueError(
+            f"lease worker_id {lease.worker_id!r} is reserved: ids beginning with "
+            f"{RESERVED_PREFIX!r} belong to the transport, so no lease carries one"
+        )
     return lease
 
 

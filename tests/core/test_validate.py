@@ -71,6 +71,12 @@ REFUSED: list[tuple[Callable[[object], object], object, type[Exception], str]] =
     (check_lease, (1, "g"), TypeError, "expected a Lease, got tuple: (1, 'g')"),
     (check_lease, None, TypeError, "expected a Lease, got NoneType"),
     (check_lease, {"seq": 1}, TypeError, "got dict: {'seq': 1}"),
+    (
+        check_lease,
+        Lease(1, "g", Event(), "__parked__", 1, 0.0),
+        ValueError,
+        "lease worker_id '__parked__' is reserved",
+    ),
 ]
 
 
