@@ -140,7 +140,7 @@ def check_lease(lease: object) -> Lease[object]:
     carrying a reserved worker id was made by hand, and would match a backend's marker."""
     if not isinstance(lease, Lease):
         raise TypeError(f"expected a Lease, got {type(lease).__name__}: {lease!r:.200}")
-    if not isinstance(lease.worker_id, str) or lease.worker_id.startswith(RESERVED_PREFIX):
+    if str(lease.worker_id).startswith(RESERVED_PREFIX):
         raise ValueError(
             f"lease worker_id {lease.worker_id!r} is reserved: ids beginning with "
             f"{RESERVED_PREFIX!r} belong to the transport, so no lease carries one"
