@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from functools import partial
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from transports_core import (
     DeadLetter,
@@ -29,7 +29,7 @@ from transports_core import (
     QueueStats,
     TransportError,
 )
-from transports_core.backend import EventCodec
+from transports_core.backend import EventCodec, check_wait
 
 try:
     from typing import Self
@@ -37,7 +37,7 @@ except ImportError:  # Python 3.10
     from typing_extensions import Self
 
 from . import _ops
-from ._sync import Engine, checked_wait, watcher_for
+from ._sync import Engine, watcher_for
 from ._url import SqliteOptions
 from ._watch import CLAIM, LOOK, Watcher, plan
 
@@ -91,19 +91,24 @@ class _Thread:
             self.thread.start()
         loop = asyncio.get_running_loop()
         if self._undecided:
-            self._undo_abandoned(loop)
+            self._undo_abandoned()
         future: asyncio.Future[T] = loop.create_future()
         self._calls.put(_Call(run, future, loop, undo))
         return future
 
-    def _undo_abandoned(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _undo_abandoned(self) -> None:
         with self._lock:
             gone = [(c, v) for c, v in self._undecided.items() if c.future.cancelled()]
             for call, _ in gone:
                 del self._undecided[call]
         for call, value in gone:
-            assert call.undo is not None
-            self._calls.put(_Call(partial(call.undo, value), loop.create_future(), loop, None))
+            self._undo(call, value)
+
+    def _undo(self, call: _Call[T], value: T) -> None:
+        """Queue ``call``'s undo of ``value`` (its caller is gone: nobody awaits it)."""
+        assert call.undo is not None
+        undo = partial(call.undo, value)
+        self._calls.put(_Call(undo, call.loop.create_future(), call.loop, None))
 
     def _serve(self) -> None:
         while (call := self._calls.get()) is not None:
@@ -134,8 +139,7 @@ class _Thread:
                 if self._undecided.pop(call, self) is self:
                     return  # undone already, by `_undo_abandoned`
             if call.future.cancelled():
-                undo = partial(call.undo, value)  # type: ignore[arg-type]
-                self._calls.put(_Call(undo, call.loop.create_future(), call.loop, None))
+                self._undo(call, cast(T, value))  # no error: the call returned a value
                 return
         future = call.future
         if future.cancelled():
@@ -261,7 +265,7 @@ class AsyncSqliteTransport(Generic[E]):
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
         op = self._claims(worker_id, visibility, min_priority)
-        seconds = 0.0 if type(wait) is int and wait == 0 else checked_wait(wait)
+        seconds = 0.0 if type(wait) is int and wait == 0 else check_wait(wait)
         claimed = await self._claim(op)
         if claimed is None and seconds > 0:
             claimed = await self._wait(op, seconds)

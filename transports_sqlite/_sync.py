@@ -194,11 +194,6 @@ def watcher_for(options: SqliteOptions) -> Watcher:
     return Watcher(None if options.memory else options.path)
 
 
-def checked_wait(wait: object) -> float:
-    # The common calls (0, or a number) are checked without a function call.
-    return wait if type(wait) is float and 0 <= wait < float("inf") else check_wait(wait)
-
-
 class SqliteTransport(Generic[E]):
     """A durable transport in one SQLite file (or in memory), over sqlite3."""
 
@@ -255,7 +250,7 @@ class SqliteTransport(Generic[E]):
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
         op = self._claims(worker_id, visibility, min_priority)
-        seconds = 0.0 if type(wait) is int and wait == 0 else checked_wait(wait)
+        seconds = 0.0 if type(wait) is int and wait == 0 else check_wait(wait)
         claimed = self._run(op)
         if claimed is None and seconds > 0:
             claimed = self._wait(op, seconds)
