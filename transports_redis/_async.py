@@ -110,9 +110,16 @@ class AsyncRedisTransport(Generic[E]):
             if self._closed:  # closed while this call ran: its connection goes too
                 await conn.disconnect()
 
-    async def _run(self, op: ops.Op[T]) -> T:
+    def _refuse_if_closed(self) -> None:
         if self._closed:
             raise TransportError(f"{self!r} is closed")
+
+    async def _run(self, op: ops.Op[T]) -> T:
+        self._refuse_if_closed()
+        return await self._perform(op)
+
+    async def _perform(self, op: ops.Op[T]) -> T:
+        """Run ``op`` even if the handle closes meanwhile: the call began before close."""
         if not self._checked:
             await self._open()
         try:
@@ -149,7 +156,10 @@ class AsyncRedisTransport(Generic[E]):
         return op.result(reply)
 
     async def _claim_once(self, op: ops.Claim) -> ops.Claimed | ops.Idle:
-        task = asyncio.ensure_future(self._run(op))
+        # Checked here, not in the task: a claim that began before close() finishes as
+        # any other call in flight does, though its task first runs after close.
+        self._refuse_if_closed()
+        task = asyncio.ensure_future(self._perform(op))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -162,7 +172,7 @@ class AsyncRedisTransport(Generic[E]):
         got = task.result()
         if isinstance(got, ops.Claimed):
             lease = Lease(got.seq, got.group_id, got.raw, got.worker_id, got.attempt, 0.0)
-            back = asyncio.ensure_future(self._run(ops.Nack(lease, 0)))
+            back = asyncio.ensure_future(self._perform(ops.Nack(lease, 0)))
             self._giving_back.add(back)
             back.add_done_callback(self._given_back)
 

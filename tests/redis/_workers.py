@@ -8,13 +8,19 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from transports_core import open_transport
 
 
-def work(url: str, worker_id: str, journal: str) -> None:
+def work(url: str, worker_id: str, journal: str, start: Any = None) -> None:
+    """Claim and ack until three waits in a row find nothing; with ``start`` (a barrier of
+    the workers), only once every worker has started, so that one quick child does not
+    drain the queue before the others have spawned."""
     lines = []
     with open_transport(url) as transport:
+        if start is not None:
+            start.wait(60)
         idle = 0
         while idle < 3:
             lease = transport.claim(worker_id, 30.0, wait=0.3)

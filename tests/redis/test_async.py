@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from transports_core import Event, open_async_transport
+import pytest
+
+from transports_core import Event, TransportError, open_async_transport
 
 
 def test_close_from_another_task_wakes_a_waiting_claim(queue_url: str) -> None:
@@ -38,5 +40,29 @@ def test_cancelled_claims_leave_no_lease(queue_url: str) -> None:
             await asyncio.sleep(0.2)  # the give-backs run in the background
             stats = await transport.stats()  # type: ignore[attr-defined]
             assert stats.in_flight == 0
+
+    asyncio.run(main())
+
+
+def test_a_claim_begun_before_close_finishes_and_one_begun_after_is_refused(
+    queue_url: str,
+) -> None:
+    async def main() -> None:
+        async with open_async_transport(queue_url) as setup:
+            await setup.publish("g", Event(n=1))
+        for wait in (0, 1):
+            transport = open_async_transport(queue_url)
+            # Its task has started (it is past its first await) when close() runs, as a
+            # claim handed to SQLite's thread has: it finishes like any call in flight.
+            begun = asyncio.ensure_future(transport.claim("w", 30, wait=wait))
+            await asyncio.sleep(0)
+            await transport.close()
+            lease = await asyncio.wait_for(begun, 10)
+            assert lease is not None
+            assert lease.event.n == 1
+            with pytest.raises(TransportError, match="is closed"):
+                await transport.claim("w", 30, wait=wait)
+            async with open_async_transport(queue_url) as other:
+                await other.nack(lease)
 
     asyncio.run(main())

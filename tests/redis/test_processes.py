@@ -29,8 +29,9 @@ def test_processes_share_a_queue_in_order_and_one_at_a_time_per_group(
         published[given] = (group, event.n)
     spawn = multiprocessing.get_context("spawn")
     journals = [tmp_path / f"w{i}.journal" for i in range(WORKERS)]
+    together = spawn.Barrier(WORKERS)
     children = [
-        spawn.Process(target=_workers.work, args=(queue_url, f"w{i}", str(journal)))
+        spawn.Process(target=_workers.work, args=(queue_url, f"w{i}", str(journal), together))
         for i, journal in enumerate(journals)
     ]
     for child in children:
