@@ -5,6 +5,10 @@ A backend (this repository's or a third party's) imports from here and from
 without breaking anyone. It holds:
 
 * registration: `Backend`, `register_backend`, `ENTRY_POINT_GROUP`;
+* the transport classes' common part: `TransportBase` and `AsyncTransportBase` implement
+  every method but ``claim`` and ``close`` over a backend's `Operations` (its builders of
+  `Operation` objects) and its runner, and `Closing`/`AsyncClosing` the context-manager
+  pair over ``close()``;
 * events: `EventCodec`, which encodes events of one type to JSON text and builds leases
   (raising `EventDecodeError`) from stored text;
 * the shared argument checks, so every backend refuses the same input with the same error
@@ -17,6 +21,14 @@ without breaking anyone. It holds:
 from __future__ import annotations
 
 from ._admin import buried_reason, exhausted_reason
+from ._base import (
+    AsyncClosing,
+    AsyncTransportBase,
+    Closing,
+    Operation,
+    Operations,
+    TransportBase,
+)
 from ._codec import EventCodec
 from ._registry import ENTRY_POINT_GROUP, Backend, redact_url, register_backend
 from ._validate import (
@@ -46,8 +58,14 @@ __all__ = [
     "MAX_REASON",
     "ON_DEAD_CHOICES",
     "RESERVED_PREFIX",
+    "AsyncClosing",
+    "AsyncTransportBase",
     "Backend",
+    "Closing",
     "EventCodec",
+    "Operation",
+    "Operations",
+    "TransportBase",
     "buried_reason",
     "check_delay",
     "check_group_id",

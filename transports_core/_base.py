@@ -1,0 +1,246 @@
+"""What every backend's transport class would otherwise write again: the one-line public
+methods that hand an operation to the backend's runner, and the context-manager pair.
+
+A backend builds its operations in one module (``_ops``) that offers the builder names of
+`Operations`, each returning an `Operation` of the call's value type, and runs them with
+one method of its own, ``_run(op)``. `TransportBase` (sync) and `AsyncTransportBase`
+(async) then implement every method of `Transport` and `TransportAdmin` except ``claim``
+and ``close``, which wait and release in each backend's own way. Each method is one call
+of a builder and one of ``_run``, so the hot path (publish, ack) costs no more than a
+method written out in the backend.
+
+Imports only ``_models``, ``_admin`` and ``_codec``; knows nothing of any backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any, Generic, Protocol, TypeVar
+
+from ._admin import DeadLetter, GroupInfo, HeldGroup, QueueStats
+from ._codec import EventCodec
+from ._models import Lease
+
+try:
+    from typing import Self
+except ImportError:  # Python 3.10
+    from typing_extensions import Self
+
+__all__ = [
+    "AsyncClosing",
+    "AsyncTransportBase",
+    "Closing",
+    "Operation",
+    "Operations",
+    "TransportBase",
+]
+
+E = TypeVar("E")
+T = TypeVar("T")
+
+
+class Operation(Generic[T]):
+    """The root type of a backend's operations: one call, its arguments already checked,
+    that the backend's runner turns into a value of type ``T`` (or an error).
+
+    It has no members: what a runner asks of an operation (statements and their rows, a
+    script and its reply) is the backend's to define, on a subclass of its own. The type
+    parameter is what this class is for: it ties each builder of `Operations` to the
+    value that ``_run`` returns for its operation. Slotted and empty, so it costs nothing
+    to build.
+    """
+
+    __slots__ = ()
+
+
+class Operations(Protocol):
+    """The builders a backend's operations module offers, by the same names in every
+    backend, each checking its arguments as it builds (so bad input never reaches the
+    store) and returning the `Operation` that the transport method of the same name runs.
+
+    A backend passes its module itself: ``_ops = _ops`` in its transport classes.
+    """
+
+    def Publish(
+        self, codec: EventCodec[Any], group_id: str, event: object, priority: int, /
+    ) -> Operation[int]: ...
+
+    def PublishMany(
+        self, codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]], /
+    ) -> Operation[list[int]]: ...
+
+    def Ack(self, lease: Lease[Any], /) -> Operation[None]: ...
+
+    def Nack(self, lease: Lease[Any], delay: float, /) -> Operation[None]: ...
+
+    def Extend(self, lease: Lease[T], visibility: float, /) -> Operation[Lease[T]]: ...
+
+    def Bury(self, lease: Lease[Any], reason: str, on_dead: str, /) -> Operation[None]: ...
+
+    def Stats(self) -> Operation[QueueStats]: ...
+
+    def Groups(self, limit: int, /) -> Operation[list[GroupInfo]]: ...
+
+    def DeadLetters(self, limit: int | None, /) -> Operation[list[DeadLetter]]: ...
+
+    def HeldGroups(self) -> Operation[list[HeldGroup]]: ...
+
+    def Requeue(self, seq: int, /) -> Operation[bool]: ...
+
+    def Discard(self, seq: int, /) -> Operation[bool]: ...
+
+    def PurgeGroup(self, group_id: str, /) -> Operation[int]: ...
+
+
+class Closing:
+    """``with obj:`` closes ``obj`` at the end: `__enter__` returns it, `__exit__` calls
+    its ``close()``."""
+
+    __slots__ = ()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        t: type[BaseException] | None,
+        e: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> None:
+        self.close()
+
+
+class AsyncClosing:
+    """`Closing` for ``async with``: `__aexit__` awaits ``close()``."""
+
+    __slots__ = ()
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        t: type[BaseException] | None,
+        e: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> None:
+        await self.close()
+
+
+class TransportBase(Closing, Generic[E]):
+    """A sync transport's public methods, over the backend's `Operations` and runner.
+
+    A subclass sets ``_ops`` (its operations module), ``_codec`` (the `EventCodec` of its
+    event type) and ``_on_dead`` (its ``on_dead`` option), implements ``_run(op)``, which
+    runs one `Operation` and returns its value, and writes ``claim`` and ``close``. It
+    then satisfies `Transport` and `TransportAdmin`, whose docstrings are the contract.
+    """
+
+    _ops: Operations
+    _codec: EventCodec[E]
+    _on_dead: str
+
+    def _run(self, op: Operation[T]) -> T:
+        """Run ``op`` in one transaction (or one script call) and return its value."""
+        raise NotImplementedError
+
+    def publish(self, group_id: str, event: E, priority: int = 0) -> int:
+        return self._run(self._ops.Publish(self._codec, group_id, event, priority))
+
+    def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
+        return self._run(self._ops.PublishMany(self._codec, items))
+
+    def ack(self, lease: Lease[object]) -> None:
+        self._run(self._ops.Ack(lease))
+
+    def nack(self, lease: Lease[object], delay: float = 0) -> None:
+        self._run(self._ops.Nack(lease, delay))
+
+    def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
+        return self._run(self._ops.Extend(lease, visibility))
+
+    def bury(self, lease: Lease[object], reason: str) -> None:
+        self._run(self._ops.Bury(lease, reason, self._on_dead))
+
+    def stats(self) -> QueueStats:
+        return self._run(self._ops.Stats())
+
+    def groups(self, limit: int = 10) -> list[GroupInfo]:
+        return self._run(self._ops.Groups(limit))
+
+    def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        return self._run(self._ops.DeadLetters(limit))
+
+    def held_groups(self) -> list[HeldGroup]:
+        return self._run(self._ops.HeldGroups())
+
+    def requeue(self, seq: int) -> bool:
+        return self._run(self._ops.Requeue(seq))
+
+    def discard(self, seq: int) -> bool:
+        return self._run(self._ops.Discard(seq))
+
+    def purge_group(self, group_id: str) -> int:
+        return self._run(self._ops.PurgeGroup(group_id))
+
+
+class AsyncTransportBase(AsyncClosing, Generic[E]):
+    """`TransportBase` for the async twin: the same methods as coroutines, over an
+    awaitable ``_run(op)``; it then satisfies `AsyncTransport` and `AsyncTransportAdmin`.
+    """
+
+    _ops: Operations
+    _codec: EventCodec[E]
+    _on_dead: str
+
+    async def _run(self, op: Operation[T]) -> T:
+        """Run ``op`` in one transaction (or one script call) and return its value."""
+        raise NotImplementedError
+
+    async def publish(self, group_id: str, event: E, priority: int = 0) -> int:
+        return await self._run(self._ops.Publish(self._codec, group_id, event, priority))
+
+    async def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
+        return await self._run(self._ops.PublishMany(self._codec, items))
+
+    async def ack(self, lease: Lease[object]) -> None:
+        await self._run(self._ops.Ack(lease))
+
+    async def nack(self, lease: Lease[object], delay: float = 0) -> None:
+        await self._run(self._ops.Nack(lease, delay))
+
+    async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
+        return await self._run(self._ops.Extend(lease, visibility))
+
+    async def bury(self, lease: Lease[object], reason: str) -> None:
+        await self._run(self._ops.Bury(lease, reason, self._on_dead))
+
+    async def stats(self) -> QueueStats:
+        return await self._run(self._ops.Stats())
+
+    async def groups(self, limit: int = 10) -> list[GroupInfo]:
+        return await self._run(self._ops.Groups(limit))
+
+    async def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        return await self._run(self._ops.DeadLetters(limit))
+
+    async def held_groups(self) -> list[HeldGroup]:
+        return await self._run(self._ops.HeldGroups())
+
+    async def requeue(self, seq: int) -> bool:
+        return await self._run(self._ops.Requeue(seq))
+
+    async def discard(self, seq: int) -> bool:
+        return await self._run(self._ops.Discard(seq))
+
+    async def purge_group(self, group_id: str) -> int:
+        return await self._run(self._ops.PurgeGroup(group_id))
