@@ -15,26 +15,12 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from functools import partial
-from types import TracebackType
 from typing import Any, Generic, TypeVar, cast
 
-from transports_core import (
-    DeadLetter,
-    Event,
-    GroupInfo,
-    HeldGroup,
-    Lease,
-    QueueStats,
-    TransportError,
-)
-from transports_core.backend import EventCodec, check_wait
-
-try:
-    from typing import Self
-except ImportError:  # Python 3.10
-    from typing_extensions import Self
+from transports_core import Event, Lease, TransportError
+from transports_core.backend import AsyncTransportBase, EventCodec, check_wait
 
 from . import _ops
 from ._sync import Engine, watcher_for
@@ -167,12 +153,15 @@ class _Call(Generic[T]):
         self.run, self.future, self.loop, self.undo = run, future, loop, undo
 
 
-class AsyncSqliteTransport(Generic[E]):
+class AsyncSqliteTransport(AsyncTransportBase[E]):
     """A durable transport in one SQLite file (or in memory), for asyncio."""
+
+    _ops = _ops
 
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
         self._options = options
-        self._codec: EventCodec[E] = EventCodec(event_type)
+        self._codec = EventCodec(event_type)
+        self._on_dead = options.on_dead
         self._claims = _ops.Claims(options.max_attempts, options.on_dead)
         self._thread = _Thread("transports-sqlite")
         self._engine: Engine | None = None
@@ -198,7 +187,7 @@ class AsyncSqliteTransport(Generic[E]):
         except TransportError:
             raise TransportError(f"{self!r} is closed") from None
 
-    async def _run(self, op: _ops.Op[T]) -> T:
+    async def _run(self, op: _ops.Op[T]) -> T:  # type: ignore[override]  # its own _ops' only
         return await self._submit(partial(self._perform, op))
 
     async def _claim(self, op: _ops.Claim) -> _ops.Claimed | None:
@@ -255,12 +244,6 @@ class AsyncSqliteTransport(Generic[E]):
             watcher.close()
         return None
 
-    async def publish(self, group_id: str, event: E, priority: int = 0) -> int:
-        return await self._run(_ops.Publish(self._codec, group_id, event, priority))
-
-    async def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
-        return await self._run(_ops.publish_many(self._codec, items))
-
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
@@ -274,39 +257,6 @@ class AsyncSqliteTransport(Generic[E]):
                 await self._submit(lambda: self._engine_here().idle())
             return None
         return claimed.lease(self._codec)
-
-    async def ack(self, lease: Lease[object]) -> None:
-        await self._run(_ops.Ack(lease))
-
-    async def nack(self, lease: Lease[object], delay: float = 0) -> None:
-        await self._run(_ops.Nack(lease, delay))
-
-    async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
-        return await self._run(_ops.Extend(lease, visibility))
-
-    async def bury(self, lease: Lease[object], reason: str) -> None:
-        await self._run(_ops.bury(lease, reason, self._options.on_dead))
-
-    async def stats(self) -> QueueStats:
-        return await self._run(_ops.stats())
-
-    async def groups(self, limit: int = 10) -> list[GroupInfo]:
-        return await self._run(_ops.groups(limit))
-
-    async def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
-        return await self._run(_ops.dead_letters(limit))
-
-    async def held_groups(self) -> list[HeldGroup]:
-        return await self._run(_ops.held_groups())
-
-    async def requeue(self, seq: int) -> bool:
-        return await self._run(_ops.requeue(seq))
-
-    async def discard(self, seq: int) -> bool:
-        return await self._run(_ops.discard(seq))
-
-    async def purge_group(self, group_id: str) -> int:
-        return await self._run(_ops.purge_group(group_id))
 
     async def close(self) -> None:
         if self._closed:
@@ -326,18 +276,6 @@ class AsyncSqliteTransport(Generic[E]):
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} sqlite:///{self._options.path}>"

@@ -6,7 +6,8 @@ from its rows whether that was all; otherwise (or when it has no first statement
 steps are a generator that yields `Stmt` objects, receives a `Result` for each, and
 returns the value or raises `LeaseLost`. No operation does I/O, reads a clock or imports
 a driver: the engine opens the transaction, runs the statements, and commits once the
-operation has its value.
+operation has its value. The builders of the public methods' operations go by the names
+of core's `Operations` (`Ack`, `Stats`, ...), whether they are classes or functions.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Final, Generic, Literal, NamedTuple, TypeVar
+from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 from transports_core import (
     DeadLetter,
@@ -31,6 +32,7 @@ from transports_core import (
 )
 from transports_core.backend import (
     EventCodec,
+    Operation,
     buried_reason,
     check_delay,
     check_group_id,
@@ -90,7 +92,7 @@ class NotFinished:
 MORE: Final = NotFinished()
 
 
-class Op(Generic[T]):
+class Op(Operation[T]):
     """An operation, checked and ready to run in one transaction, opened with `begin`
     (None: AUTOCOMMIT). An op that only moves a lease is not `durable` (see
     `lease_durability`); one that cannot make a message deliverable does not `wake`
@@ -229,7 +231,7 @@ class Publish(Op[int]):
         return seq
 
 
-def publish_many(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> Op[list[int]]:
+def PublishMany(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> Op[list[int]]:
     encoded = codec.encode_items(items)
 
     def steps(now: float) -> Steps[list[int]]:
@@ -382,7 +384,7 @@ def _bury(
     yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
 
 
-def bury(lease: Lease[object], reason: str, on_dead: str) -> Op[None]:
+def Bury(lease: Lease[object], reason: str, on_dead: str) -> Op[None]:
     """Dead-letter the leased head now, fenced like an ack."""
     lease = check_lease(lease)
     stored = buried_reason(check_reason(reason))
@@ -520,7 +522,7 @@ def _priority_stats(priority: int, counts: Sequence[int], dead: int) -> Priority
     return PriorityStats(priority, ready, in_flight, parked, dead)
 
 
-def stats() -> Op[QueueStats]:
+def Stats() -> Op[QueueStats]:
     def steps(now: float) -> Steps[QueueStats]:
         live = {
             row[0]: row[1:]
@@ -564,7 +566,7 @@ def _group_info(row: Sequence[Any], now: float) -> GroupInfo:
     )
 
 
-def groups(limit: int) -> Op[list[GroupInfo]]:
+def Groups(limit: int) -> Op[list[GroupInfo]]:
     limit = check_limit(limit)
 
     def steps(now: float) -> Steps[list[GroupInfo]]:
@@ -574,7 +576,7 @@ def groups(limit: int) -> Op[list[GroupInfo]]:
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
-def dead_letters(limit: int | None) -> Op[list[DeadLetter]]:
+def DeadLetters(limit: int | None) -> Op[list[DeadLetter]]:
     params = {"limit": -1 if limit is None else check_limit(limit)}  # LIMIT -1: no limit
 
     def steps(now: float) -> Steps[list[DeadLetter]]:
@@ -587,7 +589,7 @@ def dead_letters(limit: int | None) -> Op[list[DeadLetter]]:
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
-def held_groups() -> Op[list[HeldGroup]]:
+def HeldGroups() -> Op[list[HeldGroup]]:
     def steps(now: float) -> Steps[list[HeldGroup]]:
         rows = (yield Stmt(sql.LIST_HELD_GROUPS)).rows
         return [
@@ -598,7 +600,7 @@ def held_groups() -> Op[list[HeldGroup]]:
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
-def requeue(seq: int) -> Op[bool]:
+def Requeue(seq: int) -> Op[bool]:
     seq = check_seq(seq)
 
     def steps(now: float) -> Steps[bool]:
@@ -634,7 +636,7 @@ def requeue(seq: int) -> Op[bool]:
     return Plan(steps)
 
 
-def discard(seq: int) -> Op[bool]:
+def Discard(seq: int) -> Op[bool]:
     seq = check_seq(seq)
 
     def steps(now: float) -> Steps[bool]:
@@ -651,7 +653,7 @@ def discard(seq: int) -> Op[bool]:
     return Plan(steps)
 
 
-def purge_group(group_id: str) -> Op[int]:
+def PurgeGroup(group_id: str) -> Op[int]:
     params = {"group_id": check_group_id(group_id)}
 
     def steps(now: float) -> Steps[int]:

@@ -11,25 +11,10 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
-from types import TracebackType
-from typing import Generic, TypeVar
+from typing import TypeVar
 
-from transports_core import (
-    DeadLetter,
-    Event,
-    GroupInfo,
-    HeldGroup,
-    Lease,
-    QueueStats,
-    TransportError,
-)
-from transports_core.backend import EventCodec, check_wait
-
-try:
-    from typing import Self
-except ImportError:  # Python 3.10
-    from typing_extensions import Self
+from transports_core import Event, Lease, TransportError
+from transports_core.backend import EventCodec, TransportBase, check_wait
 
 from . import _ops
 from . import _sql as sql
@@ -194,17 +179,20 @@ def watcher_for(options: SqliteOptions) -> Watcher:
     return Watcher(None if options.memory else options.path)
 
 
-class SqliteTransport(Generic[E]):
+class SqliteTransport(TransportBase[E]):
     """A durable transport in one SQLite file (or in memory), over sqlite3."""
+
+    _ops = _ops
 
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
         self._options = options
-        self._codec: EventCodec[E] = EventCodec(event_type)
+        self._codec = EventCodec(event_type)
+        self._on_dead = options.on_dead
         self._claims = _ops.Claims(options.max_attempts, options.on_dead)
         self._lock = threading.Lock()
         self._engine = Engine(options)
 
-    def _run(self, op: _ops.Op[T]) -> T:
+    def _run(self, op: _ops.Op[T]) -> T:  # type: ignore[override]  # its own _ops' only
         with self._lock:
             return self._engine.run(op)
 
@@ -240,12 +228,6 @@ class SqliteTransport(Generic[E]):
             watcher.close()
         return None
 
-    def publish(self, group_id: str, event: E, priority: int = 0) -> int:
-        return self._run(_ops.Publish(self._codec, group_id, event, priority))
-
-    def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
-        return self._run(_ops.publish_many(self._codec, items))
-
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
@@ -260,57 +242,12 @@ class SqliteTransport(Generic[E]):
             return None
         return claimed.lease(self._codec)
 
-    def ack(self, lease: Lease[object]) -> None:
-        self._run(_ops.Ack(lease))
-
-    def nack(self, lease: Lease[object], delay: float = 0) -> None:
-        self._run(_ops.Nack(lease, delay))
-
-    def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
-        return self._run(_ops.Extend(lease, visibility))
-
-    def bury(self, lease: Lease[object], reason: str) -> None:
-        self._run(_ops.bury(lease, reason, self._options.on_dead))
-
-    def stats(self) -> QueueStats:
-        return self._run(_ops.stats())
-
-    def groups(self, limit: int = 10) -> list[GroupInfo]:
-        return self._run(_ops.groups(limit))
-
-    def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
-        return self._run(_ops.dead_letters(limit))
-
-    def held_groups(self) -> list[HeldGroup]:
-        return self._run(_ops.held_groups())
-
-    def requeue(self, seq: int) -> bool:
-        return self._run(_ops.requeue(seq))
-
-    def discard(self, seq: int) -> bool:
-        return self._run(_ops.discard(seq))
-
-    def purge_group(self, group_id: str) -> int:
-        return self._run(_ops.purge_group(group_id))
-
     def close(self) -> None:
         # Waiting claims are nudged first: they hold the lock only between their looks.
         for watcher in tuple(self._engine.waiters):
             watcher.nudge()
         with self._lock:
             self._engine.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} sqlite:///{self._options.path}>"

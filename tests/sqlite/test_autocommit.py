@@ -71,10 +71,10 @@ CODEC: EventCodec[Event] = EventCodec(Event)
         (lambda lease: _ops.Nack(lease, 0), None),
         (lambda lease: _ops.Nack(lease, 3), None),
         (lambda lease: _ops.Extend(lease, 3), None),
-        (lambda lease: _ops.publish_many(CODEC, [("g", Event(), 0)]), sql.BEGIN_WRITE),
+        (lambda lease: _ops.PublishMany(CODEC, [("g", Event(), 0)]), sql.BEGIN_WRITE),
         (lambda lease: _ops.Claim("w", 3, 0), sql.BEGIN_WRITE),
-        (lambda lease: _ops.requeue(1), sql.BEGIN_WRITE),
-        (lambda lease: _ops.stats(), sql.BEGIN_READ),
+        (lambda lease: _ops.Requeue(1), sql.BEGIN_WRITE),
+        (lambda lease: _ops.Stats(), sql.BEGIN_READ),
     ],
 )
 def test_each_operation_declares_how_it_runs(op: Any, begin: str | None) -> None:

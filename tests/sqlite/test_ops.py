@@ -146,12 +146,12 @@ def test_claim_counts_deliveries_from_a_requeue() -> None:
 
 
 def test_bury_checks_the_fence_then_dead_letters_under_the_policy() -> None:
-    stmts, _ = drive(_ops.bury(LEASE, "bad input", "hold"), [Result([(1,)], 1), DONE, DONE, DONE])
+    stmts, _ = drive(_ops.Bury(LEASE, "bad input", "hold"), [Result([(1,)], 1), DONE, DONE, DONE])
     assert bound(stmts[0]) == (sql.HOLDS_LEASE, FENCE)
     assert bound(stmts[1])[1]["reason"] == "buried: bad input"
     assert [s.sql for s in stmts[2:]] == [sql.HOLD_GROUP, sql.FORGET_REQUEUED]
     with pytest.raises(LeaseLost):
-        drive(_ops.bury(LEASE, "bad input", "release"), [NOTHING])
+        drive(_ops.Bury(LEASE, "bad input", "release"), [NOTHING])
 
 
 def test_claim_takes_now_from_its_caller() -> None:
@@ -232,7 +232,7 @@ def test_publish_inserts_the_encoded_event_and_returns_the_seq() -> None:
 
 def test_publish_many_links_each_group_once_then_appends_chained_rows() -> None:
     items = [("g", Event(i=1), 0), ("h", Event(i=2), 4), ("g", Event(i=3), 1)]
-    stmts, value = drive(_ops.publish_many(CODEC, items), [Result([(10,)], 1), DONE, DONE, DONE])
+    stmts, value = drive(_ops.PublishMany(CODEC, items), [Result([(10,)], 1), DONE, DONE, DONE])
     assert stmts == [
         Stmt(sql.LAST_SEQ),
         # each group's first message in the batch goes behind the group's tail
@@ -252,7 +252,7 @@ def test_publish_many_links_each_group_once_then_appends_chained_rows() -> None:
 
 
 def test_publish_many_of_nothing_runs_no_statement() -> None:
-    assert drive(_ops.publish_many(CODEC, []), []) == ([], [])
+    assert drive(_ops.PublishMany(CODEC, []), []) == ([], [])
 
 
 # setup
@@ -303,7 +303,7 @@ BAD_BUILDS: dict[str, tuple[Callable[[], object], type[Exception], str]] = {
     "empty group": (lambda: _ops.Publish(CODEC, "", Event(), 0), ValueError, "group_id"),
     "priority -1": (lambda: _ops.Publish(CODEC, "g", Event(), -1), ValueError, "-1"),
     "dict event": (lambda: _ops.Publish(CODEC, "g", {"i": 1}, 0), TypeError, "{'i': 1}"),
-    "bad item": (lambda: _ops.publish_many(CODEC, [("g", 1, 0)]), TypeError, "items[0]"),
+    "bad item": (lambda: _ops.PublishMany(CODEC, [("g", 1, 0)]), TypeError, "items[0]"),
     "not a lease": (lambda: _ops.Ack("lease"), TypeError, "'lease'"),  # type: ignore[arg-type]
     "negative delay": (lambda: _ops.Nack(LEASE, -1), ValueError, "-1"),
     "nan visibility": (lambda: _ops.Extend(LEASE, float("nan")), ValueError, "nan"),
