@@ -1,5 +1,6 @@
-"""Helpers shared by the SQLite tests: a clock the test moves by hand, and ways to look at
-a queue file from outside the transport under test (a separate, plain sqlite3 connection)."""
+"""Helpers shared by the SQLite tests: ways to look at a queue file from outside the
+transport under test (a separate, plain sqlite3 connection). The clock the tests move by
+hand is core's public `ManualClock`."""
 
 from __future__ import annotations
 
@@ -13,19 +14,6 @@ if TYPE_CHECKING:
     from transports_sqlite import SqliteTransport
 
 SIDECARS = ("-wal", "-shm", "-journal")
-
-
-class FakeClock:
-    """Epoch seconds that move only when the test says so."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def query(path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

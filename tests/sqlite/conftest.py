@@ -7,16 +7,15 @@ from typing import Any
 import pytest
 
 from transports_core import Event, open_transport
+from transports_core.conformance import ManualClock
 from transports_sqlite import SqliteTransport
-
-from ._support import FakeClock
 
 OpenDb = Callable[..., SqliteTransport[Any]]
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock(1_000_000.0)
 
 
 @pytest.fixture
@@ -25,7 +24,7 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def open_db(db_path: Path, clock: FakeClock) -> Iterator[OpenDb]:
+def open_db(db_path: Path, clock: ManualClock) -> Iterator[OpenDb]:
     """Opens (another) transport on ``db_path`` through the public URL entry point, driven
     by the fake ``clock`` unless told otherwise; every one is closed at teardown."""
     opened: list[SqliteTransport[Any]] = []

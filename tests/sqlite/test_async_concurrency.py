@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from transports_core import Event, Lease, LeaseLost, open_async_transport, open_transport
+from transports_core.conformance import ManualClock
 from transports_sqlite import AsyncSqliteTransport
 
 GROUPS = 20
@@ -26,14 +27,6 @@ CREATE TEMP TRIGGER forced_rollback BEFORE UPDATE OF last_claimed_at ON main.gro
 WHEN abs(random()) % 4 = 0
 BEGIN SELECT RAISE(ABORT, 'forced rollback'); END
 """
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def run(coro: object) -> None:
@@ -159,7 +152,7 @@ def test_claim_cancelled_while_waiting_for_the_lock_returns_at_once_and_takes_no
 def test_claim_cancelled_at_any_point_leaves_a_consistent_queue(
     tmp_path: Path, yields: int
 ) -> None:
-    clock = FakeClock()
+    clock = ManualClock(1_000_000.0)
 
     async def main() -> None:
         async with open_async_transport(f"sqlite:///{tmp_path / 'q.db'}", clock=clock) as transport:

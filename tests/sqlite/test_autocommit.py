@@ -15,15 +15,16 @@ import pytest
 
 from transports_core import Event, Lease, LeaseLost
 from transports_core._codec import EventCodec
+from transports_core.conformance import ManualClock
 from transports_sqlite import SqliteTransport, _ops
 from transports_sqlite import _sql as sql
 
-from ._support import FakeClock, query, traced
+from ._support import query, traced
 from .conftest import OpenDb
 
 
 def test_single_statement_writes_send_sqlite_that_statement_only(
-    open_db: OpenDb, clock: FakeClock, db_path: Path
+    open_db: OpenDb, clock: ManualClock, db_path: Path
 ) -> None:
     # At synchronous=normal: at full, the lease moves are bracketed (test_durability).
     transport = open_db(synchronous="normal")

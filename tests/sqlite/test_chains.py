@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from transports_core import Event, Lease, LeaseLost, TransportError
+from transports_core.conformance import ManualClock
 from transports_sqlite import _sql as sql
 
-from ._support import FakeClock, chain_problems
+from ._support import chain_problems
 from .conftest import OpenDb
 
 GROUPS = ("a", "b", "c", "d")
@@ -51,7 +52,7 @@ def test_checker_finds_a_broken_chain(open_db: OpenDb, db_path: Path) -> None:
 
 @pytest.mark.parametrize("seed", range(12))
 def test_random_operations_keep_every_chain_whole(
-    open_db: OpenDb, db_path: Path, clock: FakeClock, seed: int
+    open_db: OpenDb, db_path: Path, clock: ManualClock, seed: int
 ) -> None:
     rng = random.Random(seed)
     handles = [

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from transports_core import Event, Lease, LeaseLost
+from transports_core.conformance import ManualClock
 from transports_sqlite import SqliteTransport
 
-from ._support import FakeClock, message_count, snapshot
+from ._support import message_count, snapshot
 
 Settle = Callable[[SqliteTransport[Any], Lease[Any]], object]
 SETTLE: dict[str, Settle] = {
@@ -31,7 +32,7 @@ def _claim(t: SqliteTransport[Any], worker: str, visibility: float = 10) -> Leas
 
 @pytest.mark.parametrize("settle", SETTLE.values(), ids=SETTLE.keys())
 def test_stale_lease_after_another_worker_reclaimed_raises_lease_lost(
-    transport: SqliteTransport[Any], clock: FakeClock, db_path: Path, settle: Settle
+    transport: SqliteTransport[Any], clock: ManualClock, db_path: Path, settle: Settle
 ) -> None:
     transport.publish("g", Event(i=1))
     stale = _claim(transport, "w1")
@@ -51,7 +52,7 @@ def test_stale_lease_after_another_worker_reclaimed_raises_lease_lost(
 
 
 def test_stale_lease_of_the_same_worker_after_its_own_reclaim_raises_lease_lost(
-    transport: SqliteTransport[Any], clock: FakeClock
+    transport: SqliteTransport[Any], clock: ManualClock
 ) -> None:
     transport.publish("g", Event(i=1))
     stale = _claim(transport, "w1")
@@ -92,7 +93,7 @@ def test_settling_after_nack_raises_lease_lost(
 
 @pytest.mark.parametrize("settle", SETTLE.values(), ids=SETTLE.keys())
 def test_settling_a_parked_message_with_its_old_lease_raises_lease_lost(
-    transport: SqliteTransport[Any], clock: FakeClock, settle: Settle
+    transport: SqliteTransport[Any], clock: ManualClock, settle: Settle
 ) -> None:
     transport.publish("g", Event(i=1))
     lease = _claim(transport, "w1")
@@ -118,7 +119,7 @@ def test_lease_with_another_worker_id_raises_lease_lost(
 
 @pytest.mark.parametrize("settle", SETTLE.values(), ids=SETTLE.keys())
 def test_lapsed_lease_nobody_reclaimed_still_settles(
-    transport: SqliteTransport[Any], clock: FakeClock, settle: Settle
+    transport: SqliteTransport[Any], clock: ManualClock, settle: Settle
 ) -> None:
     transport.publish("g", Event(i=1))
     lease = _claim(transport, "w1", visibility=10)
@@ -127,7 +128,7 @@ def test_lapsed_lease_nobody_reclaimed_still_settles(
 
 
 def test_lapsed_lease_nobody_reclaimed_can_be_acked(
-    transport: SqliteTransport[Any], clock: FakeClock, db_path: Path
+    transport: SqliteTransport[Any], clock: ManualClock, db_path: Path
 ) -> None:
     transport.publish("g", Event(i=1))
     lease = _claim(transport, "w1", visibility=10)
@@ -138,11 +139,11 @@ def test_lapsed_lease_nobody_reclaimed_can_be_acked(
 
 
 def test_extending_a_lapsed_lease_holds_the_group_again(
-    transport: SqliteTransport[Any], clock: FakeClock
+    transport: SqliteTransport[Any], clock: ManualClock
 ) -> None:
     transport.publish("g", Event(i=1))
     lease = _claim(transport, "w1", visibility=10)
     clock.advance(100)
     renewed = transport.extend(lease, 10)
-    assert renewed.expires_at == clock.now + 10
+    assert renewed.expires_at == clock.now() + 10
     assert transport.claim("w2", 10) is None

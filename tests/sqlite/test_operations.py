@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 
 from transports_core import Event, Lease, TransportError, open_transport
+from transports_core.conformance import ManualClock
 from transports_sqlite import SqliteTransport
 
-from ._support import FakeClock, message_count, query, snapshot
+from ._support import message_count, query, snapshot
 from .conftest import OpenDb
 
 
-def _drain(t: SqliteTransport[Any], clock: FakeClock) -> list[Lease[Any]]:
+def _drain(t: SqliteTransport[Any], clock: ManualClock) -> list[Lease[Any]]:
     """Claim and ack until nothing is deliverable, a second apart; return the leases."""
     leases = []
     while (lease := t.claim("w", visibility=30)) is not None:
@@ -35,7 +36,7 @@ def test_publish_returns_increasing_seqs(transport: SqliteTransport[Any]) -> Non
 
 
 def test_seqs_are_never_reused_after_ack_or_reopen(
-    open_db: OpenDb, clock: FakeClock, db_path: Path
+    open_db: OpenDb, clock: ManualClock, db_path: Path
 ) -> None:
     first = open_db()
     old = [first.publish("g", Event(i=i)) for i in range(3)]
@@ -99,7 +100,7 @@ def test_min_priority_floor_skips_lower_groups_only(transport: SqliteTransport[A
 
 
 def test_claim_serves_never_claimed_groups_first_in_order_of_oldest_message(
-    transport: SqliteTransport[Any], clock: FakeClock
+    transport: SqliteTransport[Any], clock: ManualClock
 ) -> None:
     transport.publish("a", Event(n="a1"))
     transport.publish("a", Event(n="a2"))
@@ -116,7 +117,7 @@ def test_claim_serves_never_claimed_groups_first_in_order_of_oldest_message(
 
 
 def test_claim_serves_the_group_claimed_longest_ago(
-    transport: SqliteTransport[Any], clock: FakeClock
+    transport: SqliteTransport[Any], clock: ManualClock
 ) -> None:
     for n in range(3):
         for group in "abc":
@@ -125,7 +126,9 @@ def test_claim_serves_the_group_claimed_longest_ago(
     assert order == ["a0", "b0", "c0", "a1", "b1", "c1", "a2", "b2", "c2"]
 
 
-def test_claim_keeps_fifo_within_a_group(transport: SqliteTransport[Any], clock: FakeClock) -> None:
+def test_claim_keeps_fifo_within_a_group(
+    transport: SqliteTransport[Any], clock: ManualClock
+) -> None:
     seqs = [transport.publish("g", Event(i=i)) for i in range(5)]
     leases = _drain(transport, clock)
     assert [lease.seq for lease in leases] == seqs
@@ -155,13 +158,15 @@ def test_claim_leases_one_message_per_group_at_a_time(
     assert (after.group_id, after.event.i) == ("g", 2)
 
 
-def test_claim_returns_the_lease_fields(transport: SqliteTransport[Any], clock: FakeClock) -> None:
+def test_claim_returns_the_lease_fields(
+    transport: SqliteTransport[Any], clock: ManualClock
+) -> None:
     seq = transport.publish("g", Event(kind="x"))
     lease = transport.claim("worker-7", visibility=12.5)
-    assert lease == Lease(seq, "g", Event(kind="x"), "worker-7", 1, clock.now + 12.5)
+    assert lease == Lease(seq, "g", Event(kind="x"), "worker-7", 1, clock.now() + 12.5)
 
 
-def test_lapsed_lease_counts_as_free(transport: SqliteTransport[Any], clock: FakeClock) -> None:
+def test_lapsed_lease_counts_as_free(transport: SqliteTransport[Any], clock: ManualClock) -> None:
     transport.publish("g", Event(i=1))
     first = transport.claim("w1", visibility=10)
     assert first is not None
@@ -177,7 +182,7 @@ def test_lapsed_lease_counts_as_free(transport: SqliteTransport[Any], clock: Fak
 
 
 def test_nack_with_delay_holds_the_group_until_the_delay_elapses(
-    transport: SqliteTransport[Any], clock: FakeClock
+    transport: SqliteTransport[Any], clock: ManualClock
 ) -> None:
     transport.publish("g", Event(i=1))
     transport.publish("g", Event(i=2))
@@ -211,7 +216,7 @@ def test_nack_without_delay_frees_the_message_at_once(
     assert (again.seq, again.worker_id, again.attempt) == (lease.seq, "w2", 2)
 
 
-def test_attempt_counts_deliveries(transport: SqliteTransport[Any], clock: FakeClock) -> None:
+def test_attempt_counts_deliveries(transport: SqliteTransport[Any], clock: ManualClock) -> None:
     transport.publish("g", Event(i=1))
     attempts = []
     for settle in ("nack", "park", "lapse", "ack"):
@@ -246,13 +251,13 @@ def test_ack_deletes_the_message_and_its_empty_group(
     assert query(db_path, "SELECT group_id FROM groups") == [("h",)]
 
 
-def test_extend_renews_the_lease(transport: SqliteTransport[Any], clock: FakeClock) -> None:
+def test_extend_renews_the_lease(transport: SqliteTransport[Any], clock: ManualClock) -> None:
     transport.publish("g", Event(i=1))
     lease = transport.claim("w1", visibility=10)
     assert lease is not None
     clock.advance(8)
     renewed = transport.extend(lease, visibility=10)
-    assert renewed == Lease(lease.seq, "g", lease.event, "w1", 1, clock.now + 10)
+    assert renewed == Lease(lease.seq, "g", lease.event, "w1", 1, clock.now() + 10)
     clock.advance(5)  # past the first expiry, within the renewed one
     assert transport.claim("w2", 10) is None
     transport.ack(renewed)
@@ -306,7 +311,7 @@ def test_use_after_close_raises_transport_error(
 
 
 def test_publish_many_returns_seqs_in_order(
-    transport: SqliteTransport[Any], clock: FakeClock
+    transport: SqliteTransport[Any], clock: ManualClock
 ) -> None:
     transport.publish("x", Event(i=-1))
     seqs = transport.publish_many(
@@ -319,7 +324,7 @@ def test_publish_many_returns_seqs_in_order(
 
 
 def test_publish_many_seqs_follow_a_gap_left_by_acks(
-    transport: SqliteTransport[Any], clock: FakeClock
+    transport: SqliteTransport[Any], clock: ManualClock
 ) -> None:
     last = transport.publish_many([("g", Event(i=i), 0) for i in range(3)])[-1]
     _drain(transport, clock)

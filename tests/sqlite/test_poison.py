@@ -10,9 +10,10 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from transports_core import Event, EventDecodeError, Lease, LeaseLost, TransportError
+from transports_core.conformance import ManualClock
 from transports_sqlite import SqliteTransport
 
-from ._support import FakeClock, query
+from ._support import query
 from .conftest import OpenDb
 
 
@@ -40,11 +41,11 @@ def _poison(t: SqliteTransport[Order], worker: str = "w1") -> EventDecodeError:
 
 
 def test_claim_of_an_undecodable_event_raises_carrying_the_lease(
-    strict: SqliteTransport[Order], clock: FakeClock, db_path: Path
+    strict: SqliteTransport[Order], clock: ManualClock, db_path: Path
 ) -> None:
     err = _poison(strict)
     assert isinstance(err, TransportError)
-    assert err.lease == Lease(1, "g", '{"legacy":"yes"}', "w1", 1, clock.now + 30)
+    assert err.lease == Lease(1, "g", '{"legacy":"yes"}', "w1", 1, clock.now() + 30)
     assert err.raw == '{"legacy":"yes"}'
     assert query(db_path, "SELECT event FROM messages WHERE seq = 1") == [(err.raw,)]
     assert "message 1 of group 'g' does not decode: order_id: Field required" in str(err)
@@ -76,7 +77,7 @@ def test_acking_the_poison_lease_lets_the_group_flow(
 
 
 def test_nacking_the_poison_lease_with_delay_parks_it(
-    strict: SqliteTransport[Order], clock: FakeClock
+    strict: SqliteTransport[Order], clock: ManualClock
 ) -> None:
     err = _poison(strict)
     strict.nack(err.lease, delay=60)
@@ -91,7 +92,7 @@ def test_nacking_the_poison_lease_with_delay_parks_it(
 
 
 def test_poison_lease_is_fenced_like_any_other(
-    strict: SqliteTransport[Order], clock: FakeClock
+    strict: SqliteTransport[Order], clock: ManualClock
 ) -> None:
     err = _poison(strict)
     other = strict.claim("w1", 30)
