@@ -10,29 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from types import TracebackType
-from typing import Any, Generic, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.pq import ConnStatus, TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from transports_core import (
-    DeadLetter,
-    Event,
-    GroupInfo,
-    HeldGroup,
-    Lease,
-    QueueStats,
-    TransportError,
-)
-from transports_core.backend import EventCodec, check_wait
-
-try:
-    from typing import Self
-except ImportError:  # Python 3.10
-    from typing_extensions import Self
+from transports_core import Event, Lease, TransportError
+from transports_core.backend import AsyncTransportBase, EventCodec, check_wait
 
 from . import _ops
 from . import _sql as sql
@@ -210,14 +196,17 @@ class _AsyncWaker:
             chore.cancel()
 
 
-class AsyncPostgresTransport(Generic[E]):
+class AsyncPostgresTransport(AsyncTransportBase[E]):
     """A durable transport in one PostgreSQL schema, over psycopg's async pool."""
+
+    _ops = _ops
 
     def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
         self._options = options
         self._schema = options.schema
         self._where = f"{options.display} (schema {options.schema})"
-        self._codec: EventCodec[E] = EventCodec(event_type)
+        self._codec = EventCodec(event_type)
+        self._on_dead = options.on_dead
         self._claims = _ops.Claims(options.max_attempts, options.on_dead)
         self._clock = options.clock
         self._closed = False
@@ -264,17 +253,12 @@ class AsyncPostgresTransport(Generic[E]):
             async with pool.connection() as conn:
                 return await perform(conn, self._schema, op, self._clock(), call)
 
-    async def _run(self, op: _ops.Operation[T]) -> T:
+    # Narrower than the base's: it only ever gets the operations of its own `_ops`.
+    async def _run(self, op: _ops.Operation[T]) -> T:  # type: ignore[override]
         if self._closed:
             raise TransportError(f"{self!r} is closed")
         pool = self._pool or await self._open()
         return await self._perform(pool, op)
-
-    async def publish(self, group_id: str, event: E, priority: int = 0) -> int:
-        return await self._run(_ops.Publish(self._codec, group_id, event, priority))
-
-    async def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
-        return await self._run(_ops.PublishMany(self._codec, items))
 
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
@@ -309,39 +293,6 @@ class AsyncPostgresTransport(Generic[E]):
             raise
         return None
 
-    async def ack(self, lease: Lease[object]) -> None:
-        await self._run(_ops.Ack(lease))
-
-    async def nack(self, lease: Lease[object], delay: float = 0) -> None:
-        await self._run(_ops.Nack(lease, delay))
-
-    async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
-        return await self._run(_ops.Extend(lease, visibility))
-
-    async def bury(self, lease: Lease[object], reason: str) -> None:
-        await self._run(_ops.Bury(lease, reason, self._options.on_dead))
-
-    async def stats(self) -> QueueStats:
-        return await self._run(_ops.Stats())
-
-    async def groups(self, limit: int = 10) -> list[GroupInfo]:
-        return await self._run(_ops.Groups(limit))
-
-    async def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
-        return await self._run(_ops.DeadLetters(limit))
-
-    async def held_groups(self) -> list[HeldGroup]:
-        return await self._run(_ops.HeldGroups())
-
-    async def requeue(self, seq: int) -> bool:
-        return await self._run(_ops.Requeue(seq))
-
-    async def discard(self, seq: int) -> bool:
-        return await self._run(_ops.Discard(seq))
-
-    async def purge_group(self, group_id: str) -> int:
-        return await self._run(_ops.PurgeGroup(group_id))
-
     async def close(self) -> None:
         if self._closed:
             return
@@ -351,18 +302,6 @@ class AsyncPostgresTransport(Generic[E]):
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._where}>"

@@ -12,7 +12,7 @@ the injected clock's reading, or None for the server's clock), no driver.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Sequence
-from typing import Any, ClassVar, Final, Generic, Literal, NamedTuple, TypeVar
+from typing import Any, ClassVar, Final, Literal, NamedTuple, TypeVar
 
 from transports_core import (
     DeadLetter,
@@ -25,6 +25,7 @@ from transports_core import (
     QueueStats,
     RequeueRefused,
     TransportError,
+    backend,
 )
 from transports_core.backend import (
     EventCodec,
@@ -83,7 +84,7 @@ _BEGIN: Final = Stmt(sql.BEGIN)
 _COMMIT: Final = Stmt(sql.COMMIT)
 
 
-class Operation(Generic[T]):
+class Operation(backend.Operation[T]):
     """One call, checked and ready to run. ``call`` names it in errors; ``writes`` says
     whether a lost connection leaves its outcome unknown; ``begin`` opens the transaction
     `steps` runs in."""

@@ -13,29 +13,15 @@ import functools
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
-from types import TracebackType
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.pq import ConnStatus
 from psycopg_pool import ConnectionPool
 
-from transports_core import (
-    DeadLetter,
-    Event,
-    GroupInfo,
-    HeldGroup,
-    Lease,
-    QueueStats,
-    TransportError,
-)
-from transports_core.backend import EventCodec, check_wait
-
-try:
-    from typing import Self
-except ImportError:  # Python 3.10
-    from typing_extensions import Self
+from transports_core import Event, Lease, TransportError
+from transports_core.backend import EventCodec, TransportBase, check_wait
 
 from . import _ops
 from . import _sql as sql
@@ -233,14 +219,17 @@ class _Waker:
         thread.join(LISTEN_TICK * 4)
 
 
-class PostgresTransport(Generic[E]):
+class PostgresTransport(TransportBase[E]):
     """A durable transport in one PostgreSQL schema, over a psycopg connection pool."""
+
+    _ops = _ops
 
     def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
         self._options = options
         self._schema = options.schema
         self._where = f"{options.display} (schema {options.schema})"
-        self._codec: EventCodec[E] = EventCodec(event_type)
+        self._codec = EventCodec(event_type)
+        self._on_dead = options.on_dead
         self._claims = _ops.Claims(options.max_attempts, options.on_dead)
         self._clock = options.clock
         self._closed = False
@@ -267,18 +256,13 @@ class PostgresTransport(Generic[E]):
             self._pool.close()
             raise
 
-    def _run(self, op: _ops.Operation[T]) -> T:
+    # Narrower than the base's: it only ever gets the operations of its own `_ops`.
+    def _run(self, op: _ops.Operation[T]) -> T:  # type: ignore[override]
         if self._closed:
             raise TransportError(f"{self!r} is closed")
         call = Call(op.call, op.writes)
         with postgres_errors(self._where, call), self._pool.connection() as conn:
             return perform(conn, self._schema, op, self._clock(), call)
-
-    def publish(self, group_id: str, event: E, priority: int = 0) -> int:
-        return self._run(_ops.Publish(self._codec, group_id, event, priority))
-
-    def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
-        return self._run(_ops.PublishMany(self._codec, items))
 
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
@@ -312,57 +296,12 @@ class PostgresTransport(Generic[E]):
             raise
         return None
 
-    def ack(self, lease: Lease[object]) -> None:
-        self._run(_ops.Ack(lease))
-
-    def nack(self, lease: Lease[object], delay: float = 0) -> None:
-        self._run(_ops.Nack(lease, delay))
-
-    def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
-        return self._run(_ops.Extend(lease, visibility))
-
-    def bury(self, lease: Lease[object], reason: str) -> None:
-        self._run(_ops.Bury(lease, reason, self._options.on_dead))
-
-    def stats(self) -> QueueStats:
-        return self._run(_ops.Stats())
-
-    def groups(self, limit: int = 10) -> list[GroupInfo]:
-        return self._run(_ops.Groups(limit))
-
-    def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
-        return self._run(_ops.DeadLetters(limit))
-
-    def held_groups(self) -> list[HeldGroup]:
-        return self._run(_ops.HeldGroups())
-
-    def requeue(self, seq: int) -> bool:
-        return self._run(_ops.Requeue(seq))
-
-    def discard(self, seq: int) -> bool:
-        return self._run(_ops.Discard(seq))
-
-    def purge_group(self, group_id: str) -> int:
-        return self._run(_ops.PurgeGroup(group_id))
-
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self._waker.close()
         self._pool.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._where}>"

@@ -187,7 +187,8 @@ class AsyncSqliteTransport(AsyncTransportBase[E]):
         except TransportError:
             raise TransportError(f"{self!r} is closed") from None
 
-    async def _run(self, op: _ops.Op[T]) -> T:  # type: ignore[override]  # its own _ops' only
+    # Narrower than the base's: it only ever gets the operations of its own `_ops`.
+    async def _run(self, op: _ops.Op[T]) -> T:  # type: ignore[override]
         return await self._submit(partial(self._perform, op))
 
     async def _claim(self, op: _ops.Claim) -> _ops.Claimed | None:

@@ -192,7 +192,8 @@ class SqliteTransport(TransportBase[E]):
         self._lock = threading.Lock()
         self._engine = Engine(options)
 
-    def _run(self, op: _ops.Op[T]) -> T:  # type: ignore[override]  # its own _ops' only
+    # Narrower than the base's: it only ever gets the operations of its own `_ops`.
+    def _run(self, op: _ops.Op[T]) -> T:  # type: ignore[override]
         with self._lock:
             return self._engine.run(op)
 
