@@ -13,27 +13,13 @@ import time
 import uuid
 import warnings
 from collections.abc import Iterable
-from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import redis.asyncio as aredis
 import redis.exceptions as rex
 
-from transports_core import (
-    DeadLetter,
-    Event,
-    GroupInfo,
-    HeldGroup,
-    Lease,
-    QueueStats,
-    TransportError,
-)
-from transports_core.backend import EventCodec, check_wait
-
-try:
-    from typing import Self
-except ImportError:  # Python 3.10
-    from typing_extensions import Self
+from transports_core import Event, Lease, TransportError
+from transports_core.backend import AsyncTransportBase, EventCodec, check_wait
 
 from . import _ops as ops
 from ._errors import connecting, redis_errors
@@ -45,12 +31,15 @@ E = TypeVar("E")
 T = TypeVar("T")
 
 
-class AsyncRedisTransport(Generic[E]):
+class AsyncRedisTransport(AsyncTransportBase[E]):
     """`RedisTransport` as coroutines, over ``redis.asyncio``."""
+
+    _ops = ops
 
     def __init__(self, options: RedisOptions, event_type: object = Event) -> None:
         self._options = options
-        self._codec: EventCodec[E] = EventCodec(event_type)
+        self._codec = EventCodec(event_type)
+        self._on_dead = options.on_dead
         self._keys = ops.queue_keys(options.queue, Script("keys", QUEUE_KEYS, (), ""))
         self._packer = ops.Packer(self._keys)
         self._close_key = ops.close_key(options.queue, uuid.uuid4().hex)
@@ -114,7 +103,8 @@ class AsyncRedisTransport(Generic[E]):
         if self._closed:
             raise TransportError(f"{self!r} is closed")
 
-    async def _run(self, op: ops.Op[T]) -> T:
+    # Narrower than the base's: it only ever gets the operations of its own `_ops`.
+    async def _run(self, op: ops.Op[T]) -> T:  # type: ignore[override]
         self._refuse_if_closed()
         return await self._perform(op)
 
@@ -202,10 +192,8 @@ class AsyncRedisTransport(Generic[E]):
         finally:
             self._waiting -= 1
 
-    async def publish(self, group_id: str, event: E, priority: int = 0) -> int:
-        return await self._run(ops.Publish(self._codec, group_id, event, priority))
-
     async def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
+        # The base's, but an empty batch sends no script at all.
         op = ops.PublishMany(self._codec, items)
         return await self._run(op) if op.count else []
 
@@ -241,39 +229,6 @@ class AsyncRedisTransport(Generic[E]):
                 return got.lease(self._codec)
         return None
 
-    async def ack(self, lease: Lease[object]) -> None:
-        await self._run(ops.Ack(lease))
-
-    async def nack(self, lease: Lease[object], delay: float = 0) -> None:
-        await self._run(ops.Nack(lease, delay))
-
-    async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
-        return await self._run(ops.Extend(lease, visibility))
-
-    async def bury(self, lease: Lease[object], reason: str) -> None:
-        await self._run(ops.Bury(lease, reason, self._options.on_dead))
-
-    async def stats(self) -> QueueStats:
-        return await self._run(ops.Stats())
-
-    async def groups(self, limit: int = 10) -> list[GroupInfo]:
-        return await self._run(ops.Groups(limit))
-
-    async def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
-        return await self._run(ops.DeadLetters(limit))
-
-    async def held_groups(self) -> list[HeldGroup]:
-        return await self._run(ops.HeldGroups())
-
-    async def requeue(self, seq: int) -> bool:
-        return await self._run(ops.Requeue(seq))
-
-    async def discard(self, seq: int) -> bool:
-        return await self._run(ops.Discard(seq))
-
-    async def purge_group(self, group_id: str) -> int:
-        return await self._run(ops.PurgeGroup(group_id))
-
     async def check(self) -> list[str]:
         """The broken invariants of the queue's structures (empty: sound); read-only."""
         return await self._run(ops.Check())
@@ -295,18 +250,6 @@ class AsyncRedisTransport(Generic[E]):
         # Calls in flight finish on their connections (a blocked claim was woken above)
         # and drop them as they end.
         await self._pool.disconnect(inuse_connections=False)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        await self.close()
 
     def _is_closed(self) -> bool:
         # A method, not a field: another thread or task may close while a claim waits.

@@ -11,7 +11,7 @@ driver import.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Final, Generic, NamedTuple, TypeVar
+from typing import Any, ClassVar, Final, NamedTuple, TypeVar
 
 from transports_core import (
     DeadLetter,
@@ -26,6 +26,7 @@ from transports_core import (
 )
 from transports_core.backend import (
     EventCodec,
+    Operation,
     buried_reason,
     check_delay,
     check_group_id,
@@ -97,7 +98,7 @@ def number(text: str | bytes | int) -> float:
     return float(text)
 
 
-class Op(Generic[T]):
+class Op(Operation[T]):
     """One script call: ``args(now)`` for it, ``result(reply)`` of it."""
 
     __slots__ = ()

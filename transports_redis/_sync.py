@@ -13,29 +13,15 @@ import time
 import uuid
 import warnings
 from collections.abc import Iterable
-from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import redis
 import redis.exceptions as rex
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from transports_core import (
-    DeadLetter,
-    Event,
-    GroupInfo,
-    HeldGroup,
-    Lease,
-    QueueStats,
-    TransportError,
-)
-from transports_core.backend import EventCodec, check_wait
-
-try:
-    from typing import Self
-except ImportError:  # Python 3.10
-    from typing_extensions import Self
+from transports_core import Event, Lease, TransportError
+from transports_core.backend import EventCodec, TransportBase, check_wait
 
 from . import _ops as ops
 from ._errors import connecting, redis_errors
@@ -83,12 +69,15 @@ def maxmemory_refusal(options: RedisOptions, info: str) -> str | None:
     )
 
 
-class RedisTransport(Generic[E]):
+class RedisTransport(TransportBase[E]):
     """A durable transport on a Redis server (or one cluster node's slot), over redis-py."""
+
+    _ops = ops
 
     def __init__(self, options: RedisOptions, event_type: object = Event) -> None:
         self._options = options
-        self._codec: EventCodec[E] = EventCodec(event_type)
+        self._codec = EventCodec(event_type)
+        self._on_dead = options.on_dead
         self._keys = ops.queue_keys(options.queue, Script("keys", QUEUE_KEYS, (), ""))
         self._packer = ops.Packer(self._keys)
         self._close_key = ops.close_key(options.queue, uuid.uuid4().hex)
@@ -144,7 +133,8 @@ class RedisTransport(Generic[E]):
             if self._closed:  # closed while this call ran: its connection goes too
                 conn.disconnect()
 
-    def _run(self, op: ops.Op[T]) -> T:
+    # Narrower than the base's: it only ever gets the operations of its own `_ops`.
+    def _run(self, op: ops.Op[T]) -> T:  # type: ignore[override]
         if self._closed:
             raise TransportError(f"{self!r} is closed")
         try:
@@ -227,10 +217,8 @@ class RedisTransport(Generic[E]):
 
     # -- the contract ----------------------------------------------------------------
 
-    def publish(self, group_id: str, event: E, priority: int = 0) -> int:
-        return self._run(ops.Publish(self._codec, group_id, event, priority))
-
     def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
+        # The base's, but an empty batch sends no script at all.
         op = ops.PublishMany(self._codec, items)
         return self._run(op) if op.count else []
 
@@ -265,41 +253,6 @@ class RedisTransport(Generic[E]):
                 return got.lease(self._codec)
         return None
 
-    def ack(self, lease: Lease[object]) -> None:
-        self._run(ops.Ack(lease))
-
-    def nack(self, lease: Lease[object], delay: float = 0) -> None:
-        self._run(ops.Nack(lease, delay))
-
-    def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
-        return self._run(ops.Extend(lease, visibility))
-
-    def bury(self, lease: Lease[object], reason: str) -> None:
-        self._run(ops.Bury(lease, reason, self._options.on_dead))
-
-    # -- admin -----------------------------------------------------------------------
-
-    def stats(self) -> QueueStats:
-        return self._run(ops.Stats())
-
-    def groups(self, limit: int = 10) -> list[GroupInfo]:
-        return self._run(ops.Groups(limit))
-
-    def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
-        return self._run(ops.DeadLetters(limit))
-
-    def held_groups(self) -> list[HeldGroup]:
-        return self._run(ops.HeldGroups())
-
-    def requeue(self, seq: int) -> bool:
-        return self._run(ops.Requeue(seq))
-
-    def discard(self, seq: int) -> bool:
-        return self._run(ops.Discard(seq))
-
-    def purge_group(self, group_id: str) -> int:
-        return self._run(ops.PurgeGroup(group_id))
-
     def check(self) -> list[str]:
         """The broken invariants of the queue's structures (empty: sound); read-only."""
         return self._run(ops.Check())
@@ -323,18 +276,6 @@ class RedisTransport(Generic[E]):
         # and drop them as they end: shutting a socket under a call would leave its outcome
         # unknown.
         self._pool.disconnect(inuse_connections=False)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        self.close()
 
     def _is_closed(self) -> bool:
         # A method, not a field: another thread or task may close while a claim waits.
