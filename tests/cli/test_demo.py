@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from transports_cli.demo._worker import decide
 from transports_core import Event, open_transport
+from transports_core.conformance.journal import read
 
 from ._command import transports, transports_on_a_terminal
 
@@ -18,20 +20,43 @@ VERDICT = re.compile(
 )
 
 
+FIGURES = re.compile(
+    r"^192 acks in [\d.]+ s from first claim to last release \([\d,]+ events/s\); "
+    r"(\d+) parks, (\d+) retries; [\d.]+ s in all$"
+)
+
+
 def test_quick_demo_passes_and_says_so(tmp_path: Path) -> None:
-    result = transports("demo", "--quick", "--seed", "3", "--dir", str(tmp_path))
+    result = transports("demo", "--quick", "--seed", "7", "--dir", str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("Published 192 events of 24 executions (priorities 0-4, seed 3)")
+    assert lines[0].startswith("Published 192 events of 24 executions (priorities 0-4, seed 7)")
     verdict = next(line for line in lines if line.startswith(("OK", "FAILED")))
     assert VERDICT.match(verdict), verdict
     assert VERDICT.match(verdict).groups() == ("192", "24", "2")  # type: ignore[union-attr]
-    # --dir keeps the database and one journal per worker, with every ack in it.
+    # --dir keeps the database and one journal per worker (the conformance journal's
+    # format), with every ack in it, and each park and retry the seed drew.
     journals = sorted(tmp_path.glob("*.journal"))
     assert len(journals) == 2
-    acks = [line for j in journals for line in j.read_text().splitlines() if line.startswith("ack")]
-    assert len(acks) == 192
+    entries = read(journals)
+    assert {e.worker for e in entries} == {"worker-0", "worker-1"}
+    assert sum(e.outcome == "ack" for e in entries) == 192
+    drawn = [decide(7, f"{g:04d}", step, 1) for g in range(24) for step in range(8)]
+    figures = next(m for line in lines if (m := FIGURES.match(line)))
+    parks, retries = map(int, figures.groups())
+    assert (
+        parks
+        == sum(d.action == "park" for d in drawn)
+        == sum(e.outcome == "retried" for e in entries)
+    )
+    assert (
+        retries
+        == sum(d.action == "retry" for d in drawn)
+        == sum(e.outcome == "failed" for e in entries)
+    )
+    assert parks > 0
+    assert retries > 0
     assert (tmp_path / "demo.db").is_file()
 
 

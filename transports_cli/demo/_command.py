@@ -27,8 +27,9 @@ from rich.live import Live
 from transports_cli._output import count_option, emit_json, url_argument
 from transports_cli.admin import refuse_busy
 from transports_core import Event, open_transport, redact_url
+from transports_core.conformance.journal import read
 
-from ._journal import Plan, Record, Verdict, parse_journal, verify
+from ._journal import Plan, Verdict, verify
 from ._live import DemoView
 from ._worker import WorkerSpec, work
 
@@ -54,19 +55,28 @@ class Outcome:
     journals: list[Path]
 
 
-def make_plan(settings: Settings, prefix: str) -> tuple[Plan, list[tuple[str, Event, int]]]:
-    """The groups, their priorities, and the events to publish, step by step across
-    groups (so every group exists, with its priority, after the first round)."""
+def make_items(settings: Settings, prefix: str) -> list[tuple[str, Event, int]]:
+    """The events to publish, with their groups' priorities, step by step across groups
+    (so every group exists, with its priority, after the first round)."""
     rng = random.Random(settings.seed)
     groups = [f"{prefix}{n:04d}" for n in range(settings.executions)]
     priorities = {group: rng.randrange(5) for group in groups}
-    items = [
+    return [
         (group, Event(step=step), priorities[group])
         for step in range(settings.events)
         for group in groups
     ]
+
+
+def make_plan(settings: Settings, items: list[tuple[str, Event, int]], seqs: list[int]) -> Plan:
+    """What was published (by seq, as ``publish_many`` returned them) and who has a floor."""
     floors = {"worker-0": URGENT} if settings.workers >= 3 else {}
-    return Plan(dict.fromkeys(groups, settings.events), priorities, floors), items
+    return Plan(
+        published={seq: group for seq, (group, _, _) in zip(seqs, items, strict=True)},
+        events=dict.fromkeys([group for group, _, _ in items], settings.events),
+        priorities={group: priority for group, _, priority in items},
+        floors=floors,
+    )
 
 
 def run_demo(
@@ -78,10 +88,10 @@ def run_demo(
 ) -> Outcome:
     started = time.monotonic()
     run_id = secrets.token_hex(3)
-    plan, items = make_plan(settings, prefix=f"demo-{run_id}-")
+    items = make_items(settings, prefix=f"demo-{run_id}-")
     with open_transport(url) as transport:
         refuse_busy(transport, url, "the demo")
-        transport.publish_many(items)
+        plan = make_plan(settings, items, transport.publish_many(items))
     with open_transport(url) as second:
         # The workers are other processes: a store that another connection cannot see
         # (an in-memory database) would leave them idle until the timeout.
@@ -107,17 +117,9 @@ def run_demo(
         )
         for n in range(settings.workers)
     ]
-    problems, finished = _work_off(settings, plan, specs, on_progress)
-
-    records: list[Record] = []
-    for spec in specs:
-        if spec.journal.exists():
-            with spec.journal.open() as lines:
-                found, unreadable = parse_journal(lines, spec.journal.name)
-            records += found
-            problems += unreadable
+    problems = _work_off(settings, plan, specs, on_progress)
     journals = [spec.journal for spec in specs]
-    verdict = verify(plan, records, problems, finished)
+    verdict = verify(plan, read(journals), problems)
     return Outcome(verdict, time.monotonic() - started, journals)
 
 
@@ -126,9 +128,9 @@ def _work_off(
     plan: Plan,
     specs: list[WorkerSpec],
     on_progress: Callable[[tuple[str, ...]], None],
-) -> tuple[list[str], bool]:
+) -> list[str]:
     """Run the workers until every event is acked, a worker fails, or time runs out;
-    return the problems seen and whether the workers saw every event acked."""
+    return the problems seen."""
     # spawn: a fresh interpreter per worker, with no inherited threads, locks or handles.
     context = multiprocessing.get_context("spawn")
     stop = context.Event()
@@ -169,7 +171,7 @@ def _work_off(
     for process in processes:
         if process.exitcode != 0 and process.name not in failed:
             problems.append(f"{process.name} exited with code {process.exitcode}")
-    return problems, acked >= plan.total
+    return problems
 
 
 def _reap(
@@ -233,7 +235,7 @@ def verdict_line(verdict: Verdict, workers: int) -> str:
 @click.option(
     "--seed",
     type=int,
-    help="Seed for priorities, parks, retries and extensions.  [default: random, printed]",
+    help="Seed for priorities, parks and retries.  [default: random, printed]",
 )
 @click.option(
     "--timeout",
@@ -263,9 +265,10 @@ def demo(
     processes, and verify from their journals that each execution's events were
     handled in order, one at a time, none lost or duplicated.
 
-    Workers sometimes park a message (nack with a delay), fail and retry it (nack at
-    once), or extend a lease. With three or more workers, worker-0 takes only groups
-    of priority 3 and up. URL defaults to a new SQLite file; another URL must name an
+    The workers run on the worker runtime (transports worker). Their handler
+    sometimes parks a message (raises Retry with a delay) or fails it (raises, and it
+    is retried at once). With three or more workers, worker-0 takes only groups of
+    priority 3 and up. URL defaults to a new SQLite file; another URL must name an
     empty queue. Exits 1 if the verdict fails.
 
     \b
@@ -328,7 +331,6 @@ def demo(
                 "acked": verdict.acked,
                 "parked": verdict.parked,
                 "retried": verdict.retried,
-                "extended": verdict.extended,
                 "seconds": round(verdict.span_ns / 1e9, 3),
                 "events_per_second": round(verdict.events_per_second, 1),
                 "wall_seconds": round(outcome.wall_seconds, 3),
@@ -345,7 +347,7 @@ def demo(
         click.echo(
             f"{verdict.acked} acks in {verdict.span_ns / 1e9:.2f} s from first claim to last "
             f"release ({verdict.events_per_second:,.0f} events/s); {verdict.parked} parks, "
-            f"{verdict.retried} retries, {verdict.extended} extensions; "
+            f"{verdict.retried} retries; "
             f"{outcome.wall_seconds:.2f} s in all"
         )
         if directory is not None:

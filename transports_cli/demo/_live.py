@@ -69,7 +69,7 @@ class DemoView:
             done = self._acked[group] >= self._plan.events[group]
             self._state[group] = "done" if done else "waiting"
             self.progress.advance(self._task)
-        else:  # retry, lost: back in the queue at once
+        else:  # retry, lost: back in the queue
             self._state[group] = "waiting"
             self._counts["retried"] += 1
 
