@@ -44,6 +44,17 @@ def hold(url: str, ready: str) -> None:
             time.sleep(1)
 
 
+def _drained(transport: object) -> bool:
+    from transports_core import TransportAdmin, TransportError
+
+    assert isinstance(transport, TransportAdmin)
+    try:
+        stats = transport.stats()
+    except TransportError:
+        return False
+    return (stats.ready, stats.in_flight, stats.parked) == (0, 0, 0)
+
+
 def resilient(url: str, worker_id: str, journal: str, stop: str) -> None:
     """Claim and ack through server restarts: a failed call is tried again a moment later.
     Journal, per message: ``acked SEQ`` once an ack returned, ``unknown SEQ`` when an ack
@@ -59,7 +70,9 @@ def resilient(url: str, worker_id: str, journal: str, stop: str) -> None:
                 time.sleep(0.1)
                 continue
             if lease is None:
-                if os.path.exists(stop):
+                # A lease whose ack failed still holds its group until it lapses: the work
+                # is done only when nothing is ready, in flight or parked.
+                if os.path.exists(stop) and _drained(transport):
                     return
                 continue
             try:
