@@ -10,7 +10,7 @@ driver import.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, ClassVar, Final, NamedTuple, TypeVar
 
 from transports_core import (
@@ -62,6 +62,11 @@ def queue_keys(queue: str, script: Script) -> list[str]:
 def _bulk(value: Arg) -> bytes:
     data = value.encode() if isinstance(value, str) else str(value).encode()
     return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def command(*args: Arg) -> bytes:
+    """One command in the server's wire format (RESP)."""
+    return b"".join([b"*%d\r\n" % len(args), *[_bulk(a) for a in args]])
 
 
 class Packer:
@@ -463,6 +468,22 @@ class Check(Op[list[str]]):
 
     def result(self, reply: Any) -> list[str]:
         return [str(x) for x in reply]
+
+
+def waiting(
+    wait: float, ceiling: float, monotonic: Callable[[], float]
+) -> Generator[float, Claimed | Idle | None, Claimed | None]:
+    """A claim that may wait ``wait`` seconds. Primed with `next`, it is sent what the
+    claim found, then what each new look found (None: the handle closed); it yields how
+    long to block before the next look, and returns the message leased, or None."""
+    deadline = monotonic() + wait
+    got = yield 0.0
+    while isinstance(got, Idle):
+        left = deadline - monotonic()
+        if left <= 0:
+            return None
+        got = yield wait_timeout(left, got, ceiling)
+    return got
 
 
 def wait_timeout(left: float, idle: Idle, ceiling: float) -> float:
