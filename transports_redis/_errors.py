@@ -67,9 +67,13 @@ def connecting(server: str) -> Iterator[None]:
         raise TransportError(f"{server}: the server refused the credentials ({exc})") from exc
     except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
         why = "cannot connect"
-        if "SSL" in str(exc) or "certificate" in str(exc):
-            why = (
-                "cannot connect: the TLS handshake failed (check ssl_ca_certs and the certificates)"
+        if server.startswith("rediss://"):
+            # A server that refuses our certificate may just drop the connection; the
+            # ssl module's own errors say ssl, whatever went wrong in the handshake.
+            seen = "the handshake failed" if "ssl" in str(exc).lower() else "if it is up"
+            why += (
+                f" over TLS ({seen}: check ssl_ca_certs, and ssl_certfile and ssl_keyfile "
+                "if the server asks for a client certificate)"
             )
         raise TransportError(f"{server}: {why} ({exc})") from exc
 

@@ -54,6 +54,7 @@ def pool_kwargs(options: RedisOptions, retry: Any = Retry) -> dict[str, Any]:
         "retry": retry(NoBackoff(), 0),
         "retry_on_error": [],
         "health_check_interval": 0,
+        **options.tls,
     }
     if options.db is not None:
         kwargs["db"] = options.db
