@@ -14,16 +14,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from conformance.test_redis import REDIS_CAPABILITIES
+from conformance import test_redis as conformance_redis
 from transports_core import (
-    AsyncTransport,
     Event,
-    Transport,
     TransportError,
     open_async_transport,
     open_transport,
 )
-from transports_core.conformance import AsyncTransportSuite, ManualClock, TransportSuite
 from transports_redis import RedisTransport
 
 from ._tls import PASSWORD, Certs, make_certs, tls_server
@@ -81,27 +78,13 @@ def _delete(port: int, certs: Certs, url: str) -> None:
 
 
 @pytest.mark.slow
-class TestRedisOverTls(_OverTls, TransportSuite):
-    capabilities = REDIS_CAPABILITIES
-
-    @pytest.fixture
-    def make_transport(self, transport_url: str, clock: ManualClock) -> object:
-        def factory(**options: object) -> Transport[Event]:
-            return open_transport(transport_url, clock=clock, **options)
-
-        return factory
+class TestRedisOverTls(_OverTls, conformance_redis.TestRedis):
+    """The shipped suite's Redis classes, each scenario's URL a TLS one."""
 
 
 @pytest.mark.slow
-class TestAsyncRedisOverTls(_OverTls, AsyncTransportSuite):
-    capabilities = REDIS_CAPABILITIES
-
-    @pytest.fixture
-    def make_async_transport(self, transport_url: str, clock: ManualClock) -> object:
-        def factory(**options: object) -> AsyncTransport[Event]:
-            return open_async_transport(transport_url, clock=clock, **options)
-
-        return factory
+class TestAsyncRedisOverTls(_OverTls, conformance_redis.TestAsyncRedis):
+    pass
 
 
 def test_the_plain_port_is_closed_so_every_call_above_was_tls(tls_port: int) -> None:
