@@ -122,7 +122,11 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
         if not self._checked:
             await self._open()
         script = op.script
-        return op.result(await self._send(self._call(op), script.source, op.writes, script.name))
+        got = op.result(await self._send(self._call(op), script.source, op.writes, script.name))
+        while got is ops.MORE:  # an admin call in chunks: one script each
+            call = self._call(op)
+            got = op.result(await self._send(call, script.source, op.writes, script.name))
+        return got
 
     async def _claim_once(self, op: ops.Claim) -> ops.Claimed | ops.Idle:
         # Checked here, not in the task: a claim that began before close() finishes as

@@ -257,7 +257,10 @@ class RedisTransport(Handle, TransportBase[E]):
     def _run(self, op: ops.Op[T]) -> T:  # type: ignore[override]
         self._refuse_if_closed()
         script = op.script
-        return op.result(self._send(self._call(op), script.source, op.writes, script.name))
+        got = op.result(self._send(self._call(op), script.source, op.writes, script.name))
+        while got is ops.MORE:  # an admin call in chunks: one script each
+            got = op.result(self._send(self._call(op), script.source, op.writes, script.name))
+        return got
 
     def _look(self, op: ops.Claim, timeout: float) -> ops.Claimed | ops.Idle | None:
         """Wait for a wake-up token (or this handle's close) for at most ``timeout``, then

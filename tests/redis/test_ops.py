@@ -67,7 +67,10 @@ def test_replies_are_read_exactly() -> None:
         ops.Ack(lease).result(0)
     with pytest.raises(RequeueRefused, match="worker 'w9'"):
         ops.Requeue(5).result([-1, "w9", "g"])
-    letters = ops.DeadLetters(None).result([5, "g", 2, "{}", 4, "x", "", 3, 3, "lapsed", "1.5", 1])
+    op = ops.DeadLetters(None)
+    assert op.args("") == (0, ops.CHUNK)
+    letters = op.result([5, "g", 2, "{}", 4, "x", "", 3, 3, "lapsed", "1.5", 1, 0])
+    assert isinstance(letters, list)
     assert letters[0].reason == exhausted_reason(3, 3, "lapsed")
     assert letters[0].held
 
