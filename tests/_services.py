@@ -38,14 +38,22 @@ class Service:
 
     name: str  # for messages: "PostgreSQL"
     variable: str  # the environment variable that names its URL
+    url_form: str  # what such a URL looks like, for messages
     local_url: str  # the default local address
     image: str  # the image testcontainers starts: "postgres:15"
-    how: str  # how a contributor makes a server available, for the skip message
     # Whether a server answers at a URL: None if it does, else why not (no password in it).
     answers: Callable[[str], str | None]
     # Start a container of an image (testcontainers is installed and Docker answers):
     # the server's URL, and how to stop the container.
     start_container: Callable[[str], tuple[str, Callable[[], None]]]
+
+    @property
+    def how(self) -> str:
+        """How a contributor makes a server available, for the skip message."""
+        return (
+            f"set {self.variable}={self.url_form}, start a server at "
+            f"{redact_url(self.local_url)}, or install testcontainers where a Docker engine runs"
+        )
 
 
 @dataclass(frozen=True)

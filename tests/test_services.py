@@ -84,7 +84,7 @@ def test_with_no_server_anywhere_the_message_says_what_each_step_found(
     assert nowhere.local_url.replace(PASSWORD, "***") in found.problem
     # The container step says why it could not run (here: no testcontainers, or no Docker).
     assert "testcontainers" in found.problem or "Docker" in found.problem, found.problem
-    assert found.problem.endswith(f"To run them: {service.how}")
+    assert found.problem.endswith(f"To run them: {nowhere.how}")
     assert PASSWORD not in found.problem
 
 

@@ -452,7 +452,6 @@ class MemoryTransport(Closing):
             if d is None:
                 return False
             m = d.message
-            now = s.clock()
             group = s.groups.get(m.group)
             if group is not None:
                 for other in group.seqs:
@@ -471,7 +470,6 @@ class MemoryTransport(Closing):
             else:
                 group.seqs = sorted([*group.seqs, seq])
             s.changed.notify_all()
-            _ = now
             return True
 
     def discard(self, seq: int) -> bool:

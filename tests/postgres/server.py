@@ -36,13 +36,9 @@ def _start_container(image: str) -> tuple[str, Callable[[], None]]:
 SERVICE = _services.Service(
     name="PostgreSQL",
     variable="TRANSPORTS_POSTGRES_URL",
+    url_form="postgresql://USER@HOST:PORT/DB",
     local_url=LOCAL_URL,
     image="postgres:15",
-    how=(
-        "set TRANSPORTS_POSTGRES_URL=postgresql://USER@HOST:PORT/DB, run PostgreSQL on "
-        "127.0.0.1:5432 with a database 'test' that user 'postgres' can use, or install "
-        "testcontainers where Docker runs"
-    ),
     answers=_answers,
     start_container=_start_container,
 )

@@ -49,12 +49,9 @@ def _start_container(image: str) -> tuple[str, Callable[[], None]]:
 SERVICE = _services.Service(
     name="Redis",
     variable="TRANSPORTS_REDIS_URL",
+    url_form="redis://HOST:PORT/DB",
     local_url=LOCAL_URL,
     image="redis:7",
-    how=(
-        "set TRANSPORTS_REDIS_URL=redis://HOST:PORT/DB, run redis-server on 127.0.0.1:6379 "
-        "(see ../shared/SERVICES.md), or install testcontainers where Docker runs"
-    ),
     answers=_answers,
     start_container=_start_container,
 )
