@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aredis
 import redis.exceptions as rex
+from redis.asyncio.retry import Retry
 
 from transports_core import Event, Lease, TransportError
 from transports_core.backend import AsyncTransportBase, EventCodec, check_wait
@@ -47,7 +48,7 @@ class AsyncRedisTransport(AsyncTransportBase[E]):
         self._waiting = 0
         self._checked = False
         self._pool: aredis.ConnectionPool = aredis.ConnectionPool.from_url(
-            options.server, **pool_kwargs(options)
+            options.server, **pool_kwargs(options, Retry)
         )
         # Claims cancelled mid-script, whose leases are being given back.
         self._giving_back: set[asyncio.Task[None]] = set()

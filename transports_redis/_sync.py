@@ -38,14 +38,14 @@ CLOCK_RECHECK = 0.02
 CLOSE_KEY_MS = 5000
 
 
-def pool_kwargs(options: RedisOptions) -> dict[str, Any]:
-    """What both twins build their pools with."""
+def pool_kwargs(options: RedisOptions, retry: Any = Retry) -> dict[str, Any]:
+    """What both twins build their pools with (``retry``: the twin's own Retry class)."""
     kwargs: dict[str, Any] = {
         "decode_responses": True,
         "socket_timeout": options.socket_timeout,
         "socket_connect_timeout": options.connect_timeout,
         # No retries: a re-sent publish would be stored twice, a re-sent ack would fail.
-        "retry": Retry(NoBackoff(), 0),
+        "retry": retry(NoBackoff(), 0),
         "retry_on_error": [],
         "health_check_interval": 0,
     }
