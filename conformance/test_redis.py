@@ -9,53 +9,30 @@ What survives a crash of the server itself is tested on a private AOF server in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import ClassVar
 
 import pytest
 
+from conformance._suites import AsyncUrlSuite, UrlSuite
 from tests.redis.server import fresh_queue, with_queue
-from transports_core import AsyncTransport, Event, Transport, open_async_transport, open_transport
-from transports_core.conformance import (
-    CAPABILITIES,
-    CLOCK,
-    DURABLE,
-    MULTI_HANDLE,
-    MULTIPROCESS,
-    AsyncTransportSuite,
-    ManualClock,
-    TransportSuite,
-)
-
-# Declared when the suite knows it (its engineer is adding it now). Not "parallel-claims":
-# a script runs alone on the server, so claims serialize and strict round-robin holds.
-_LATER = frozenset({"admin"}) & CAPABILITIES
-REDIS_CAPABILITIES = frozenset({CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS}) | _LATER
+from transports_core.conformance import CAPABILITIES, PARALLEL_CLAIMS
 
 
 class _OwnQueue:
+    # Not parallel-claims: a script runs alone on the server, so claims serialize and
+    # strict round-robin holds.
+    capabilities: ClassVar[Iterable[str]] = CAPABILITIES - {PARALLEL_CLAIMS}
+
     @pytest.fixture
     def transport_url(self) -> Iterator[str]:
         with fresh_queue("conf") as (url, queue):
             yield with_queue(url, queue)
 
 
-class TestRedis(_OwnQueue, TransportSuite):
-    capabilities = REDIS_CAPABILITIES
-
-    @pytest.fixture
-    def make_transport(self, transport_url: str, clock: ManualClock) -> object:
-        def factory(**options: object) -> Transport[Event]:
-            return open_transport(transport_url, clock=clock, **options)
-
-        return factory
+class TestRedis(_OwnQueue, UrlSuite):
+    pass
 
 
-class TestAsyncRedis(_OwnQueue, AsyncTransportSuite):
-    capabilities = REDIS_CAPABILITIES
-
-    @pytest.fixture
-    def make_async_transport(self, transport_url: str, clock: ManualClock) -> object:
-        def factory(**options: object) -> AsyncTransport[Event]:
-            return open_async_transport(transport_url, clock=clock, **options)
-
-        return factory
+class TestAsyncRedis(_OwnQueue, AsyncUrlSuite):
+    pass

@@ -4,21 +4,20 @@ and the async twin on a file."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from transports_core import Transport, open_async_transport, open_transport
+from conformance._suites import AsyncUrlSuite, UrlSuite, async_opener, opener
+from transports_core import Transport, open_transport
 from transports_core.conformance import (
     ADMIN,
     CLOCK,
     DURABLE,
     MULTI_HANDLE,
     MULTIPROCESS,
-    AsyncTransportFactory,
-    AsyncTransportSuite,
     BlockingTransport,
     ManualClock,
     Portal,
@@ -27,26 +26,27 @@ from transports_core.conformance import (
 )
 
 
-class TestSqliteFile(TransportSuite):
-    capabilities = frozenset({ADMIN, CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS})
+class _File:
+    capabilities: ClassVar[Iterable[str]] = frozenset(
+        {ADMIN, CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS}
+    )
 
     @pytest.fixture
     def transport_url(self, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'queue.db'}"
 
     @pytest.fixture
-    def make_transport(self, transport_url: str, clock: ManualClock) -> TransportFactory:
-        return lambda **options: open_transport(transport_url, clock=clock, **options)
+    def store_urls(self, tmp_path: Path) -> Iterator[str]:
+        """A new file for each example of the model-based scenario."""
+        return (f"sqlite:///{tmp_path / f'model-{n}.db'}" for n in itertools.count())
 
+
+class TestSqliteFile(_File, UrlSuite):
     @pytest.fixture
-    def make_store(self, tmp_path: Path, clock: ManualClock) -> Callable[[], TransportFactory]:
-        stores = itertools.count()
-
-        def store() -> TransportFactory:
-            url = f"sqlite:///{tmp_path / f'model-{next(stores)}.db'}"
-            return lambda **options: open_transport(url, clock=clock, **options)
-
-        return store
+    def make_store(
+        self, store_urls: Iterator[str], clock: ManualClock
+    ) -> Callable[[], TransportFactory]:
+        return lambda: opener(next(store_urls), clock)
 
 
 class TestSqliteMemory(TransportSuite):
@@ -67,30 +67,16 @@ class TestSqliteMemory(TransportSuite):
             yield factory
 
 
-class TestAsyncSqliteFile(AsyncTransportSuite):
-    capabilities = frozenset({ADMIN, CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS})
-
-    @pytest.fixture
-    def transport_url(self, tmp_path: Path) -> str:
-        return f"sqlite:///{tmp_path / 'queue.db'}"
-
-    @pytest.fixture
-    def make_async_transport(self, transport_url: str, clock: ManualClock) -> AsyncTransportFactory:
-        return lambda **options: open_async_transport(transport_url, clock=clock, **options)
-
+class TestAsyncSqliteFile(_File, AsyncUrlSuite):
     @pytest.fixture
     def make_store(
-        self, tmp_path: Path, clock: ManualClock, _conformance_portal: Portal
+        self, store_urls: Iterator[str], clock: ManualClock, _conformance_portal: Portal
     ) -> Callable[[], TransportFactory]:
-        stores = itertools.count()
-
         def store() -> TransportFactory:
-            url = f"sqlite:///{tmp_path / f'model-{next(stores)}.db'}"
+            open_async = async_opener(next(store_urls), clock)
 
             def factory(**options: object) -> Transport[Any]:
-                opened = _conformance_portal.call(
-                    lambda: open_async_transport(url, clock=clock, **options)
-                )
+                opened = _conformance_portal.call(lambda: open_async(**options))
                 return BlockingTransport(_conformance_portal, opened)
 
             return factory

@@ -72,9 +72,6 @@ def backends(as_json: bool) -> None:
     if as_json:
         emit_json([_as_json(b) for b in found])
         return
-    if not found:
-        click.echo("No backends registered.")
-        return
     print_table(
         ["scheme", "origin", "distribution", "async", "status"],
         [
@@ -87,4 +84,5 @@ def backends(as_json: bool) -> None:
             ]
             for b in found
         ],
+        empty="No backends registered.",
     )

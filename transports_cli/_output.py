@@ -76,8 +76,14 @@ def emit_json(document: object) -> None:
     click.echo(scrub(json.dumps(document, indent=2)))
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Print aligned columns with a header row (bold on a terminal)."""
+def print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], empty: str | None = None
+) -> None:
+    """Print aligned columns with a header row (bold on a terminal); with no rows, the
+    line ``empty`` instead, where one is given."""
+    if not rows and empty is not None:
+        click.echo(empty)
+        return
     widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:

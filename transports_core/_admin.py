@@ -22,6 +22,7 @@ rest of the package.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, runtime_checkable
 
@@ -36,6 +37,7 @@ __all__ = [
     "TransportAdmin",
     "buried_reason",
     "exhausted_reason",
+    "queue_stats",
 ]
 
 BURIED: Final = "buried: "
@@ -87,6 +89,19 @@ class QueueStats:
     parked: int
     dead: int
     by_priority: tuple[PriorityStats, ...]
+
+
+def queue_stats(by_priority: Iterable[PriorityStats]) -> QueueStats:
+    """The `QueueStats` of a queue whose counts per priority are ``by_priority``
+    (ascending by priority): the totals are their sums."""
+    rows = tuple(by_priority)
+    return QueueStats(
+        ready=sum(p.ready for p in rows),
+        in_flight=sum(p.in_flight for p in rows),
+        parked=sum(p.parked for p in rows),
+        dead=sum(p.dead for p in rows),
+        by_priority=rows,
+    )
 
 
 @dataclass(frozen=True, slots=True)

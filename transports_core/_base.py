@@ -14,9 +14,10 @@ Imports only ``_models``, ``_admin`` and ``_codec``; knows nothing of any backen
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from operator import is_
 from types import TracebackType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ._admin import DeadLetter, GroupInfo, HeldGroup, QueueStats
 from ._codec import EventCodec
@@ -33,11 +34,13 @@ __all__ = [
     "Closing",
     "Operation",
     "Operations",
+    "ReuseLast",
     "TransportBase",
 ]
 
 E = TypeVar("E")
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class Operation(Generic[T]):
@@ -91,6 +94,36 @@ class Operations(Protocol):
     def Discard(self, seq: int, /) -> Operation[bool]: ...
 
     def PurgeGroup(self, group_id: str, /) -> Operation[int]: ...
+
+
+class ReuseLast(Generic[P, T]):
+    """Calls ``build`` (an operation's class, say) and keeps what it returned while the
+    next call passes the very same objects again.
+
+    A worker claims with the same arguments every time, usually the very same objects
+    (literals, or values set once), so a transport can keep the checked `Operation` of
+    its last ``claim`` instead of building and checking it anew. Identity, not equality,
+    so that no argument escapes its checks: ``True == 1``, but only the int is a
+    priority. A call with keyword arguments is built anew and not kept. The last value is
+    swapped in one assignment, so threads may share one; ``build`` must return values
+    that are safe to share too (an operation that holds only its checked arguments).
+    """
+
+    __slots__ = ("_build", "_last")
+
+    def __init__(self, build: Callable[P, T]) -> None:
+        self._build = build
+        self._last: tuple[tuple[object, ...], T] | None = None
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
+        last = self._last
+        if kwargs:
+            return self._build(*args, **kwargs)
+        if last is not None and len(args) == len(last[0]) and all(map(is_, args, last[0])):
+            return last[1]
+        value = self._build(*args, **kwargs)
+        self._last = (args, value)
+        return value
 
 
 class Closing:

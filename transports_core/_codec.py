@@ -8,7 +8,7 @@ Imports only ``_models``, ``_errors`` and ``_validate``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -16,7 +16,7 @@ from ._errors import EventDecodeError
 from ._models import Lease
 from ._validate import MAX_PRIORITY, check_group_id, check_item, check_items, check_priority
 
-__all__ = ["EventCodec"]
+__all__ = ["Claimed", "EventCodec"]
 
 E = TypeVar("E")
 
@@ -126,3 +126,20 @@ class EventCodec(Generic[E]):
             poison = Lease(seq, group_id, raw, worker_id, attempt, expires_at)
             raise EventDecodeError(poison, _first_error(exc)) from exc
         return Lease(seq, group_id, event, worker_id, attempt, expires_at)
+
+
+class Claimed(NamedTuple):
+    """A message a claim leased, as stored: its event still JSON text. A runner returns it
+    from the claim's transaction and decodes it with `lease` after the commit, so that an
+    event that no longer decodes raises `EventDecodeError` with a lease that is current."""
+
+    seq: int
+    group_id: str
+    raw: str
+    worker_id: str
+    attempt: int
+    expires_at: float
+
+    def lease(self, codec: EventCodec[E]) -> Lease[E]:
+        """The lease, its event decoded by ``codec`` (see `EventCodec.lease`)."""
+        return codec.lease(*self)

@@ -2,7 +2,8 @@
 inputs with the same errors, before it writes anything.
 
 Each check returns the value it accepted (normalised where that is harmless) or raises
-``ValueError``/``TypeError`` naming the argument and the bad value. Imports only ``_models``.
+``ValueError``/``TypeError`` naming the argument and the bad value. Backends reach them
+through ``transports_core.backend``, which lists them. Imports only ``_models``.
 """
 
 from __future__ import annotations
@@ -11,27 +12,6 @@ import math
 from collections.abc import Iterable
 
 from ._models import Lease
-
-__all__ = [
-    "MAX_PRIORITY",
-    "MAX_REASON",
-    "ON_DEAD_CHOICES",
-    "RESERVED_PREFIX",
-    "check_delay",
-    "check_group_id",
-    "check_item",
-    "check_items",
-    "check_lease",
-    "check_limit",
-    "check_max_attempts",
-    "check_on_dead",
-    "check_priority",
-    "check_reason",
-    "check_seq",
-    "check_visibility",
-    "check_wait",
-    "check_worker_id",
-]
 
 MAX_PRIORITY = 4
 # Worker ids with this prefix belong to the backends: each keeps its own markers (a parked
@@ -168,17 +148,17 @@ def check_item(index: int, item: object) -> tuple[object, object, object]:
 
 def check_seq(seq: object) -> int:
     """A message's seq: an int >= 1."""
-    if isinstance(seq, bool) or not isinstance(seq, int):
-        raise TypeError(f"seq must be an int, got {seq!r}")
-    if seq < 1:
-        raise ValueError(f"seq must be >= 1, got {seq!r}")
-    return seq
+    return _count(seq, "seq")
 
 
 def check_limit(limit: object) -> int:
     """A listing's limit: an int >= 1."""
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise TypeError(f"limit must be an int >= 1, got {limit!r}")
-    if limit < 1:
-        raise ValueError(f"limit must be >= 1, got {limit!r}")
-    return limit
+    return _count(limit, "limit")
+
+
+def _count(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int >= 1, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value!r}")
+    return value

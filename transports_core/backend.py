@@ -4,32 +4,40 @@ A backend (this repository's or a third party's) imports from here and from
 ``transports_core`` only, never a private module, so that core can change its insides
 without breaking anyone. It holds:
 
-* registration: `Backend`, `register_backend`, `ENTRY_POINT_GROUP`;
+* registration: `Backend`, `register_backend`, `ENTRY_POINT_GROUP`, and `build_backend`,
+  the `Backend` of a parser of URL and options and the two transport classes;
+* options: `OptionTable`, a backend's typed whitelist (an option from the URL's query or
+  a keyword, once; unknown names refused, the known ones listed), and `check_clock`;
 * the transport classes' common part: `TransportBase` and `AsyncTransportBase` implement
   every method but ``claim`` and ``close`` over a backend's `Operations` (its builders of
   `Operation` objects) and its runner, and `Closing`/`AsyncClosing` the context-manager
-  pair over ``close()``;
+  pair over ``close()``; `ReuseLast` keeps the checked operation of a worker's repeated
+  ``claim``;
 * events: `EventCodec`, which encodes events of one type to JSON text and builds leases
-  (raising `EventDecodeError`) from stored text;
+  (raising `EventDecodeError`) from stored text, and `Claimed`, a leased message whose
+  event is still that text;
 * the shared argument checks, so every backend refuses the same input with the same error
   before it writes anything, and their bounds (`MAX_PRIORITY`, `RESERVED_PREFIX`,
   `MAX_REASON`, `ON_DEAD_CHOICES`);
-* the dead-letter reasons (`buried_reason`, `exhausted_reason`);
+* the dead-letter reasons (`buried_reason`, `exhausted_reason`), and `queue_stats`, the
+  totals of the counts per priority;
 * `redact_url`, for messages and reprs that must never show a password.
 """
 
 from __future__ import annotations
 
-from ._admin import buried_reason, exhausted_reason
+from ._admin import buried_reason, exhausted_reason, queue_stats
 from ._base import (
     AsyncClosing,
     AsyncTransportBase,
     Closing,
     Operation,
     Operations,
+    ReuseLast,
     TransportBase,
 )
-from ._codec import EventCodec
+from ._codec import Claimed, EventCodec
+from ._options import OptionTable, build_backend, check_clock
 from ._registry import ENTRY_POINT_GROUP, Backend, redact_url, register_backend
 from ._validate import (
     MAX_PRIORITY,
@@ -61,12 +69,17 @@ __all__ = [
     "AsyncClosing",
     "AsyncTransportBase",
     "Backend",
+    "Claimed",
     "Closing",
     "EventCodec",
     "Operation",
     "Operations",
+    "OptionTable",
+    "ReuseLast",
     "TransportBase",
+    "build_backend",
     "buried_reason",
+    "check_clock",
     "check_delay",
     "check_group_id",
     "check_item",
@@ -82,6 +95,7 @@ __all__ = [
     "check_wait",
     "check_worker_id",
     "exhausted_reason",
+    "queue_stats",
     "redact_url",
     "register_backend",
 ]

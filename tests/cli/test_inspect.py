@@ -6,12 +6,12 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import TracebackType
 
 import pytest
 
 from transports_cli._app import run
 from transports_core import Backend, Event, Lease, Transport, open_transport, register_backend
+from transports_core.backend import Closing
 
 from ._command import transports
 from ._queues import prepare, rows
@@ -127,7 +127,7 @@ def test_a_missing_file_is_refused_not_created(tmp_path: Path) -> None:
 # -- a backend without the admin interface -----------------------------------------------
 
 
-class _PlainTransport:
+class _PlainTransport(Closing):
     """A transport with the six methods only: no admin interface."""
 
     def __init__(self, inner: Transport[Event]) -> None:
@@ -155,14 +155,6 @@ class _PlainTransport:
 
     def close(self) -> None:
         self._inner.close()
-
-    def __enter__(self) -> _PlainTransport:
-        return self
-
-    def __exit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None, /
-    ) -> None:
-        self.close()
 
 
 @pytest.fixture

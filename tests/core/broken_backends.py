@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from types import TracebackType
 from typing import Any, Literal
 
 from transports_core import (
@@ -28,6 +27,7 @@ from transports_core import (
 from transports_core.backend import (
     RESERVED_PREFIX,
     Backend,
+    Closing,
     EventCodec,
     buried_reason,
     check_delay,
@@ -43,11 +43,6 @@ from transports_core.backend import (
     check_worker_id,
     exhausted_reason,
 )
-
-try:
-    from typing import Self
-except ImportError:  # Python 3.10
-    from typing_extensions import Self
 
 LastDelivery = Literal["lapsed", "nacked"]
 PARKED = "__parked__"
@@ -133,7 +128,7 @@ class MemoryStore:
         return self.open
 
 
-class MemoryTransport:
+class MemoryTransport(Closing):
     def __init__(
         self,
         store: MemoryStore,
@@ -457,7 +452,6 @@ class MemoryTransport:
             if d is None:
                 return False
             m = d.message
-            now = s.clock()
             group = s.groups.get(m.group)
             if group is not None:
                 for other in group.seqs:
@@ -476,7 +470,6 @@ class MemoryTransport:
             else:
                 group.seqs = sorted([*group.seqs, seq])
             s.changed.notify_all()
-            _ = now
             return True
 
     def discard(self, seq: int) -> bool:
@@ -519,25 +512,13 @@ class MemoryTransport:
             self._closed = True
             self._store.changed.notify_all()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        self.close()
-
 
 # -- a store in a file, for defects that only show across processes -----------------------
 
 _IN_PROCESS = threading.Lock()
 
 
-class FileTransport:
+class FileTransport(Closing):
     """A JSON file as the store, opened by ``brokenfile:///PATH?defect=NAME``: each call
     reads, changes and replaces the whole file under an exclusive ``flock``. Only what the
     contention scenarios use (publish, publish_many, claim, ack). Defects: ``process-lock``
@@ -654,18 +635,6 @@ class FileTransport:
 
     def close(self) -> None:
         pass
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        self.close()
 
 
 def _open_file(url: str, event_type: object, options: Any) -> FileTransport:

@@ -52,29 +52,23 @@ def run(
     )
 
 
-@pytest.mark.slow
-def test_atomic_file_store_passes_both_contention_scenarios(
-    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    result = run(pytester, tmp_path, "", monkeypatch)
-    result.assert_outcomes(passed=2)
+# defect -> which of the two scenarios must fail (the others must pass)
+OUTCOMES = {
+    "": [],  # a claim atomic across processes: both pass
+    "process-lock": ["contention-processes"],  # atomic only among one process's threads
+    "unlocked": ["contention-threads", "contention-processes"],  # not atomic at all
+}
 
 
 @pytest.mark.slow
-def test_claim_atomic_only_within_a_process_fails_process_contention(
-    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("defect", list(OUTCOMES), ids=lambda d: d or "atomic")
+def test_contention_scenarios_fail_exactly_where_the_claim_is_not_atomic(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, defect: str
 ) -> None:
-    result = run(pytester, tmp_path, "process-lock", monkeypatch)
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*Error: contention-processes: *"])
-    result.stdout.fnmatch_lines(["FAILED test_suite.py::TestFile::test_contention_processes*"])
-
-
-@pytest.mark.slow
-def test_claim_not_atomic_at_all_fails_both_contention_scenarios(
-    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    result = run(pytester, tmp_path, "unlocked", monkeypatch)
-    result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*Error: contention-threads: *"])
-    result.stdout.fnmatch_lines(["*Error: contention-processes: *"])
+    result = run(pytester, tmp_path, defect, monkeypatch)
+    failing = OUTCOMES[defect]
+    result.assert_outcomes(passed=2 - len(failing), failed=len(failing))
+    for prop in failing:
+        test = prop.replace("-", "_")
+        result.stdout.fnmatch_lines([f"*Error: {prop}: *"])
+        result.stdout.fnmatch_lines([f"FAILED test_suite.py::TestFile::test_{test}*"])

@@ -1,57 +1,56 @@
-"""Where the PostgreSQL tests find their server, and a schema of their own on it.
-
-Order: ``TRANSPORTS_POSTGRES_URL``; else the local server at `LOCAL_URL`; else skip with a
-message saying how to run them. Under ``CI=true`` an unreachable server fails the run
-instead. (testcontainers is left to users' machines: no Docker engine answers here.)
-Used by ``tests/postgres`` and ``conformance/test_postgres.py``.
+"""Where the PostgreSQL tests find their server (see `tests._services` for the order:
+``TRANSPORTS_POSTGRES_URL``, the local server at `LOCAL_URL`, testcontainers, else skip, or
+fail under ``CI=true``), and a schema of their own on it.
+Used by ``tests/postgres``, ``tests/worker`` and ``conformance/``.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from urllib.parse import urlsplit
 
 import psycopg
-import pytest
 
-from transports_core import redact_url
+from tests import _services
 
 LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/test"
-HOW = (
-    "set TRANSPORTS_POSTGRES_URL=postgresql://USER@HOST:PORT/DB, or run PostgreSQL on "
-    "127.0.0.1:5432 with a database 'test' that user 'postgres' can use"
-)
 
 
-@functools.cache
-def _reachable() -> tuple[str | None, str]:
-    url = os.environ.get("TRANSPORTS_POSTGRES_URL") or LOCAL_URL
+def _answers(url: str) -> str | None:
     try:
         with psycopg.connect(url, connect_timeout=3, autocommit=True) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
-        return None, f"no PostgreSQL at {redact_url(url)} ({str(exc).strip()[:200]}): {HOW}"
-    return url, ""
+        return str(exc).strip()[:200]
+    return None
+
+
+def _start_container(image: str) -> tuple[str, Callable[[], None]]:
+    from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found,unused-ignore]
+
+    container = PostgresContainer(image, driver=None).start()
+    return str(container.get_connection_url()), container.stop
+
+
+SERVICE = _services.Service(
+    name="PostgreSQL",
+    variable="TRANSPORTS_POSTGRES_URL",
+    url_form="postgresql://USER@HOST:PORT/DB",
+    local_url=LOCAL_URL,
+    image="postgres:15",
+    answers=_answers,
+    start_container=_start_container,
+)
 
 
 def server_url() -> str:
     """The server's URL (no schema), or skip (fail under CI) when none answers."""
-    url, why = _reachable()
-    if url is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
-    return url
+    return _services.server_url(SERVICE)
 
 
 def with_schema(url: str, schema: str, **query: object) -> str:
-    parts = [f"schema={schema}", *(f"{key}={value}" for key, value in query.items())]
-    joiner = "&" if urlsplit(url).query else "?"
-    return f"{url}{joiner}{'&'.join(parts)}"
+    return _services.with_query(url, schema=schema, **query)
 
 
 def drop_schema(url: str, schema: str) -> None:

@@ -1,66 +1,69 @@
-"""Where the Redis tests find their server, a queue of their own on it, and private servers.
-
-Order: ``TRANSPORTS_REDIS_URL``; else the local server at `LOCAL_URL`; else skip with a
-message saying how to run them. Under ``CI=true`` an unreachable server fails the run
-instead. (testcontainers is left to users' machines: no Docker engine answers here.)
-Every queue is checked by the read-only invariant script and its keys deleted when the
-test ends. Used by ``tests/redis`` and ``conformance/test_redis.py``.
+"""Where the Redis tests find their server (see `tests._services` for the order:
+``TRANSPORTS_REDIS_URL``, the local server at `LOCAL_URL`, testcontainers, else skip, or
+fail under ``CI=true``), a queue of their own on it, and private servers. Every queue is
+checked by the read-only invariant script and its keys deleted when the test ends. Used by
+``tests/redis`` and ``conformance/test_redis.py``.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 import redis
 
-from transports_core import open_transport, redact_url
+from tests import _services
+from transports_core import open_transport
 from transports_redis import RedisTransport
 
 LOCAL_URL = "redis://127.0.0.1:6379/0"
-HOW = (
-    "set TRANSPORTS_REDIS_URL=redis://HOST:PORT/DB, or run redis-server on 127.0.0.1:6379 "
-    "(see ../shared/SERVICES.md)"
-)
 
 
-@functools.cache
-def _reachable() -> tuple[str | None, str]:
-    url = os.environ.get("TRANSPORTS_REDIS_URL") or LOCAL_URL
+def _answers(url: str) -> str | None:
+    client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
         client.ping()
-        client.close()
     except (redis.RedisError, OSError) as exc:
-        return None, f"no Redis at {redact_url(url)} ({str(exc)[:200]}): {HOW}"
-    return url, ""
+        return str(exc)[:200]
+    finally:
+        client.close()
+    return None
+
+
+def _start_container(image: str) -> tuple[str, Callable[[], None]]:
+    from testcontainers.redis import RedisContainer  # type: ignore[import-not-found,unused-ignore]
+
+    container = RedisContainer(image).start()
+    host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
+    return f"redis://{host}:{port}/0", container.stop
+
+
+SERVICE = _services.Service(
+    name="Redis",
+    variable="TRANSPORTS_REDIS_URL",
+    url_form="redis://HOST:PORT/DB",
+    local_url=LOCAL_URL,
+    image="redis:7",
+    answers=_answers,
+    start_container=_start_container,
+)
 
 
 def server_url() -> str:
     """The server's URL (no query), or skip (fail under CI) when none answers."""
-    url, why = _reachable()
-    if url is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
-    return url
+    return _services.server_url(SERVICE)
 
 
 def with_queue(url: str, queue: str, **query: object) -> str:
-    parts = [f"queue={queue}", *(f"{key}={value}" for key, value in query.items())]
-    joiner = "&" if urlsplit(url).query else "?"
-    return f"{url}{joiner}{'&'.join(parts)}"
+    return _services.with_query(url, queue=queue, **query)
 
 
 def delete_queue(url: str, queue: str) -> None:

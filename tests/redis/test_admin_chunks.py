@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from conformance.test_redis import REDIS_CAPABILITIES
+from conformance._suites import opener
 from transports_core import (
     Event,
     LeaseLost,
@@ -21,7 +21,7 @@ from transports_core import (
     open_async_transport,
     open_transport,
 )
-from transports_core.conformance import ManualClock
+from transports_core.conformance import CAPABILITIES, PARALLEL_CLAIMS, ManualClock
 from transports_core.conformance._admin import AdminScenarios
 from transports_redis import AsyncRedisTransport, RedisTransport
 from transports_redis import _ops as ops
@@ -52,7 +52,7 @@ def manual(queue_url: str, clock: ManualClock) -> Iterator[RedisTransport[Event]
 class TestAdminInChunksOfOne(AdminScenarios):
     """The suite's admin scenarios, every admin answer read one item a script."""
 
-    capabilities = REDIS_CAPABILITIES
+    capabilities = CAPABILITIES - {PARALLEL_CLAIMS}  # as conformance/test_redis.py
 
     @pytest.fixture(autouse=True)
     def _one_at_a_time(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,10 +65,7 @@ class TestAdminInChunksOfOne(AdminScenarios):
 
     @pytest.fixture
     def make_transport(self, transport_url: str, clock: ManualClock) -> object:
-        def factory(**options: object) -> Transport[Event]:
-            return open_transport(transport_url, clock=clock, **options)
-
-        return factory
+        return opener(transport_url, clock)
 
 
 def _scripts_run(raw: redis.Redis) -> int:

@@ -80,9 +80,6 @@ def _list(admin: TransportAdmin, limit: int | None, as_json: bool) -> None:
     if as_json:
         emit_json([asdict(letter) for letter in letters])
         return
-    if not letters:
-        click.echo("No dead letters.")
-        return
     now = time.time()
     print_table(
         ["seq", "group", "priority", "attempts", "died", "held", "reason", "event"],
@@ -99,6 +96,7 @@ def _list(admin: TransportAdmin, limit: int | None, as_json: bool) -> None:
             ]
             for d in letters
         ],
+        empty="No dead letters.",
     )
 
 

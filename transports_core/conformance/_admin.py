@@ -22,8 +22,7 @@ from transports_core import (
     TransportAdmin,
 )
 
-from ._base import ADMIN, MULTI_HANDLE, PARALLEL_CLAIMS, SuiteBase, checks, must_raise, seen
-from ._claim import take
+from ._base import ADMIN, MULTI_HANDLE, PARALLEL_CLAIMS, checks, must_raise, seen
 from ._properties import (
     ADMIN_DEAD,
     ADMIN_DISCARD,
@@ -33,7 +32,7 @@ from ._properties import (
     ADMIN_STATS,
     PARALLEL_FAIRNESS,
 )
-from ._publish import ev
+from ._steps import Steps, ev, publish, take
 
 IN_FLIGHT = 4  # claims at once in the parallel fairness scenario
 ROUNDS = 6
@@ -53,7 +52,7 @@ def drain(t: Transport[Any], worker: str = "w9") -> list[int]:
     return got
 
 
-class AdminScenarios(SuiteBase):
+class AdminScenarios(Steps):
     def open_admin(self, **options: Any) -> tuple[Transport[Any], TransportAdmin]:
         self.require(ADMIN)
         t = self.open(**options)
@@ -62,10 +61,8 @@ class AdminScenarios(SuiteBase):
     @checks(ADMIN_STATS)
     def test_admin_stats_and_groups_count_each_state(self) -> None:
         t, a = self.open_admin()
-        for n in range(3):
-            t.publish("a", ev(n))
-        t.publish("c", ev(20))
-        t.publish("c", ev(21))
+        publish(t, "a", 0, 1, 2)
+        publish(t, "c", 20, 21)
         t.publish("b", ev(10), 2)
         leased = take(t, "w1", self.hold)
         parked = take(t, "w1", self.hold)
@@ -100,10 +97,8 @@ class AdminScenarios(SuiteBase):
     @checks(ADMIN_DEAD)
     def test_admin_dead_letters_under_release(self) -> None:
         t, a = self.open_admin(max_attempts=1, on_dead="release")
-        first = t.publish("a", ev(1))
-        t.publish("a", ev(2))
-        lease = take(t, "w1", self.brief)
-        self.pass_deadline(lease.expires_at)
+        first = publish(t, "a", 1, 2)[0]
+        self.lapsed(t)
         nxt = t.claim("w2", self.hold)
         assert seen(nxt, "event") == (ev(2),), (
             f"{ADMIN_DEAD}: max_attempts=1, on_dead='release': after the lapse the group's "
@@ -119,11 +114,8 @@ class AdminScenarios(SuiteBase):
     @checks(ADMIN_DEAD)
     def test_admin_dead_letters_under_hold_block_the_group(self) -> None:
         t, a = self.open_admin(max_attempts=1, on_dead="hold")
-        first = t.publish("a", ev(1))
-        t.publish("a", ev(2))
-        t.publish("a", ev(3))
-        lease = take(t, "w1", self.brief)
-        self.pass_deadline(lease.expires_at)
+        first = publish(t, "a", 1, 2, 3)[0]
+        self.lapsed(t)
         blocked = t.claim("w2", self.hold)
         assert blocked is None, (
             f"{ADMIN_DEAD}: max_attempts=1, on_dead='hold': the group waits behind its dead "
@@ -144,11 +136,8 @@ class AdminScenarios(SuiteBase):
     @checks(ADMIN_REQUEUE)
     def test_admin_requeue_puts_dead_letters_back_at_the_head_in_order(self) -> None:
         t, a = self.open_admin(on_dead="release")
-        seqs = [t.publish("a", ev(n)) for n in range(4)]
-        first = take(t, "w1", self.hold)
-        t.bury(first, "one")
-        second = take(t, "w1", self.hold)
-        t.bury(second, "two")
+        seqs = publish(t, "a", 0, 1, 2, 3)
+        first, second = self.buried(t), self.buried(t)
         assert (first.seq, second.seq) == tuple(seqs[:2])
         # Requeued newest first: they must still come back in their original order.
         assert a.requeue(second.seq) is True, f"{ADMIN_REQUEUE}: requeue of a dead letter"
@@ -169,10 +158,8 @@ class AdminScenarios(SuiteBase):
     @checks(ADMIN_REFUSED)
     def test_admin_requeue_refused_while_a_worker_holds_the_group(self) -> None:
         t, a = self.open_admin(on_dead="release")
-        t.publish("a", ev(1))
-        t.publish("a", ev(2))
-        dead = take(t, "w1", self.hold)
-        t.bury(dead, "bad")
+        publish(t, "a", 1, 2)
+        dead = self.buried(t)
         holding = take(t, "w7", self.brief)
         for when in ("leased", "lapsed but not re-claimed"):
             refused = must_raise(
@@ -196,10 +183,8 @@ class AdminScenarios(SuiteBase):
     @checks(ADMIN_DISCARD)
     def test_admin_discard_deletes_for_good_and_frees_a_held_group(self) -> None:
         t, a = self.open_admin(on_dead="hold")
-        t.publish("a", ev(1))
-        t.publish("a", ev(2))
-        dead = take(t, "w1", self.hold)
-        t.bury(dead, "bad")
+        publish(t, "a", 1, 2)
+        dead = self.buried(t)
         assert t.claim("w1", self.hold) is None, f"{ADMIN_DISCARD}: held group delivered"
         assert a.discard(dead.seq) is True, f"{ADMIN_DISCARD}: discard of a dead letter"
         assert a.discard(dead.seq) is False, f"{ADMIN_DISCARD}: a second discard"
@@ -213,9 +198,8 @@ class AdminScenarios(SuiteBase):
     def test_admin_purge_group_removes_messages_and_dead_letters(self) -> None:
         t, a = self.open_admin(on_dead="release")
         t.publish("a", ev(0))
-        t.bury(take(t, "w1", self.hold), "bad")
-        for n in range(1, 4):
-            t.publish("a", ev(n))
+        self.buried(t)
+        publish(t, "a", 1, 2, 3)
         t.publish("b", ev(10))
         held = take(t, "w1", self.hold)
         assert held.group_id == "a", f"{ADMIN_PURGE}: claim gave {held}"

@@ -16,7 +16,7 @@ from ._base import DURABLE, AsyncTransportFactory, SuiteBase, checks, seen
 from ._blocking import Portal
 from ._contention import GROUPS, PER_GROUP, check_journal
 from ._properties import ASYNC_CONTEXT, CONTENTION_TASKS, ONE_IN_FLIGHT
-from ._publish import ev
+from ._steps import ev
 
 T = TypeVar("T")
 TASKS = 8

@@ -13,12 +13,12 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from types import TracebackType
 from typing import Any, ClassVar, Final, Protocol, TypeVar
 
 import pytest
 
 from transports_core import AsyncTransport, Event, Lease, LeaseLost, Transport
+from transports_core.backend import Closing
 
 ExcT = TypeVar("ExcT", bound=BaseException)
 
@@ -164,9 +164,10 @@ class ManualClock:
         return f"ManualClock({self.now()!r})"
 
 
-class _Tracked:
+class _Tracked(Closing):
     """A handle that remembers the leases and parks it hands out, so that a test on a
-    store shared with other tests can give everything back when it ends."""
+    store shared with other tests can give everything back when it ends. ``with`` enters
+    the handle it wraps, and closes it at the end."""
 
     def __init__(
         self,
@@ -214,15 +215,6 @@ class _Tracked:
     def __enter__(self) -> Self:
         self._inner.__enter__()
         return self
-
-    def __exit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        self._inner.__exit__(t, e, tb)
 
 
 class SuiteBase:

@@ -12,10 +12,10 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from types import TracebackType
 from typing import Generic, TypeVar
 
 from transports_core import AsyncTransport, Lease
+from transports_core.backend import Closing
 
 try:
     from typing import Self
@@ -77,8 +77,11 @@ class Portal:
         self._loop.close()
 
 
-class BlockingTransport(Generic[E]):
-    """The sync `Transport` interface over an `AsyncTransport` that lives on ``portal``."""
+class BlockingTransport(Closing, Generic[E]):
+    """The sync `Transport` interface over an `AsyncTransport` that lives on ``portal``.
+
+    ``with`` awaits the async transport's ``__aenter__``, and its ``close()`` at the end.
+    """
 
     def __init__(self, portal: Portal, transport: AsyncTransport[E]) -> None:
         self._portal = portal
@@ -129,15 +132,6 @@ class BlockingTransport(Generic[E]):
         # Keep `with t as x` honest: x must be this wrapper exactly when __aenter__
         # returned the async transport itself.
         return self if entered is self.async_transport else entered  # type: ignore[return-value]
-
-    def __exit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        self._portal.run(self.async_transport.__aexit__(t, e, tb))
 
     def __repr__(self) -> str:
         return f"<BlockingTransport over {self.async_transport!r}>"

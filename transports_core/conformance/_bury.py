@@ -10,10 +10,9 @@ from typing import Any
 from transports_core import DeadLetter, LeaseLost, Transport
 from transports_core.backend import buried_reason, exhausted_reason
 
-from ._base import ADMIN, SuiteBase, checks, must_raise, seen
-from ._claim import take
+from ._base import ADMIN, checks, must_raise, seen
 from ._properties import BURY, BURY_FENCING, BURY_POLICY, DEAD_REASON
-from ._publish import ev
+from ._steps import Steps, ev, must_not_lose, publish, take
 
 
 def letters(t: Transport[Any]) -> list[DeadLetter]:
@@ -21,26 +20,17 @@ def letters(t: Transport[Any]) -> list[DeadLetter]:
     return found
 
 
-class BuryScenarios(SuiteBase):
+class BuryScenarios(Steps):
     @checks(BURY_FENCING)
     def test_bury_fencing_stale_lease_raises_lease_lost_and_changes_nothing(self) -> None:
         t = self.open()
-        t.publish("a", ev(1))
-        t.publish("a", ev(2))
-        stale = take(t, "w1", self.brief)
-        self.pass_deadline(stale.expires_at)
-        current = take(t, "w2", self.hold)
-        assert current.seq == stale.seq
+        publish(t, "a", 1, 2)
+        stale, current = self.reclaimed(t)
         must_raise(
             BURY_FENCING, LeaseLost, "bury of w1's lapsed lease, re-claimed by w2",
             lambda: t.bury(stale, "stale"),
         )
-        try:
-            t.ack(current)
-        except LeaseLost as exc:
-            raise AssertionError(
-                f"{BURY_FENCING}: a stale bury took the message from w2's current lease"
-            ) from exc
+        must_not_lose("w2's ack after a stale bury", lambda: t.ack(current))
         nxt = t.claim("w3", self.hold)
         assert seen(nxt, "event") == (ev(2),), f"{BURY_FENCING}: after the ack, claim gave {nxt}"
         t.ack(nxt)  # type: ignore[arg-type]
@@ -64,9 +54,8 @@ class BuryScenarios(SuiteBase):
     def test_bury_on_dead_release_lets_the_group_go_on(self) -> None:
         self.require(ADMIN)
         t = self.open(on_dead="release")
-        t.publish("a", ev(1))
-        t.publish("a", ev(2))
-        t.bury(take(t, "w1", self.hold), "bad")
+        publish(t, "a", 1, 2)
+        self.buried(t)
         nxt = t.claim("w1", self.hold)
         assert seen(nxt, "event") == (ev(2),), (
             f"{BURY_POLICY}: under on_dead='release', after bury the group's next message "
@@ -81,8 +70,7 @@ class BuryScenarios(SuiteBase):
     def test_bury_on_dead_hold_blocks_the_group(self) -> None:
         self.require(ADMIN)
         t = self.open(on_dead="hold")
-        t.publish("a", ev(1))
-        t.publish("a", ev(2))
+        publish(t, "a", 1, 2)
         t.publish("b", ev(3))
         buried = take(t, "w1", self.hold)
         t.bury(buried, "bad")

@@ -3,9 +3,9 @@ flight per group, round-robin and its fairness bound, the priority floor and its
 
 from __future__ import annotations
 
-from transports_core import Event, Lease, Transport
+from transports_core import Event, Transport
 
-from ._base import SuiteBase, checks, current_property, seen
+from ._base import SuiteBase, checks, seen
 from ._properties import (
     CLAIM,
     CLAIM_NONE,
@@ -16,18 +16,7 @@ from ._properties import (
     PRIORITY_RESET,
     ROUND_ROBIN,
 )
-from ._publish import ev
-
-
-def take(
-    t: Transport[Event], worker: str, visibility: float, min_priority: int = 0
-) -> Lease[Event]:
-    """Claim, failing (not erroring) if nothing comes."""
-    lease = t.claim(worker, visibility, min_priority)
-    assert lease is not None, (
-        f"{current_property()}: claim by {worker!r} (min_priority={min_priority}) returned None"
-    )
-    return lease
+from ._steps import ev, publish, take
 
 
 def served(t: Transport[Event], count: int, visibility: float, min_priority: int = 0) -> list[str]:
@@ -103,8 +92,7 @@ class ClaimScenarios(SuiteBase):
     @checks(ONE_IN_FLIGHT)
     def test_one_in_flight_per_group_holds_the_rest_of_the_group(self) -> None:
         t = self.open()
-        for n in range(3):
-            t.publish("a", ev(n))
+        publish(t, "a", 0, 1, 2)
         t.publish("b", ev(10))
         first = take(t, "w1", self.hold)
         assert first.group_id == "a"
@@ -127,8 +115,7 @@ class ClaimScenarios(SuiteBase):
     @checks(ROUND_ROBIN)
     def test_round_robin_never_claimed_groups_first_in_order_of_oldest_message(self) -> None:
         t = self.open()
-        t.publish("a", ev(1))
-        t.publish("a", ev(2))
+        publish(t, "a", 1, 2)
         t.publish("b", ev(3))
         t.publish("c", ev(4))
         assert served(t, 1, self.hold) == ["a"]
@@ -142,10 +129,8 @@ class ClaimScenarios(SuiteBase):
     @checks(ROUND_ROBIN)
     def test_round_robin_just_claimed_group_yields(self) -> None:
         t = self.open()
-        for n in range(3):
-            t.publish("a", ev(n))
-        for n in range(3):
-            t.publish("b", ev(n))
+        publish(t, "a", 0, 1, 2)
+        publish(t, "b", 0, 1, 2)
         order = served(t, 6, self.hold)
         assert order == ["a", "b", "a", "b", "a", "b"], (
             f"{ROUND_ROBIN}: two groups with three messages each were served as {order}"

@@ -17,7 +17,7 @@ from transports_core import Event, Transport
 from . import journal
 from ._base import MULTI_HANDLE, MULTIPROCESS, SuiteBase, checks
 from ._properties import CONTENTION_PROCESSES, CONTENTION_THREADS
-from ._publish import ev
+from ._steps import ev
 from ._workers import work, work_async
 
 GROUPS = 6

@@ -5,16 +5,16 @@ worker ids, timing measured from the right moment, and a lapsed lease across a r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from transports_core import Event, EventDecodeError, Lease, LeaseLost
+from transports_core import Event, EventDecodeError, Lease, LeaseLost, Transport
 from transports_core.backend import RESERVED_PREFIX
 
-from ._base import CLOCK, DURABLE, MULTI_HANDLE, SuiteBase, checks, must_raise, seen
-from ._claim import take
+from ._base import CLOCK, DURABLE, MULTI_HANDLE, ManualClock, checks, must_raise, seen
 from ._properties import (
     BATCH_PRIORITY,
     DECODE_ERROR,
@@ -25,7 +25,7 @@ from ._properties import (
     SEQ_NEVER_REUSED,
     TIMING_EDGES,
 )
-from ._publish import ev
+from ._steps import Steps, ev, must_not_lose, publish, take
 
 
 class Placed(BaseModel):
@@ -42,7 +42,7 @@ class Refunded(BaseModel):
 OrderEvent = Annotated[Placed | Refunded, Field(discriminator="kind")]
 
 
-class EdgeScenarios(SuiteBase):
+class EdgeScenarios(Steps):
     @checks(EVENT_TYPE)
     def test_event_type_round_trip_of_a_model(self) -> None:
         t = self.open(event_type=Placed)
@@ -97,7 +97,11 @@ class EdgeScenarios(SuiteBase):
         typed = self.open(event_type=Placed)
         notes = ("not an order", "nor this")
         seqs = [loose.publish("o", Event(note=note)) for note in notes]
-        for seq, note, settle in zip(seqs, notes, ("ack", "nack"), strict=True):
+        settles: list[tuple[str, Callable[[Lease[Any]], object]]] = [
+            ("ack", typed.ack),
+            ("park", lambda lease: typed.nack(lease, self.hold)),
+        ]
+        for seq, note, (settle, call) in zip(seqs, notes, settles, strict=True):
             error = must_raise(
                 DECODE_ERROR,
                 EventDecodeError,
@@ -109,16 +113,10 @@ class EdgeScenarios(SuiteBase):
                 f"{DECODE_ERROR}: EventDecodeError carried {lease}, not seq {seq}'s lease"
             )
             assert note in error.raw, f"{DECODE_ERROR}: the error's raw text is {error.raw!r}"
-            try:
-                if settle == "ack":
-                    typed.ack(lease)
-                else:
-                    typed.nack(lease, self.hold)
-            except LeaseLost as exc:
-                raise AssertionError(
-                    f"{DECODE_ERROR}: {settle} of the lease an EventDecodeError carried "
-                    "raised LeaseLost: the lease must be current"
-                ) from exc
+            must_not_lose(
+                f"{settle} of the lease an EventDecodeError carried",
+                partial(call, lease),
+            )
         left = loose.claim("w2", self.hold)
         assert left is None, f"{DECODE_ERROR}: after an ack and a park, claim gave {left}"
 
@@ -181,8 +179,7 @@ class EdgeScenarios(SuiteBase):
         t = self.open()
         t.publish("a", ev(1))
         lease = take(t, "w1", self.hold)
-        parked_at = self.now()
-        t.nack(lease, self.brief)
+        ends = self.park(t, lease)
         # A lease forged for a backend's sentinel holder must not touch the parked message.
         for sentinel in (f"{RESERVED_PREFIX}parked__", RESERVED_PREFIX):
             forged = Lease(lease.seq, lease.group_id, lease.event, sentinel, 1, lease.expires_at)
@@ -196,67 +193,57 @@ class EdgeScenarios(SuiteBase):
                     RESERVED_WORKER, (ValueError, LeaseLost),
                     f"{name} of a lease naming worker {sentinel!r}", call,
                 )
-        self.pass_deadline(parked_at + self.brief)
-        back = t.claim("w2", self.hold)
-        assert seen(back, "seq", "attempt") == (lease.seq, 2), (
-            f"{RESERVED_WORKER}: after forged calls with reserved worker ids, the parked "
-            f"message came back as {back}"
-        )
+        self.pass_deadline(ends)
+        self.again(t, lease, "after forged calls with reserved worker ids and the park's end")
+
+    def _manual_clock(self) -> ManualClock:
+        self.require(CLOCK)
+        assert self._clock is not None
+        return self._clock
+
+    def _due_exactly_at(
+        self, t: Transport[Event], lease: Lease[Event], due: float, what: str
+    ) -> None:
+        """Nothing is claimable 50 ms before ``due``; ``lease``'s message is 10 ms after."""
+        clock = self._manual_clock()
+        clock.advance_to(due - 0.05)
+        early = t.claim("w2", self.hold)
+        assert early is None, f"{TIMING_EDGES}: 50 ms before {what}, claim gave {early}"
+        clock.advance_to(due + 0.01)
+        self.again(t, lease, f"10 ms after {what} (no grace is allowed)")
 
     @checks(TIMING_EDGES)
     def test_timing_a_lease_is_claimable_as_soon_as_expires_at_passed(self) -> None:
-        self.require(CLOCK)
-        assert self._clock is not None
+        self._manual_clock()
         t = self.open()
         t.publish("a", ev(1))
         lease = take(t, "w1", 10)
-        self._clock.advance_to(lease.expires_at - 0.05)
-        early = t.claim("w2", self.hold)
-        assert early is None, f"{TIMING_EDGES}: 50 ms before expires_at, claim gave {early}"
-        self._clock.advance_to(lease.expires_at + 0.01)
-        late = t.claim("w2", self.hold)
-        assert seen(late, "seq", "attempt") == (lease.seq, 2), (
-            f"{TIMING_EDGES}: 10 ms after expires_at, claim gave {late}: no grace is allowed"
-        )
+        self._due_exactly_at(t, lease, lease.expires_at, "expires_at")
 
     @checks(TIMING_EDGES)
     def test_timing_a_park_lasts_delay_from_the_nack(self) -> None:
-        self.require(CLOCK)
-        assert self._clock is not None
+        clock = self._manual_clock()
         t = self.open()
         t.publish("a", ev(1))
         lease = take(t, "w1", 100)
-        self._clock.advance(20)  # the nack comes well after the claim
-        nacked_at = self._clock.now()
+        clock.advance(20)  # the nack comes well after the claim
+        nacked_at = clock.now()
         t.nack(lease, 10)
-        self._clock.advance_to(nacked_at + 10 - 0.05)
-        early = t.claim("w2", self.hold)
-        assert early is None, (
-            f"{TIMING_EDGES}: nack(delay=10) 20 s after the claim; 50 ms before the park ends "
-            f"(counted from the nack) claim gave {early}"
-        )
-        self._clock.advance_to(nacked_at + 10 + 0.01)
-        late = t.claim("w2", self.hold)
-        assert seen(late, "seq", "attempt") == (lease.seq, 2), (
-            f"{TIMING_EDGES}: 10 ms after the park ended, claim gave {late}"
+        self._due_exactly_at(
+            t, lease, nacked_at + 10, "the park's end, counted from the nack (20 s after the claim)"
         )
 
     @checks(LAPSED_ACROSS_REOPEN)
     def test_lapsed_lease_nobody_reclaimed_is_current_across_reopen(self) -> None:
         self.require(DURABLE)
         t = self.open()
-        t.publish("a", ev(1))
-        t.publish("a", ev(2))
-        lease = take(t, "w1", self.brief)
-        self.pass_deadline(lease.expires_at)
+        publish(t, "a", 1, 2)
+        lease = self.lapsed(t)
         self.close_all()
         t = self.open()
-        try:
-            t.ack(lease)
-        except LeaseLost as exc:
-            raise AssertionError(
-                f"{LAPSED_ACROSS_REOPEN}: a lapsed lease nobody re-claimed was lost by "
-                "closing and reopening the store"
-            ) from exc
+        must_not_lose(
+            "ack, after closing and reopening the store, of a lapsed lease nobody re-claimed",
+            lambda: t.ack(lease),
+        )
         nxt = t.claim("w2", self.hold)
         assert seen(nxt, "event") == (ev(2),), f"{LAPSED_ACROSS_REOPEN}: then claim gave {nxt}"

@@ -4,9 +4,8 @@ durability across closing every handle and opening again."""
 from __future__ import annotations
 
 from ._base import DURABLE, MULTI_HANDLE, SuiteBase, checks, seen
-from ._claim import take
 from ._properties import DURABILITY, LIFECYCLE, SHARED_STORE
-from ._publish import ev
+from ._steps import ev, publish, take
 
 
 class LifecycleScenarios(SuiteBase):
@@ -41,8 +40,7 @@ class LifecycleScenarios(SuiteBase):
     def test_durability_across_close_and_reopen(self) -> None:
         self.require(DURABLE)
         t = self.open()
-        for n in range(3):
-            t.publish("a", ev(n))
+        publish(t, "a", 0, 1, 2)
         t.publish("b", ev(10), 3)
         t.publish("c", ev(20))
         t.ack(take(t, "w1", self.hold))  # a's first: gone for good

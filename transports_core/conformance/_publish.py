@@ -13,11 +13,7 @@ from transports_core import Event, Lease, Transport
 
 from ._base import SuiteBase, checks, must_raise, seen
 from ._properties import BAD_INPUT, NO_LOSS, PUBLISH
-
-
-def ev(n: int) -> Event:
-    return Event(n=n)
-
+from ._steps import ev
 
 # (id, argument the error must name, expected error, the bad call given a held lease)
 BadCall = Callable[[Transport[Event], Lease[Event]], object]

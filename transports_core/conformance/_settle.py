@@ -9,10 +9,9 @@ import pytest
 
 from transports_core import Event, Lease, LeaseLost, Transport
 
-from ._base import SuiteBase, checks, must_raise, seen
-from ._claim import take
+from ._base import checks, must_raise
 from ._properties import ATTEMPT, EXTEND, FENCING, LEASE_RECOVERY, NACK_NOW, NO_LOSS, PARK
-from ._publish import ev
+from ._steps import Steps, ev, must_not_lose, publish, take
 
 Settle = Callable[[Transport[Event], Lease[Event]], object]
 SETTLES: list[tuple[str, Settle]] = [
@@ -25,7 +24,7 @@ SETTLES: list[tuple[str, Settle]] = [
 settles = pytest.mark.parametrize("settle", [pytest.param(fn, id=name) for name, fn in SETTLES])
 
 
-class SettleScenarios(SuiteBase):
+class SettleScenarios(Steps):
     @checks(NO_LOSS)
     def test_no_loss_acked_message_never_returns(self) -> None:
         t = self.open()
@@ -41,66 +40,44 @@ class SettleScenarios(SuiteBase):
     @checks(LEASE_RECOVERY)
     def test_lease_recovery_after_lapse(self) -> None:
         t = self.open()
-        t.publish("a", ev(1))
-        t.publish("a", ev(2))
+        publish(t, "a", 1, 2)
         lease = take(t, "w1", self.brief)
         held = t.claim("w2", self.brief)
         assert held is None, f"{LEASE_RECOVERY}: a live lease was handed out again: {held}"
         self.pass_deadline(lease.expires_at)
-        again = t.claim("w2", self.hold)
-        assert again is not None, (
-            f"{LEASE_RECOVERY}: the lapsed lease's message was not redelivered"
-        )
-        assert (again.seq, again.worker_id, again.attempt) == (lease.seq, "w2", 2), (
-            f"{LEASE_RECOVERY}: after w1's lease lapsed, claim gave {again}; expected seq "
-            f"{lease.seq} again, to w2, attempt 2"
-        )
+        again = self.again(t, lease, "after w1's lease lapsed")
+        assert again.worker_id == "w2", f"{LEASE_RECOVERY}: w2's claim gave {again}"
 
     @checks(PARK)
     def test_park_holds_the_group_then_releases_it(self) -> None:
         t = self.open()
-        t.publish("a", ev(1))
-        t.publish("a", ev(2))
+        publish(t, "a", 1, 2)
         t.publish("b", ev(3))
         lease = take(t, "w1", self.hold)
         assert lease.group_id == "a"
-        parked_at = self.now()
-        t.nack(lease, self.brief)
+        ends = self.park(t, lease)
         other = take(t, "w1", self.hold)
         assert other.group_id == "b", f"{PARK}: with 'a' parked, claim gave {other}, not b's"
         t.ack(other)
         held = t.claim("w2", self.hold)
         assert held is None, f"{PARK}: group 'a' is parked, yet claim gave {held}"
-        self.pass_deadline(parked_at + self.brief)
-        back = t.claim("w2", self.hold)
-        assert seen(back, "seq", "attempt") == (lease.seq, 2), (
-            f"{PARK}: when the park ran out, claim gave {back}; expected seq {lease.seq}, attempt 2"
-        )
+        self.pass_deadline(ends)
+        self.again(t, lease, "when the park ran out")
 
     @checks(NACK_NOW)
     def test_nack_immediate_retry_comes_before_the_group_next(self) -> None:
         t = self.open()
-        t.publish("a", ev(1))
-        t.publish("a", ev(2))
+        publish(t, "a", 1, 2)
         lease = take(t, "w1", self.hold)
         t.nack(lease)
-        again = t.claim("w2", self.hold)
-        assert seen(again, "seq", "attempt", "worker_id") == (lease.seq, 2, "w2"), (
-            f"{NACK_NOW}: right after nack(), claim gave {again}; expected seq {lease.seq} again"
-        )
+        self.again(t, lease, "right after nack()")
 
     @checks(FENCING)
     @settles
     def test_fencing_stale_lease_raises_lease_lost_after_reclaim(self, settle: Settle) -> None:
         t = self.open()
-        t.publish("a", ev(1))
-        t.publish("a", ev(2))
-        stale = take(t, "w1", self.brief)
-        self.pass_deadline(stale.expires_at)
-        current = take(t, "w2", self.hold)
-        assert current.seq == stale.seq, (
-            f"{LEASE_RECOVERY}: expected seq {stale.seq}, got {current}"
-        )
+        publish(t, "a", 1, 2)
+        stale, current = self.reclaimed(t)
         raised = must_raise(
             FENCING, LeaseLost, "a call on a re-claimed lease", lambda: settle(t, stale)
         )
@@ -118,8 +95,7 @@ class SettleScenarios(SuiteBase):
     def test_fencing_same_worker_older_attempt_raises_lease_lost(self, settle: Settle) -> None:
         t = self.open()
         t.publish("a", ev(1))
-        first = take(t, "w1", self.brief)
-        self.pass_deadline(first.expires_at)
+        first = self.lapsed(t, "w1")
         second = take(t, "w1", self.hold)
         assert second.attempt == first.attempt + 1, f"{ATTEMPT}: {first} then {second}"
         must_raise(FENCING, LeaseLost, "a call on an older attempt", lambda: settle(t, first))
@@ -130,8 +106,7 @@ class SettleScenarios(SuiteBase):
     @settles
     def test_fencing_settled_lease_raises_lease_lost(self, settle: Settle) -> None:
         t = self.open()
-        t.publish("a", ev(1))
-        t.publish("a", ev(2))
+        publish(t, "a", 1, 2)
         acked = take(t, "w1", self.hold)
         t.ack(acked)
         must_raise(FENCING, LeaseLost, "a call on an acked lease", lambda: settle(t, acked))
@@ -145,14 +120,8 @@ class SettleScenarios(SuiteBase):
     def test_fencing_lapsed_lease_nobody_reclaimed_is_still_current(self, settle: Settle) -> None:
         t = self.open()
         t.publish("a", ev(1))
-        lease = take(t, "w1", self.brief)
-        self.pass_deadline(lease.expires_at)
-        try:
-            settle(t, lease)
-        except LeaseLost as exc:
-            raise AssertionError(
-                f"{FENCING}: a lapsed lease that nobody re-claimed must still be current: {exc}"
-            ) from exc
+        lease = self.lapsed(t)
+        must_not_lose("a call on a lapsed lease that nobody re-claimed", lambda: settle(t, lease))
 
     @checks(EXTEND)
     def test_extend_keeps_the_message_past_its_first_deadline(self) -> None:
@@ -177,10 +146,7 @@ class SettleScenarios(SuiteBase):
             f"{EXTEND}: past the first deadline the extended lease was lost: {held}"
         )
         self.pass_deadline(longer.expires_at)
-        again = t.claim("w2", self.hold)
-        assert seen(again, "seq", "attempt") == (lease.seq, 2), (
-            f"{EXTEND}: past the extended deadline, claim gave {again}"
-        )
+        self.again(t, lease, "past the extended deadline")
 
     @checks(ATTEMPT)
     def test_attempt_counting_each_delivery(self) -> None:

@@ -20,10 +20,9 @@ from typing import Any, Final
 
 from transports_core import Lease, Transport
 
-from ._base import MULTI_HANDLE, SuiteBase, checks, seen
-from ._claim import take
+from ._base import MULTI_HANDLE, checks, seen
 from ._properties import WAIT_CLOSE, WAIT_EMPTY, WAIT_RACE, WAIT_WAKE, WAIT_ZERO
-from ._publish import ev
+from ._steps import Steps, ev, publish, take
 
 # A wait meant to be cut short by a wake.
 LONG: Final = 20.0
@@ -72,7 +71,7 @@ class Waiter:
         return self.lease, self.ended - self.began
 
 
-class WaitScenarios(SuiteBase):
+class WaitScenarios(Steps):
     def _waiter_handle(self, t: Transport[Any]) -> Transport[Any]:
         return self.open() if self.has(MULTI_HANDLE) else t
 
@@ -84,6 +83,19 @@ class WaitScenarios(SuiteBase):
             return CLOCK_WAKE
         left = deadline - time.time()
         return max(left, 0) + WAKE
+
+    def _woken_at(self, t: Transport[Any], deadline: float, head: Lease[Any], what: str) -> None:
+        """A claim waiting while ``head`` is held until ``deadline`` gets ``head``'s
+        message again as soon as ``deadline`` passes (``what`` names the deadline)."""
+        waiter = Waiter(self._waiter_handle(t), "w2", self.hold, LONG)
+        time.sleep(SETTLE)
+        lease, took = waiter.result(WAIT_WAKE, self._lapse(deadline))
+        assert seen(lease, "seq", "attempt") == (head.seq, head.attempt + 1), (
+            f"{WAIT_WAKE}: when {what}, the waiting claim gave {lease}"
+        )
+        assert took < LONG / 2, (
+            f"{WAIT_WAKE}: when {what}, the waiting claim returned only after {took:.2f} s"
+        )
 
     @checks(WAIT_ZERO)
     def test_wait_zero_never_blocks(self) -> None:
@@ -129,8 +141,7 @@ class WaitScenarios(SuiteBase):
     def test_wait_woken_by_an_ack_or_nack_that_frees_the_group(self) -> None:
         t = self.open()
         for settle in ("ack", "nack"):
-            t.publish("a", ev(1))
-            t.publish("a", ev(2))
+            publish(t, "a", 1, 2)
             first = take(t, "w1", self.hold)
             waiter = Waiter(self._waiter_handle(t), "w2", self.hold, LONG)
             time.sleep(SETTLE)
@@ -156,30 +167,14 @@ class WaitScenarios(SuiteBase):
         t = self.open()
         t.publish("a", ev(1))
         first = take(t, "w1", self.brief)
-        waiter = Waiter(self._waiter_handle(t), "w2", self.hold, LONG)
-        time.sleep(SETTLE)
-        allow = self._lapse(first.expires_at)
-        lease, took = waiter.result(WAIT_WAKE, allow)
-        assert seen(lease, "seq", "attempt") == (first.seq, 2), (
-            f"{WAIT_WAKE}: when w1's lease lapsed, the waiting claim gave {lease}"
-        )
-        assert took < LONG / 2, f"{WAIT_WAKE}: the lapse woke it after {took:.2f} s"
+        self._woken_at(t, first.expires_at, first, "w1's lease lapsed")
 
     @checks(WAIT_WAKE)
     def test_wait_woken_by_the_end_of_a_park(self) -> None:
         t = self.open()
         t.publish("a", ev(1))
         first = take(t, "w1", self.hold)
-        parked_at = self.now()
-        t.nack(first, self.brief)
-        waiter = Waiter(self._waiter_handle(t), "w2", self.hold, LONG)
-        time.sleep(SETTLE)
-        allow = self._lapse(parked_at + self.brief)
-        lease, took = waiter.result(WAIT_WAKE, allow)
-        assert seen(lease, "seq", "attempt") == (first.seq, 2), (
-            f"{WAIT_WAKE}: when the park ended, the waiting claim gave {lease}"
-        )
-        assert took < LONG / 2, f"{WAIT_WAKE}: the park's end woke it after {took:.2f} s"
+        self._woken_at(t, self.park(t, first), first, "the park ended")
 
     @checks(WAIT_RACE)
     def test_wait_never_misses_a_racing_publish(self) -> None:

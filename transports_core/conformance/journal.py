@@ -10,8 +10,8 @@ and flushed one at a time, so a worker killed mid-run leaves every finished line
 `check` then says what went wrong, as sentences, from every worker's lines together:
 messages never acked, acked twice, or unknown; a group held by two leases at once; a
 group's messages acked out of publish order. The suite's contention scenarios use it, and
-so can demos and torture tests. Imports only the standard library, so a spawned worker
-can import it cheaply::
+so can demos and torture tests. Imports only the standard library and core's `Closing`,
+neither pytest nor the suite, so a spawned worker can import it cheaply::
 
     with Journal(path) as journal:
         lease = transport.claim("w1", 30)
@@ -31,8 +31,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Protocol
+
+from transports_core.backend import Closing
 
 __all__ = ["Entry", "Journal", "check", "read"]
 
@@ -61,7 +62,7 @@ class Entry:
     outcome: str
 
 
-class Journal:
+class Journal(Closing):
     """Appends entries to one file; use one per worker (per process or thread)."""
 
     def __init__(self, path: str | Path) -> None:
@@ -83,18 +84,6 @@ class Journal:
 
     def close(self) -> None:
         self._file.close()
-
-    def __enter__(self) -> Journal:
-        return self
-
-    def __exit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        self.close()
 
 
 def read(paths: Iterable[str | Path]) -> list[Entry]:

@@ -1,0 +1,37 @@
+"""The suite classes this repository's backends share: each test's store is the one at the
+URL of the subclass's ``transport_url`` fixture, opened with the suite's manual clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from transports_core import open_async_transport, open_transport
+from transports_core.conformance import (
+    AsyncTransportFactory,
+    AsyncTransportSuite,
+    ManualClock,
+    TransportFactory,
+    TransportSuite,
+)
+
+
+def opener(url: str, clock: ManualClock) -> TransportFactory:
+    """Opens handles on the store at ``url`` that read ``clock``."""
+    return lambda **options: open_transport(url, clock=clock, **options)
+
+
+def async_opener(url: str, clock: ManualClock) -> AsyncTransportFactory:
+    """`opener` for the async twin."""
+    return lambda **options: open_async_transport(url, clock=clock, **options)
+
+
+class UrlSuite(TransportSuite):
+    @pytest.fixture
+    def make_transport(self, transport_url: str, clock: ManualClock) -> TransportFactory:
+        return opener(transport_url, clock)
+
+
+class AsyncUrlSuite(AsyncTransportSuite):
+    @pytest.fixture
+    def make_async_transport(self, transport_url: str, clock: ManualClock) -> AsyncTransportFactory:
+        return async_opener(transport_url, clock)
