@@ -153,6 +153,9 @@ def test_a_server_that_asks_for_a_client_certificate(mutual_port: int, certs: Ce
             await transport.ack(lease)
 
     asyncio.run(twin())
+    with open_transport(url) as transport:
+        assert isinstance(transport, RedisTransport)
+        assert transport.check() == []
     _delete(mutual_port, certs, url)
 
 
