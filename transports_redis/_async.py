@@ -20,7 +20,7 @@ import redis.exceptions as rex
 from redis.asyncio.retry import Retry
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import AsyncTransportBase, check_wait
+from transports_core.backend import AsyncTransportBase, Claimed, check_wait
 
 from . import _ops as ops
 from ._errors import Exchange, connecting, redis_errors, woken
@@ -128,7 +128,7 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
             got = op.result(await self._send(call, script.source, op.writes, script.name))
         return got
 
-    async def _claim_once(self, op: ops.Claim) -> ops.Claimed | ops.Idle:
+    async def _claim_once(self, op: ops.Claim) -> Claimed | ops.Idle:
         # Checked here, not in the task: a claim that began before close() finishes as
         # any other call in flight does, though its task first runs after close.
         self._refuse_if_closed()
@@ -139,11 +139,11 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
             task.add_done_callback(self._give_back)
             raise
 
-    def _give_back(self, task: asyncio.Future[ops.Claimed | ops.Idle]) -> None:
+    def _give_back(self, task: asyncio.Future[Claimed | ops.Idle]) -> None:
         if task.cancelled() or task.exception() is not None:
             return
         got = task.result()
-        if isinstance(got, ops.Claimed):
+        if isinstance(got, Claimed):
             lease = Lease(got.seq, got.group_id, got.raw, got.worker_id, got.attempt, 0.0)
             back = asyncio.ensure_future(self._perform(ops.Nack(lease, 0)))
             self._giving_back.add(back)
@@ -154,7 +154,7 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
         if not task.cancelled():
             task.exception()  # a lease that could not be given back lapses by itself
 
-    async def _look(self, op: ops.Claim, timeout: float) -> ops.Claimed | ops.Idle | None:
+    async def _look(self, op: ops.Claim, timeout: float) -> Claimed | ops.Idle | None:
         """Wait for a wake-up token (or this handle's close) for at most ``timeout``, then
         claim again; None once the handle is closed."""
         if self._closed:
@@ -189,7 +189,7 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
         got = await self._claim_once(op)
         if isinstance(got, ops.Idle) and wait > 0:
             got = await self._drive(self._waiting_plan(wait), got, partial(self._look, op))
-        return got.lease(self._codec) if isinstance(got, ops.Claimed) else None
+        return got.lease(self._codec) if isinstance(got, Claimed) else None
 
     async def check(self) -> list[str]:
         """The broken invariants of the queue's structures (empty: sound); read-only."""

@@ -26,6 +26,7 @@ from transports_core import (
     RequeueRefused,
 )
 from transports_core.backend import (
+    Claimed,
     EventCodec,
     Operation,
     buried_reason,
@@ -39,6 +40,7 @@ from transports_core.backend import (
     check_visibility,
     check_worker_id,
     exhausted_reason,
+    queue_stats,
 )
 
 from . import _scripts as scripts
@@ -166,20 +168,6 @@ class PublishMany(Op[list[int]]):
     def result(self, reply: Any) -> list[int]:
         first = int(reply)
         return list(range(first, first + self.count))
-
-
-class Claimed(NamedTuple):
-    """A leased message, before its event is decoded."""
-
-    seq: int
-    group_id: str
-    raw: str
-    worker_id: str
-    attempt: int
-    expires_at: float
-
-    def lease(self, codec: EventCodec[T]) -> Lease[T]:
-        return codec.lease(*self)
 
 
 class Idle(NamedTuple):
@@ -339,14 +327,7 @@ class Stats(Op[QueueStats]):
             in_flight, held = leased[p] - self.lapsed[p], parked[p] - self.lapsed[5 + p]
             if m[p] or dead[p]:
                 rows.append(PriorityStats(p, m[p] - in_flight - held, in_flight, held, dead[p]))
-        by_priority = tuple(rows)
-        return QueueStats(
-            ready=sum(p.ready for p in by_priority),
-            in_flight=sum(p.in_flight for p in by_priority),
-            parked=sum(p.parked for p in by_priority),
-            dead=sum(p.dead for p in by_priority),
-            by_priority=by_priority,
-        )
+        return queue_stats(rows)
 
 
 def _deepest(info: GroupInfo) -> tuple[int, int]:
@@ -474,15 +455,21 @@ class HeldGroups(_DeadPages[list[HeldGroup]]):
         ]
 
 
-class Requeue(Op[bool]):
+class _OneDeadLetter(Op[bool]):
+    """An operation on dead letter ``seq``, whose script takes that alone."""
+
     __slots__ = ("seq",)
-    script = scripts.REQUEUE
 
     def __init__(self, seq: int) -> None:
         self.seq = check_seq(seq)
 
     def args(self, now: str) -> Sequence[Arg]:
         return (self.seq,)
+
+
+class Requeue(_OneDeadLetter):
+    __slots__ = ()
+    script = scripts.REQUEUE
 
     def result(self, reply: Any) -> bool:
         code = int(reply[0])
@@ -493,15 +480,9 @@ class Requeue(Op[bool]):
         return code == 1
 
 
-class Discard(Op[bool]):
-    __slots__ = ("seq",)
+class Discard(_OneDeadLetter):
+    __slots__ = ()
     script = scripts.DISCARD
-
-    def __init__(self, seq: int) -> None:
-        self.seq = check_seq(seq)
-
-    def args(self, now: str) -> Sequence[Arg]:
-        return (self.seq,)
 
     def result(self, reply: Any) -> bool:
         return int(reply) == 1

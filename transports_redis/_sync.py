@@ -27,7 +27,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import EventCodec, TransportBase, check_wait
+from transports_core.backend import Claimed, EventCodec, ReuseLast, TransportBase, check_wait
 
 from . import _ops as ops
 from ._errors import Exchange, Node, connecting, recover, redis_errors, woken
@@ -94,7 +94,7 @@ class Handle:
         self._closed = False
         self._waiting = 0
         self._lock = threading.Lock()
-        self._claims: tuple[object, object, object, object, ops.Claim] | None = None
+        self._claim_op = ReuseLast(self._new_claim)
         kwargs = pool.connection_kwargs
         # A unix socket is never redirected: its path stands in for the address.
         self._home: Node = (kwargs.get("host") or kwargs.get("path", ""), kwargs.get("port", 0))
@@ -144,25 +144,13 @@ class Handle:
                 raise TransportError(refusal)
             warnings.warn(refusal, RuntimeWarning, stacklevel=stacklevel + 1)
 
-    def _claim_op(
+    def _new_claim(
         self, worker_id: str, visibility: float, min_priority: int, waiting: bool
     ) -> ops.Claim:
-        # A worker asks with the very same objects each time: reuse the checked op.
-        last = self._claims
-        if (
-            last is not None
-            and last[0] is worker_id
-            and last[1] is visibility
-            and last[2] is min_priority
-            and last[3] is waiting
-        ):
-            return last[4]
         opts = self._options
-        op = ops.Claim(
+        return ops.Claim(
             worker_id, visibility, min_priority, opts.max_attempts, opts.on_dead, waiting
         )
-        self._claims = (worker_id, visibility, min_priority, waiting, op)
-        return op
 
     def _waiting_plan(self, wait: float) -> Generator[float, Any, Any]:
         """`_ops.waiting`'s plan, primed: send it what the claim found first."""
@@ -262,7 +250,7 @@ class RedisTransport(Handle, TransportBase[E]):
             got = op.result(self._send(self._call(op), script.source, op.writes, script.name))
         return got
 
-    def _look(self, op: ops.Claim, timeout: float) -> ops.Claimed | ops.Idle | None:
+    def _look(self, op: ops.Claim, timeout: float) -> Claimed | ops.Idle | None:
         """Wait for a wake-up token (or this handle's close) for at most ``timeout``, then
         claim again; None once the handle is closed."""
         with self._lock:
@@ -298,7 +286,7 @@ class RedisTransport(Handle, TransportBase[E]):
         got = self._run(op)
         if isinstance(got, ops.Idle) and wait > 0:
             got = self._drive(self._waiting_plan(wait), got, partial(self._look, op))
-        return got.lease(self._codec) if isinstance(got, ops.Claimed) else None
+        return got.lease(self._codec) if isinstance(got, Claimed) else None
 
     def check(self) -> list[str]:
         """The broken invariants of the queue's structures (empty: sound); read-only."""

@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 from urllib.parse import parse_qsl, urlsplit
 
-from transports_core.backend import check_max_attempts, check_on_dead, redact_url
+from transports_core.backend import (
+    OptionTable,
+    check_clock,
+    check_max_attempts,
+    check_on_dead,
+    redact_url,
+)
 
 URL_FORMS = (
     "redis://[[user]:password@]host[:port][/db]?queue=NAME, rediss://... (TLS) "
@@ -170,32 +176,25 @@ def _passphrase(value: object) -> str:
     return value
 
 
-def _clock(value: object) -> Callable[[], float]:
-    if not callable(value):
-        raise TypeError(f"clock must be a callable returning epoch seconds, got {value!r}")
-    return cast(Callable[[], float], value)
-
-
-_FROM_URL: dict[str, Callable[[object], object]] = {
-    "queue": _queue,
-    "db": _db,
-    "socket_timeout": _seconds("socket_timeout"),
-    "connect_timeout": _seconds("connect_timeout"),
-    "max_attempts": check_max_attempts,
-    "on_dead": _on_dead,
-    "maxmemory_policy": _maxmemory,
-    "ssl_ca_certs": _file("ssl_ca_certs"),
-    "ssl_certfile": _file("ssl_certfile"),
-    "ssl_keyfile": _file("ssl_keyfile"),
-    "ssl_cert_reqs": _cert_reqs,
-    "ssl_check_hostname": _flag("ssl_check_hostname"),
-}
-# Never from the URL: a callable, and a secret (messages show a URL with its query).
-_KEYWORD_ONLY: dict[str, Callable[[object], object]] = {
-    "clock": _clock,
-    "ssl_password": _passphrase,
-}
-_FROM_KWARGS: dict[str, Callable[[object], object]] = {**_FROM_URL, **_KEYWORD_ONLY}
+OPTIONS = OptionTable(
+    "Redis",
+    {
+        "queue": _queue,
+        "db": _db,
+        "socket_timeout": _seconds("socket_timeout"),
+        "connect_timeout": _seconds("connect_timeout"),
+        "max_attempts": check_max_attempts,
+        "on_dead": _on_dead,
+        "maxmemory_policy": _maxmemory,
+        "ssl_ca_certs": _file("ssl_ca_certs"),
+        "ssl_certfile": _file("ssl_certfile"),
+        "ssl_keyfile": _file("ssl_keyfile"),
+        "ssl_cert_reqs": _cert_reqs,
+        "ssl_check_hostname": _flag("ssl_check_hostname"),
+    },
+    # Never from the URL: a callable, and a secret (messages show a URL with its query).
+    keyword_only={"clock": check_clock, "ssl_password": _passphrase},
+)
 
 
 def parse_url(url: str, options: Mapping[str, object]) -> RedisOptions:
@@ -225,22 +224,10 @@ def parse_url(url: str, options: Mapping[str, object]) -> RedisOptions:
             )
 
     query = parse_qsl(parts.query, keep_blank_values=True)
-    if any(key in _KEYWORD_ONLY for key, _ in query):
+    if any(key in OPTIONS.keyword_only for key, _ in query):
         # Before any message that shows the URL: it would show the secret too.
-        raise ValueError(f"{', '.join(_KEYWORD_ONLY)} may only be given as keywords")
-    chosen: dict[str, object] = {}
-    for key, value in query:
-        if key not in _FROM_URL:
-            raise ValueError(_unknown(key, _FROM_URL))
-        if key in chosen:
-            raise ValueError(f"Redis option {key!r} is given twice in {shown!r}")
-        chosen[key] = _FROM_URL[key](value)
-    for key, given in options.items():
-        if key not in _FROM_KWARGS:
-            raise ValueError(_unknown(key, _FROM_KWARGS))
-        if key in chosen:
-            raise ValueError(f"Redis option {key!r} is given both in the URL and as a keyword")
-        chosen[key] = _FROM_KWARGS[key](given)
+        raise ValueError(f"{', '.join(OPTIONS.keyword_only)} may only be given as keywords")
+    chosen = OPTIONS.choose(url, query, options)
     if "db" in chosen and parts.scheme != "unix":
         raise ValueError(f"Redis URL {shown!r}: give the database as its path (/N), not db=")
     tls = sorted(key for key in chosen if key.startswith("ssl_"))
@@ -252,7 +239,3 @@ def parse_url(url: str, options: Mapping[str, object]) -> RedisOptions:
         raise ValueError("ssl_check_hostname=true needs ssl_cert_reqs required or optional")
     server = f"{parts.scheme}://{parts.netloc}{parts.path}"
     return RedisOptions(server=server, **chosen)  # type: ignore[arg-type]
-
-
-def _unknown(key: str, known: Mapping[str, object]) -> str:
-    return f"unknown Redis option {key!r}; known options: {', '.join(sorted(known))}"
