@@ -12,7 +12,7 @@ import pytest
 import redis.exceptions as rex
 
 from transports_core import Event, Lease, LeaseLost, RequeueRefused, TransportError
-from transports_core.backend import EventCodec, exhausted_reason
+from transports_core.backend import Claimed, EventCodec, exhausted_reason
 from transports_redis import AsyncRedisTransport, RedisTransport
 from transports_redis import _ops as ops
 from transports_redis import _scripts as scripts
@@ -57,7 +57,7 @@ def test_a_call_is_packed_as_one_resp_array() -> None:
 def test_replies_are_read_exactly() -> None:
     claim = ops.Claim("w", 2.5, 0, None, "release")
     got = claim.result([1, 12, "g", '{"n":1}', 3, "1796317695.1234567"])
-    assert got == ops.Claimed(12, "g", '{"n":1}', "w", 3, 1796317695.1234567)
+    assert got == Claimed(12, "g", '{"n":1}', "w", 3, 1796317695.1234567)
     idle = claim.result([0, "100.5", ""])
     assert idle == ops.Idle(100.5, None)
     assert ops.wait_timeout(10, ops.Idle(100.0, 100.5), 5) == pytest.approx(0.502)
