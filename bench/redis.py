@@ -3,6 +3,7 @@ medians of a few rounds and the ratios the issue sets as targets.
 
     python -m bench.redis                 # short (about a minute); backlog 1k vs 100k
     python -m bench.redis --big           # backlog 1k vs 1,000,000
+    python -m bench.redis --admin 1000000 # the admin calls on a million groups
     TRANSPORTS_REDIS_URL=redis://... python -m bench.redis
 
 Every case works on a queue (or stream) of its own, deleted at the end. The SQLite and,
@@ -14,18 +15,21 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import redis
 
-from transports_core import Event, Transport, open_transport
+from transports_core import Event, Transport, TransportError, open_transport
 from transports_redis._scripts import NOTHING
 
 LOCAL_URL = "redis://127.0.0.1:6379/0"
@@ -239,16 +243,164 @@ def other_backend(address: str, n: int) -> float:
         return done / seconds
 
 
+@contextmanager
+def private_server() -> Iterator[redis.Redis]:
+    """A redis-server of the benchmark's own (no persistence), for cases that change its
+    settings or fill it with more than a shared server should hold."""
+    with tempfile.TemporaryDirectory(prefix="bench-redis-") as tmp:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        process = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp,
+             "--save", "", "--appendonly", "no", "--daemonize", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        raw = redis.Redis(port=port)
+        try:
+            for _ in range(200):
+                try:
+                    raw.ping()
+                    break
+                except redis.ConnectionError:
+                    time.sleep(0.05)
+            yield raw
+        finally:
+            raw.close()
+            process.kill()
+            process.wait()
+
+
+def _worker_latency(address: str, ready: Any, stop: Any, out: Any) -> None:
+    """A worker process on another queue of the same server: claim+ack (and a publish to
+    keep the queue full) until ``stop``; puts the 99th percentile and the slowest of its
+    cycles (seconds) and how many were refused on ``out``."""
+    cycles, refused = [], 0
+    with open_transport(address) as transport:
+        transport.publish_many([(f"w{i}", EVENT, 0) for i in range(100)])
+        ready.set()
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                lease = transport.claim("bench", 60)
+                assert lease is not None
+                transport.ack(lease)
+                transport.publish(lease.group_id, EVENT)
+            except TransportError:  # BUSY: a script has run past lua-time-limit
+                refused += 1
+                time.sleep(0.01)
+            cycles.append(time.perf_counter() - started)
+    cycles.sort()
+    out.put((cycles[int(len(cycles) * 0.99)], cycles[-1], refused))
+
+
+def _scripts_of(raw: redis.Redis, call: Callable[[], object]) -> tuple[float, list[float]]:
+    """Run ``call`` alone with every command logged (SLOWLOG, which in Redis 7 logs the
+    commands inside scripts too): its wall seconds, and the seconds of each EVALSHA."""
+    raw.config_set("slowlog-log-slower-than", 0)
+    raw.slowlog_reset()
+    started = time.perf_counter()
+    call()
+    elapsed = time.perf_counter() - started
+    log: Any = raw.slowlog_get(1_000_000)
+    raw.config_set("slowlog-log-slower-than", 10_000)
+    return elapsed, sorted(
+        e["duration"] / 1e6 for e in log if e["command"].split()[0].upper() == b"EVALSHA"
+    )
+
+
+def _beside_a_worker(port: int, call: Callable[[], object]) -> tuple[float, float, int]:
+    """Run ``call`` while a worker process claims and acks on another queue of the same
+    server: the 99th percentile and slowest of its cycles, and how many were refused."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    address = f"redis://127.0.0.1:{port}/0?queue=worker"
+    worker = ctx.Process(target=_worker_latency, args=(address, ready, stop, out))
+    worker.start()
+    ready.wait(60)
+    time.sleep(0.2)
+    call()
+    stop.set()
+    p99, slowest, refused = out.get(timeout=60)
+    worker.join()
+    return p99, slowest, refused
+
+
+def admin_costs(
+    groups: int,
+) -> Iterator[tuple[str, float, int, float, float, float, float, int]]:
+    """Per admin call on a private server's queue of ``groups`` one-message groups (3,000
+    of them leased, parked or dead), run alone: wall seconds, scripts run, the median and
+    longest script (seconds, from SLOWLOG); run again beside a worker on another queue of
+    the same server: the 99th percentile and the slowest claim+ack of the worker, and how
+    many of its calls the server refused."""
+    with private_server() as raw:
+        port = raw.connection_pool.connection_kwargs["port"]
+        raw.config_set("slowlog-max-len", 1_000_000)
+        address = f"redis://127.0.0.1:{port}/0?queue=admin&socket_timeout=600"
+        with open_transport(address, max_attempts=1, on_dead="hold") as transport:
+            fill(transport, groups, groups)
+            for n in range(0, 3000):  # a few of every state
+                lease = transport.claim("bench", 3600)
+                assert lease is not None
+                if n % 3 == 1:
+                    transport.nack(lease, 3600)
+                elif n % 3 == 2:
+                    transport.bury(lease, "benchmark")
+            for deep in ("deep-1", "deep-2"):
+                transport.publish_many([(deep, EVENT, 0)] * 5000)
+            admin: Any = transport
+            calls: list[tuple[str, Callable[[int], object]]] = [
+                ("(none: the worker alone)", lambda _: time.sleep(1)),
+                ("stats()", lambda _: admin.stats()),
+                ("groups(limit=10)", lambda _: admin.groups(limit=10)),
+                ("dead_letters()", lambda _: admin.dead_letters()),
+                ("held_groups()", lambda _: admin.held_groups()),
+                ("purge_group() of 5,000", lambda i: admin.purge_group(f"deep-{i}")),
+            ]
+            with open_transport(address.replace("queue=admin", "queue=warm")) as warm:
+                spare: Any = warm  # the scripts loaded, so that no NOSCRIPT is counted
+                spare.stats(), spare.groups(), spare.dead_letters(), spare.purge_group("g")
+            for label, call in calls:
+                elapsed, scripts = _scripts_of(raw, partial(call, 1))
+                p99, slowest, refused = _beside_a_worker(port, partial(call, 2))
+                typical = scripts[len(scripts) // 2] if scripts else 0.0
+                longest = scripts[-1] if scripts else 0.0
+                yield (label, elapsed, len(scripts), typical, longest, p99, slowest, refused)
+
+
 # --- report ----------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.redis", description=__doc__)
     parser.add_argument("--big", action="store_true", help="1,000,000-message backlog")
+    parser.add_argument(
+        "--admin",
+        type=int,
+        metavar="GROUPS",
+        help="only the admin calls' cost on a private server's queue of GROUPS groups",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("-n", type=int, default=3000, help="claim+ack cycles a round")
     args = parser.parse_args(argv)
     n, rounds = args.n, args.rounds
+    if args.admin:
+        print(f"admin calls on a queue of {args.admin:,} groups (private server)")
+        print("script ms: the call's scripts, median and longest (SLOWLOG); worker ms: a")
+        print("worker's claim+ack on another queue meanwhile, 99th percentile and slowest,")
+        print("and how many of its calls the server refused as BUSY running a script")
+        head = ("call", "wall s", "scripts", "p50", "max", "p99", "max", "refused")
+        print("{:<26}{:>7}{:>8}   script ms{:>8}{:>9}   worker ms{:>8}{:>9}{:>8}".format(*head))
+        for label, wall, count, p50, most, p99, worst, refused in admin_costs(args.admin):
+            print(
+                f"{label:<26}{wall:>7.2f}{count:>8,}{p50 * 1e3:>20.1f}{most * 1e3:>9.1f}"
+                f"{p99 * 1e3:>20.1f}{worst * 1e3:>9.1f}{refused:>8,}",
+                flush=True,
+            )
+        return 0
     big = 1_000_000 if args.big else 100_000
     rows: list[tuple[str, str]] = []
 

@@ -5,10 +5,7 @@ Registered under the URL schemes ``redis``, ``rediss`` (TLS) and ``unix``, sync 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from transports_core import Backend
+from transports_core.backend import build_backend
 
 from . import _url
 from ._async import AsyncRedisTransport
@@ -18,14 +15,4 @@ from ._url import RedisOptions
 __all__ = ["AsyncRedisTransport", "RedisOptions", "RedisTransport", "backend"]
 
 
-def _open(url: str, event_type: object, options: Mapping[str, object]) -> RedisTransport[Any]:
-    return RedisTransport(_url.parse_url(url, options), event_type)
-
-
-def _open_async(
-    url: str, event_type: object, options: Mapping[str, object]
-) -> AsyncRedisTransport[Any]:
-    return AsyncRedisTransport(_url.parse_url(url, options), event_type)
-
-
-backend = Backend(open=_open, open_async=_open_async)
+backend = build_backend(_url.parse_url, RedisTransport, AsyncRedisTransport)

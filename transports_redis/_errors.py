@@ -1,27 +1,61 @@
-"""Translating redis-py errors into `TransportError`s that name the server (never its
-password), used by both runners.
+"""What both runners do with what goes wrong: redis-py's connection errors become
+`TransportError`s that name the server (never its password), and an error reply either
+becomes one too or is worked around by `recover`, one plan both runners drive.
 
     redis.ConnectionError / TimeoutError while connecting   -> TransportError (nothing sent)
     redis.ConnectionError / TimeoutError once a write was sent
                                                             -> OutcomeUnknown
     the same during a read                                  -> TransportError
-    redis.ResponseError (OOM, READONLY, MOVED, script error) -> TransportError
+    NOSCRIPT                  the script is loaded and the call sent again (it did not run)
+    MOVED                     the queue's slot is served by another cluster node: that
+                              node becomes the queue's node, and the call is sent there
+    ASK                       the slot is migrating and its keys are gone from this node:
+                              the call is sent to the node named, after ASKING
+    TRYAGAIN / CLUSTERDOWN    the slot is migrating with its keys split between two nodes
+                              (or no node serves it yet): the call is sent again after a
+                              short pause, for up to ``socket_timeout`` seconds, then
+                              -> TransportError that says nothing was done
+    any other error reply (OOM, READONLY, a script error)   -> TransportError
 
-NOSCRIPT and MOVED are not translated: the runners load the script, or follow the queue's
-slot to the cluster node named, and send the call once more (neither ran it). Retries
-are off in the pools the runners build, so nothing is ever sent twice behind the
-caller's back. Imports redis only for its exception classes (redis.asyncio raises the
-same ones).
+None of the replies that are worked around ran the call, so sending it again never does
+anything twice. Retries are off in the pools the runners build: nothing is ever sent
+twice behind the caller's back. An error reply is a value here (`exchange` returns it),
+told apart by its text, since redis-py gives the cluster replies their own classes only
+in its newer versions. Imports redis only for its exception classes (redis.asyncio
+raises the same ones).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 import redis.exceptions as rex
 
 from transports_core import OutcomeUnknown, TransportError
+
+from ._ops import command
+
+Node = tuple[str, int]
+
+ASKING: bytes = command("ASKING")
+# A migration pauses the queue (see docs/redis.md, Cluster): look again soon, then less often.
+FIRST_PAUSE = 0.002
+LONGEST_PAUSE = 0.05
+# MOVED twice in a row means the cluster moved the slot again meanwhile; more than this
+# many times for one call means its nodes disagree about who serves it.
+MOST_MOVES = 5
+
+
+class Exchange(NamedTuple):
+    """Wait ``pause`` seconds (the slot is migrating), then send ``commands`` (packed) on
+    one connection to ``node`` (None: the queue's node) and read a reply to each; the
+    plan gets the last one."""
+
+    commands: list[bytes]
+    node: Node | None = None
+    pause: float = 0.0
 
 
 @contextmanager
@@ -32,7 +66,16 @@ def connecting(server: str) -> Iterator[None]:
     except rex.AuthenticationError as exc:
         raise TransportError(f"{server}: the server refused the credentials ({exc})") from exc
     except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
-        raise TransportError(f"{server}: cannot connect ({exc})") from exc
+        why = "cannot connect"
+        if server.startswith("rediss://"):
+            # A server that refuses our certificate may just drop the connection; the
+            # ssl module's own errors say ssl, whatever went wrong in the handshake.
+            seen = "the handshake failed" if "ssl" in str(exc).lower() else "if it is up"
+            why += (
+                f" over TLS ({seen}: check ssl_ca_certs, and ssl_certfile and ssl_keyfile "
+                "if the server asks for a client certificate)"
+            )
+        raise TransportError(f"{server}: {why} ({exc})") from exc
 
 
 @contextmanager
@@ -40,20 +83,115 @@ def redis_errors(server: str, operation: str, writes: bool) -> Iterator[None]:
     """A call in flight: a broken connection leaves a write's outcome unknown."""
     try:
         yield
-    except (rex.NoScriptError, rex.MovedError):
-        raise
     except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
         if writes:
             raise OutcomeUnknown(operation, f"{server}: {exc}") from exc
         raise TransportError(f"{server}: {operation}: the connection was lost ({exc})") from exc
-    except rex.ResponseError as exc:
-        text = str(exc)
-        if isinstance(exc, rex.OutOfMemoryError) or text.startswith("OOM"):
-            why = "the server is out of memory (maxmemory reached; nothing was written)"
-        elif text.startswith("READONLY"):
-            why = "the server is a read-only replica; connect to the primary"
-        elif text.startswith("ASK"):
-            why = "the queue's slot is migrating between cluster nodes; try again"
+
+
+# redis-py strips the code off the replies it has a class for (which, depends on its
+# version): the class tells the code then. MOVED before ASK, its base class.
+_CODES: tuple[tuple[type[rex.ResponseError], str], ...] = (
+    (rex.NoScriptError, "NOSCRIPT"),
+    (rex.MovedError, "MOVED"),
+    (rex.AskError, "ASK"),
+    (rex.TryAgainError, "TRYAGAIN"),
+    (rex.ClusterDownError, "CLUSTERDOWN"),
+    (rex.OutOfMemoryError, "OOM"),
+    (rex.ReadOnlyError, "READONLY"),
+)
+
+
+def error_code(reply: rex.ResponseError) -> tuple[str, str]:
+    """The code of an error reply (``MOVED``) and the text after it."""
+    for cls, code in _CODES:
+        if isinstance(reply, cls):
+            return code, str(reply)
+    code, _, rest = str(reply).partition(" ")
+    return code, rest
+
+
+def _node(rest: str, current: Node) -> Node:
+    # MOVED's "3999 127.0.0.1:6381"; a node that does not know its own address names none
+    # (":6381"), meaning the host the reply came from.
+    host, _, port = rest.split()[1].rpartition(":")
+    return (host or current[0], int(port))
+
+
+def recover(
+    call: bytes,
+    source: str | None,
+    home: Node,
+    follow: Callable[[Node], None],
+    server: str,
+    operation: str,
+    patience: float,
+) -> Generator[Exchange | None, Any, Any]:
+    """The plan after ``call`` (packed; ``source``: its script's text, if it is an
+    EVALSHA) got an error reply from the queue's node ``home``. Primed with `next`, it is
+    sent that reply, then the reply to each `Exchange` it yields; it returns the call's
+    real reply, or raises the `TransportError` it comes to. ``follow`` makes another node
+    the queue's node (after MOVED)."""
+    reply: rex.ResponseError = yield None
+    node: Node | None = None
+    waited, pause, moves = 0.0, FIRST_PAUSE, 0
+    loaded: set[Node | None] = set()
+    while True:
+        kind, rest = error_code(reply)
+        text = f"{kind} {rest}"
+        wait = 0.0
+        if kind == "NOSCRIPT" and source is not None and node not in loaded:
+            # A restarted or flushed server has lost the script: load it, once per node.
+            done = yield Exchange([command("SCRIPT", "LOAD", source)], node)
+            if isinstance(done, rex.ResponseError):
+                raise refused(done, server, operation) from done
+            loaded.add(node)
+        elif kind == "MOVED":
+            moves += 1
+            if moves > MOST_MOVES:
+                raise TransportError(
+                    f"{server}: {operation}: the cluster's nodes keep redirecting the "
+                    f"queue's slot ({text}); nothing was done"
+                )
+            home = _node(rest, home)
+            follow(home)
+            node = None
+            loaded.discard(None)
+        elif kind == "ASK":
+            node = _node(rest, home)
+        elif kind in ("TRYAGAIN", "CLUSTERDOWN"):
+            if waited >= patience:
+                raise TransportError(
+                    f"{server}: {operation}: the queue's slot is migrating between cluster "
+                    f"nodes and did not settle within {patience:g} s; nothing was done, "
+                    f"try again ({text})"
+                )
+            wait, waited, pause = pause, waited + pause, min(pause * 2, LONGEST_PAUSE)
+            node = None  # ask the queue's node again: the migration may have moved on
         else:
-            why = "the server refused the call"
-        raise TransportError(f"{server}: {operation}: {why} ({text})") from exc
+            raise refused(reply, server, operation) from reply
+        answer = yield Exchange([call] if node is None else [ASKING, call], node, wait)
+        if not isinstance(answer, rex.ResponseError):
+            return answer
+        reply = answer
+
+
+def woken(reply: object, server: str) -> None:
+    """A waiting claim's BLPOP came back: any reply but an error wakes it, and so does a
+    redirection, which the claim it looks with then follows."""
+    if isinstance(reply, rex.ResponseError):
+        code, _ = error_code(reply)
+        if code not in ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"):
+            raise refused(reply, server, "blpop") from reply
+
+
+def refused(reply: rex.ResponseError, server: str, operation: str) -> TransportError:
+    """The error to raise for an error reply that no retry can get around."""
+    code, rest = error_code(reply)
+    if code == "OOM":
+        why = "the server is out of memory (maxmemory reached; nothing was written)"
+    elif code == "READONLY":
+        why = "the server is a read-only replica; connect to the primary"
+    else:
+        why = "the server refused the call"
+    return TransportError(f"{server}: {operation}: {why} ({code} {rest})")

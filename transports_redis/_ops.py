@@ -10,7 +10,8 @@ driver import.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
+from enum import Enum
 from typing import Any, ClassVar, Final, NamedTuple, TypeVar
 
 from transports_core import (
@@ -25,6 +26,7 @@ from transports_core import (
     RequeueRefused,
 )
 from transports_core.backend import (
+    Claimed,
     EventCodec,
     Operation,
     buried_reason,
@@ -38,6 +40,7 @@ from transports_core.backend import (
     check_visibility,
     check_worker_id,
     exhausted_reason,
+    queue_stats,
 )
 
 from . import _scripts as scripts
@@ -62,6 +65,11 @@ def queue_keys(queue: str, script: Script) -> list[str]:
 def _bulk(value: Arg) -> bytes:
     data = value.encode() if isinstance(value, str) else str(value).encode()
     return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def command(*args: Arg) -> bytes:
+    """One command in the server's wire format (RESP)."""
+    return b"".join([b"*%d\r\n" % len(args), *[_bulk(a) for a in args]])
 
 
 class Packer:
@@ -98,8 +106,23 @@ def number(text: str | bytes | int) -> float:
     return float(text)
 
 
+class More(Enum):
+    """What `Op.result` says when the operation needs one more script call."""
+
+    MORE = "more"
+
+
+MORE: Final = More.MORE
+# How many items (groups, dead letters, lapsed leases, messages) one admin script reads or
+# removes at most, so that no admin call stops the server for long: an answer that needs
+# more takes several calls.
+CHUNK = 250
+
+
 class Op(Operation[T]):
-    """One script call: ``args(now)`` for it, ``result(reply)`` of it."""
+    """One script call: ``args(now)`` for it, ``result(reply)`` of it; or several, for an
+    operation in chunks, whose ``result`` says `MORE` until the last, after which
+    ``args`` gives the next call's arguments."""
 
     __slots__ = ()
     script: ClassVar[Script]
@@ -109,7 +132,7 @@ class Op(Operation[T]):
     def args(self, now: str) -> Sequence[Arg]:
         raise NotImplementedError
 
-    def result(self, reply: Any) -> T:
+    def result(self, reply: Any) -> T | More:
         raise NotImplementedError
 
 
@@ -145,20 +168,6 @@ class PublishMany(Op[list[int]]):
     def result(self, reply: Any) -> list[int]:
         first = int(reply)
         return list(range(first, first + self.count))
-
-
-class Claimed(NamedTuple):
-    """A leased message, before its event is decoded."""
-
-    seq: int
-    group_id: str
-    raw: str
-    worker_id: str
-    attempt: int
-    expires_at: float
-
-    def lease(self, codec: EventCodec[T]) -> Lease[T]:
-        return codec.lease(*self)
 
 
 class Idle(NamedTuple):
@@ -200,7 +209,7 @@ class Claim(Op["Claimed | Idle"]):
 
     def args(self, now: str) -> Sequence[Arg]:
         worker, vis, floor, max_attempts, on_dead, cascade = self.params
-        return (worker, vis, floor, now, max_attempts, on_dead, cascade)
+        return (worker, vis, floor, now, max_attempts, on_dead, cascade, scripts.SWEEP)
 
     def result(self, reply: Any) -> Claimed | Idle:
         if int(reply[0]) == 0:
@@ -290,78 +299,124 @@ class Bury(_Settle[None]):
 
 
 class Stats(Op[QueueStats]):
-    __slots__ = ()
+    """The counters the scripts keep, less the leases and parks that ended but that no
+    claim has freed yet, read `CHUNK` at a time from the first that ended."""
+
+    __slots__ = ("after", "counts", "lapsed", "now", "score")
     script = scripts.STATS
     writes = False
 
-    def args(self, now: str) -> Sequence[Arg]:
-        return (now,)
+    def __init__(self) -> None:
+        self.now = self.after = self.score = ""
+        self.counts: list[int] = []
+        self.lapsed = [0] * 10  # leased l0..l4, parked k0..k4
 
-    def result(self, reply: Any) -> QueueStats:
-        counts = [int(x) for x in reply]
-        by_priority = tuple(
-            PriorityStats(p, *counts[p * 4 : p * 4 + 4])
-            for p in scripts.PRIORITIES
-            if any(counts[p * 4 : p * 4 + 4])
-        )
-        return QueueStats(
-            ready=sum(p.ready for p in by_priority),
-            in_flight=sum(p.in_flight for p in by_priority),
-            parked=sum(p.parked for p in by_priority),
-            dead=sum(p.dead for p in by_priority),
-            by_priority=by_priority,
-        )
+    def args(self, now: str) -> Sequence[Arg]:
+        return (self.now or now, self.after, self.score, CHUNK)
+
+    def result(self, reply: Any) -> QueueStats | More:
+        self.now, self.after, self.score = reply[0], reply[1], reply[2]
+        self.lapsed = [a + int(b) for a, b in zip(self.lapsed, reply[3:13], strict=True)]
+        if not self.counts:
+            self.counts = [int(x) for x in reply[13:33]]
+        if self.after:
+            return MORE
+        m, leased, parked, dead = (self.counts[i : i + 5] for i in range(0, 20, 5))
+        rows = []
+        for p in scripts.PRIORITIES:
+            in_flight, held = leased[p] - self.lapsed[p], parked[p] - self.lapsed[5 + p]
+            if m[p] or dead[p]:
+                rows.append(PriorityStats(p, m[p] - in_flight - held, in_flight, held, dead[p]))
+        return queue_stats(rows)
+
+
+def _deepest(info: GroupInfo) -> tuple[int, int]:
+    return (-info.depth, info.head_seq)
 
 
 class Groups(Op[list[GroupInfo]]):
-    __slots__ = ("limit",)
+    """Each chunk's ``limit`` deepest groups, of which the deepest are kept (a group seen
+    twice by the scan, as it was the second time)."""
+
+    __slots__ = ("cursor", "kept", "limit", "now")
     script = scripts.GROUPS
     writes = False
 
     def __init__(self, limit: int) -> None:
         self.limit = check_limit(limit)
+        self.now, self.cursor = "", "0"
+        self.kept: dict[str, GroupInfo] = {}
 
     def args(self, now: str) -> Sequence[Arg]:
-        return (self.limit, now)
+        return (self.limit, self.now or now, self.cursor, CHUNK)
 
-    def result(self, reply: Any) -> list[GroupInfo]:
-        out = []
-        for i in range(0, len(reply), 7):
+    def result(self, reply: Any) -> list[GroupInfo] | More:
+        self.now, self.cursor = reply[0], reply[1]
+        for i in range(2, len(reply), 7):
             group_id, priority, depth, head, state, until, last = reply[i : i + 7]
             if state not in _GROUP_STATES:
                 raise ValueError(f"unknown group state {state!r}")
             typed: GroupState = state
-            out.append(
-                GroupInfo(
-                    group_id=group_id,
-                    priority=int(priority),
-                    depth=int(depth),
-                    head_seq=int(head),
-                    state=typed,
-                    busy_until=number(until) if until else None,
-                    last_claimed_at=number(last) if last else None,
-                )
+            self.kept[group_id] = GroupInfo(
+                group_id=group_id,
+                priority=int(priority),
+                depth=int(depth),
+                head_seq=int(head),
+                state=typed,
+                busy_until=number(until) if until else None,
+                last_claimed_at=number(last) if last else None,
             )
-        return out
+        deepest = sorted(self.kept.values(), key=_deepest)[: self.limit]
+        if self.cursor != "0":
+            self.kept = {g.group_id: g for g in deepest}
+            return MORE
+        return deepest
 
 
-class DeadLetters(Op[list[DeadLetter]]):
-    __slots__ = ("limit",)
+class _DeadPages(Op[T]):
+    """Dead letters in seq order, `CHUNK` (or fewer) a call, from where the last ended,
+    as far as ``limit`` (None: to the end); the rows `keep` says are turned into the
+    answer by `done`."""
+
+    __slots__ = ("after", "asked", "left", "rows")
     script = scripts.DEAD_LETTERS
     writes = False
 
     def __init__(self, limit: int | None) -> None:
-        self.limit = 0 if limit is None else check_limit(limit)  # ZRANGE 0 -1: all
+        self.after, self.asked, self.left = 0, 0, limit
+        self.rows: list[list[Any]] = []
 
     def args(self, now: str) -> Sequence[Arg]:
-        return (self.limit,)
+        self.asked = CHUNK if self.left is None else min(CHUNK, self.left)
+        return (self.after, self.asked)
 
-    def result(self, reply: Any) -> list[DeadLetter]:
+    def result(self, reply: Any) -> T | More:
+        page = [reply[i : i + 13] for i in range(0, len(reply), 13)]
+        self.rows += [row for row in page if self.keep(row)]
+        if self.left is not None:
+            self.left -= len(page)
+        if len(page) == self.asked and self.left != 0:
+            self.after = int(page[-1][0])
+            return MORE
+        return self.done(self.rows)
+
+    def keep(self, row: list[Any]) -> bool:
+        return True
+
+    def done(self, rows: list[list[Any]]) -> T:
+        raise NotImplementedError
+
+
+class DeadLetters(_DeadPages[list[DeadLetter]]):
+    __slots__ = ()
+
+    def __init__(self, limit: int | None) -> None:
+        super().__init__(None if limit is None else check_limit(limit))
+
+    def done(self, rows: list[list[Any]]) -> list[DeadLetter]:
         out = []
-        for i in range(0, len(reply), 12):
-            seq, group_id, prio, raw, attempts, kind, text, deliveries, max_, last, at, held = (
-                reply[i : i + 12]
-            )
+        for row in rows:
+            seq, group_id, prio, raw, attempts, kind, text, deliveries, max_, last, at = row[:11]
             reason = (
                 text
                 if kind == "b"
@@ -378,41 +433,43 @@ class DeadLetters(Op[list[DeadLetter]]):
                     attempts=int(attempts),
                     reason=reason,
                     dead_at=number(at),
-                    held=int(held) == 1,
+                    held=int(row[11]) == 1,
                 )
             )
         return out
 
 
-class HeldGroups(Op[list[HeldGroup]]):
+class HeldGroups(_DeadPages[list[HeldGroup]]):
     __slots__ = ()
-    script = scripts.HELD_GROUPS
-    writes = False
 
-    def args(self, now: str) -> Sequence[Arg]:
-        return ()
+    def __init__(self) -> None:
+        super().__init__(None)
 
-    def result(self, reply: Any) -> list[HeldGroup]:
+    def keep(self, row: list[Any]) -> bool:
+        return bool(row[12] != "")  # the script says how many wait only behind a holding one
+
+    def done(self, rows: list[list[Any]]) -> list[HeldGroup]:
         return [
-            HeldGroup(
-                group_id=reply[i],
-                seq=int(reply[i + 1]),
-                waiting=int(reply[i + 2]),
-                since=number(reply[i + 3]),
-            )
-            for i in range(0, len(reply), 4)
+            HeldGroup(group_id=row[1], seq=int(row[0]), waiting=int(row[12]), since=number(row[10]))
+            for row in rows
         ]
 
 
-class Requeue(Op[bool]):
+class _OneDeadLetter(Op[bool]):
+    """An operation on dead letter ``seq``, whose script takes that alone."""
+
     __slots__ = ("seq",)
-    script = scripts.REQUEUE
 
     def __init__(self, seq: int) -> None:
         self.seq = check_seq(seq)
 
     def args(self, now: str) -> Sequence[Arg]:
         return (self.seq,)
+
+
+class Requeue(_OneDeadLetter):
+    __slots__ = ()
+    script = scripts.REQUEUE
 
     def result(self, reply: Any) -> bool:
         code = int(reply[0])
@@ -423,32 +480,31 @@ class Requeue(Op[bool]):
         return code == 1
 
 
-class Discard(Op[bool]):
-    __slots__ = ("seq",)
+class Discard(_OneDeadLetter):
+    __slots__ = ()
     script = scripts.DISCARD
-
-    def __init__(self, seq: int) -> None:
-        self.seq = check_seq(seq)
-
-    def args(self, now: str) -> Sequence[Arg]:
-        return (self.seq,)
 
     def result(self, reply: Any) -> bool:
         return int(reply) == 1
 
 
 class PurgeGroup(Op[int]):
-    __slots__ = ("group_id",)
+    """`CHUNK` messages and dead letters a call, up to the last seq at its first."""
+
+    __slots__ = ("group_id", "removed", "upto")
     script = scripts.PURGE_GROUP
 
     def __init__(self, group_id: str) -> None:
         self.group_id = check_group_id(group_id)
+        self.upto, self.removed = "", 0
 
     def args(self, now: str) -> Sequence[Arg]:
-        return (self.group_id,)
+        return (self.group_id, self.upto, CHUNK)
 
-    def result(self, reply: Any) -> int:
-        return int(reply)
+    def result(self, reply: Any) -> int | More:
+        self.removed += int(reply[0])
+        self.upto = reply[1]
+        return MORE if int(reply[2]) else self.removed
 
 
 class Check(Op[list[str]]):
@@ -463,6 +519,22 @@ class Check(Op[list[str]]):
 
     def result(self, reply: Any) -> list[str]:
         return [str(x) for x in reply]
+
+
+def waiting(
+    wait: float, ceiling: float, monotonic: Callable[[], float]
+) -> Generator[float, Claimed | Idle | None, Claimed | None]:
+    """A claim that may wait ``wait`` seconds. Primed with `next`, it is sent what the
+    claim found, then what each new look found (None: the handle closed); it yields how
+    long to block before the next look, and returns the message leased, or None."""
+    deadline = monotonic() + wait
+    got = yield 0.0
+    while isinstance(got, Idle):
+        left = deadline - monotonic()
+        if left <= 0:
+            return None
+        got = yield wait_timeout(left, got, ceiling)
+    return got
 
 
 def wait_timeout(left: float, idle: Idle, ceiling: float) -> float:

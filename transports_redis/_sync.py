@@ -1,18 +1,24 @@
-"""`RedisTransport`: the operations of `_ops` run over redis-py.
+"""`RedisTransport`: the operations of `_ops` run over redis-py, and `Handle`, what both
+twins hold and decide alike.
 
 Each call takes a connection from a thread-safe pool, sends one EVALSHA and reads its
-reply, so threads share a transport and their calls run side by side on the server. The
-pool is built with retries off: a script is never sent twice behind the caller's back.
-A waiting claim blocks in BLPOP on its floor's wake-up list and on this handle's close key.
+reply, so threads share a transport and their calls run side by side on the server. An
+error reply goes to `_errors.recover`, which the runner drives: its steps are the only
+thing the twins do differently (one blocks, the other awaits). The pools are built with
+retries off: a script is never sent twice behind the caller's back. A waiting claim
+blocks in BLPOP on its floor's wake-up list and on this handle's close key, as
+`_ops.waiting` plans.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Generator, Iterable
+from functools import partial
 from typing import Any, TypeVar
 
 import redis
@@ -21,10 +27,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import EventCodec, TransportBase, check_wait
+from transports_core.backend import Claimed, EventCodec, ReuseLast, TransportBase, check_wait
 
 from . import _ops as ops
-from ._errors import connecting, redis_errors
+from ._errors import Exchange, Node, connecting, recover, redis_errors, woken
 from ._scripts import QUEUE_KEYS, Script
 from ._url import RedisOptions
 
@@ -48,6 +54,7 @@ def pool_kwargs(options: RedisOptions, retry: Any = Retry) -> dict[str, Any]:
         "retry": retry(NoBackoff(), 0),
         "retry_on_error": [],
         "health_check_interval": 0,
+        **options.tls,
     }
     if options.db is not None:
         kwargs["db"] = options.db
@@ -69,148 +76,197 @@ def maxmemory_refusal(options: RedisOptions, info: str) -> str | None:
     )
 
 
-class RedisTransport(TransportBase[E]):
+class Handle:
+    """What a handle of either twin holds, and every decision they share: which op a
+    claim runs, how a call is packed, where it goes, what an error reply leads to. The
+    twins add the driver calls: connecting, sending, reading, sleeping."""
+
+    _options: RedisOptions
+    _on_dead: str
+    _pools: dict[Node, Any]
+
+    def _setup(self, options: RedisOptions, event_type: object, pool: Any) -> None:
+        self._options = options
+        self._codec: EventCodec[Any] = EventCodec(event_type)
+        self._on_dead = options.on_dead
+        self._packer = ops.Packer(ops.queue_keys(options.queue, Script("keys", QUEUE_KEYS, (), "")))
+        self._close_key = ops.close_key(options.queue, uuid.uuid4().hex)
+        self._closed = False
+        self._waiting = 0
+        self._lock = threading.Lock()
+        self._claim_op = ReuseLast(self._new_claim)
+        kwargs = pool.connection_kwargs
+        # A unix socket is never redirected: its path stands in for the address.
+        self._home: Node = (kwargs.get("host") or kwargs.get("path", ""), kwargs.get("port", 0))
+        self._pools = {self._home: pool}
+
+    @property
+    def _pool(self) -> Any:
+        return self._pools[self._home]
+
+    def _pool_at(self, node: Node) -> Any:
+        """The pool of cluster node ``node``, made alike the first one's on first use."""
+        pool = self._pools.get(node)
+        if pool is None:
+            first = next(iter(self._pools.values()))
+            kwargs = {**first.connection_kwargs, "host": node[0], "port": node[1]}
+            with self._lock:
+                pool = self._pools.setdefault(
+                    node, type(first)(connection_class=first.connection_class, **kwargs)
+                )
+        return pool
+
+    def _follow(self, node: Node) -> None:
+        """MOVED: the queue's slot is served by ``node`` from now on (the old node's pool
+        stays, for an ASK back to it while a migration runs)."""
+        self._pool_at(node)
+        self._home = node
+
+    def _recover(
+        self, reply: rex.ResponseError, call: bytes, source: str | None, name: str
+    ) -> Generator[Exchange | None, Any, Any]:
+        """`_errors.recover`'s plan for ``call``, primed: send it ``reply`` first."""
+        opts = self._options
+        plan = recover(
+            call, source, self._home, self._follow, opts.redacted, name, opts.socket_timeout
+        )
+        next(plan)
+        return plan
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise TransportError(f"{self!r} is closed")
+
+    def _check_server(self, info: object, stacklevel: int) -> None:
+        refusal = maxmemory_refusal(self._options, str(info))
+        if refusal is not None:
+            if self._options.maxmemory_policy == "refuse":
+                raise TransportError(refusal)
+            warnings.warn(refusal, RuntimeWarning, stacklevel=stacklevel + 1)
+
+    def _new_claim(
+        self, worker_id: str, visibility: float, min_priority: int, waiting: bool
+    ) -> ops.Claim:
+        opts = self._options
+        return ops.Claim(
+            worker_id, visibility, min_priority, opts.max_attempts, opts.on_dead, waiting
+        )
+
+    def _waiting_plan(self, wait: float) -> Generator[float, Any, Any]:
+        """`_ops.waiting`'s plan, primed: send it what the claim found first."""
+        opts = self._options
+        ceiling = CLOCK_RECHECK if opts.clock is not None else opts.socket_timeout / 2
+        plan = ops.waiting(wait, ceiling, time.monotonic)
+        next(plan)
+        return plan
+
+    def _call(self, op: ops.Op[Any]) -> bytes:
+        clock = self._options.clock
+        return self._packer.evalsha(op.script, op.args("" if clock is None else repr(clock())))
+
+    def _wake(self, floor: int, timeout: float) -> tuple[Exchange, float]:
+        """The BLPOP a waiting claim blocks in, and how long to read its reply."""
+        wake = ops.wake_key(self._options.queue, floor)
+        blpop = ops.command("BLPOP", wake, self._close_key, f"{timeout:.6f}")
+        return Exchange([blpop]), timeout + self._options.socket_timeout
+
+    def _is_closed(self) -> bool:
+        # A method, not a field: another thread or task may close while a claim waits.
+        return self._closed
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._options.redacted} queue={self._options.queue!r}>"
+
+
+class RedisTransport(Handle, TransportBase[E]):
     """A durable transport on a Redis server (or one cluster node's slot), over redis-py."""
 
     _ops = ops
 
     def __init__(self, options: RedisOptions, event_type: object = Event) -> None:
-        self._options = options
-        self._codec = EventCodec(event_type)
-        self._on_dead = options.on_dead
-        self._keys = ops.queue_keys(options.queue, Script("keys", QUEUE_KEYS, (), ""))
-        self._packer = ops.Packer(self._keys)
-        self._close_key = ops.close_key(options.queue, uuid.uuid4().hex)
-        self._closed = False
-        self._waiting = 0
-        self._lock = threading.Lock()
-        self._pool: redis.ConnectionPool = redis.ConnectionPool.from_url(
-            options.server, **pool_kwargs(options)
-        )
-        self._claims: tuple[object, object, object, object, ops.Claim] | None = None
+        pool = redis.ConnectionPool.from_url(options.server, **pool_kwargs(options))
+        self._setup(options, event_type, pool)
         try:
-            info = self._command("INFO", "memory")
-            refusal = maxmemory_refusal(options, str(info))
-            if refusal is not None:
-                if options.maxmemory_policy == "refuse":
-                    raise TransportError(refusal)
-                warnings.warn(refusal, RuntimeWarning, stacklevel=3)
+            self._check_server(self._command("INFO", "memory"), stacklevel=3)
         except BaseException:
-            self._pool.disconnect()
+            pool.disconnect()
             raise
 
     # -- the runner ------------------------------------------------------------------
 
-    def _follow(self, moved: rex.MovedError) -> None:
-        """The queue's slot is served by another cluster node: use that node from now on."""
-        old = self._pool
-        kwargs = {**old.connection_kwargs, "host": moved.host, "port": moved.port}
-        self._pool = redis.ConnectionPool(connection_class=old.connection_class, **kwargs)
-        old.disconnect()
-
-    def _command(self, *args: Any, writes: bool = False, timeout: float | None = None) -> Any:
-        try:
-            return self._command_once(args, writes, timeout)
-        except rex.MovedError as moved:
-            self._follow(moved)
-            return self._command_once(args, writes, timeout)
-
-    def _command_once(self, args: tuple[Any, ...], writes: bool, timeout: float | None) -> Any:
+    def _exchange(self, step: Exchange, writes: bool, name: str, timeout: float = 0) -> Any:
+        """Send ``step``'s commands; the last reply (an error reply as its exception)."""
+        if step.pause:
+            time.sleep(step.pause)
+        pool = self._pool if step.node is None else self._pool_at(step.node)
         server = self._options.redacted
         with connecting(server):  # the pool connects it
-            conn: Any = self._pool.get_connection()
+            conn: Any = pool.get_connection()
         try:
-            with redis_errors(server, str(args[0]).lower(), writes):
-                conn.send_command(*args)
-                if timeout is None:
-                    return conn.read_response()
-                return conn.read_response(timeout=timeout)
+            with redis_errors(server, name, writes):
+                conn.send_packed_command(step.commands)
+                for _ in step.commands[1:]:  # ASKING's: the call's own reply tells
+                    with contextlib.suppress(rex.ResponseError):
+                        conn.read_response()
+                return conn.read_response(timeout=timeout) if timeout else conn.read_response()
+        except rex.ResponseError as reply:
+            return reply
         except BaseException:
             conn.disconnect()
             raise
         finally:
-            self._pool.release(conn)
+            pool.release(conn)
             if self._closed:  # closed while this call ran: its connection goes too
                 conn.disconnect()
+
+    @staticmethod
+    def _drive(plan: Generator[Any, Any, T], reply: Any, io: Callable[[Any], Any]) -> T:
+        """Send ``plan`` ``reply``, then what ``io`` makes of each step, to its end."""
+        try:
+            while True:
+                reply = io(plan.send(reply))
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+
+    def _send(
+        self, call: bytes, source: str | None, writes: bool, name: str, timeout: float = 0
+    ) -> Any:
+        reply = self._exchange(Exchange([call]), writes, name, timeout)
+        if isinstance(reply, rex.ResponseError):
+            io = partial(self._exchange, writes=writes, name=name, timeout=timeout)
+            reply = self._drive(self._recover(reply, call, source, name), reply, io)
+        return reply
+
+    def _command(self, *args: Any, writes: bool = False) -> Any:
+        return self._send(ops.command(*args), None, writes, str(args[0]).lower())
 
     # Narrower than the base's: it only ever gets the operations of its own `_ops`.
     def _run(self, op: ops.Op[T]) -> T:  # type: ignore[override]
-        if self._closed:
-            raise TransportError(f"{self!r} is closed")
-        try:
-            return self._run_once(op)
-        except rex.MovedError as moved:
-            # MOVED: the script did not run on that node, so sending it again is safe.
-            self._follow(moved)
-            return self._run_once(op)
-
-    def _run_once(self, op: ops.Op[T]) -> T:
-        clock = self._options.clock
+        self._refuse_if_closed()
         script = op.script
-        packed = self._packer.evalsha(script, op.args("" if clock is None else repr(clock())))
-        server = self._options.redacted
-        with connecting(server):  # the pool connects it
-            conn: Any = self._pool.get_connection()
-        try:
-            with redis_errors(server, script.name, op.writes):
-                try:
-                    conn.send_packed_command([packed])
-                    reply = conn.read_response()
-                except rex.NoScriptError:
-                    # A restarted or flushed server has lost the script: load it, once.
-                    conn.send_command("SCRIPT", "LOAD", script.source)
-                    conn.read_response()
-                    conn.send_packed_command([packed])
-                    reply = conn.read_response()
-        except BaseException:
-            conn.disconnect()
-            raise
-        finally:
-            self._pool.release(conn)
-            if self._closed:  # closed while this call ran: its connection goes too
-                conn.disconnect()
-        return op.result(reply)
+        got = op.result(self._send(self._call(op), script.source, op.writes, script.name))
+        while got is ops.MORE:  # an admin call in chunks: one script each
+            got = op.result(self._send(self._call(op), script.source, op.writes, script.name))
+        return got
 
-    def _claim_op(
-        self, worker_id: str, visibility: float, min_priority: int, waiting: bool
-    ) -> ops.Claim:
-        # A worker asks with the very same objects each time: reuse the checked op.
-        last = self._claims
-        if (
-            last is not None
-            and last[0] is worker_id
-            and last[1] is visibility
-            and last[2] is min_priority
-            and last[3] is waiting
-        ):
-            return last[4]
-        opts = self._options
-        op = ops.Claim(
-            worker_id, visibility, min_priority, opts.max_attempts, opts.on_dead, waiting
-        )
-        self._claims = (worker_id, visibility, min_priority, waiting, op)
-        return op
-
-    def _block(self, floor: int, timeout: float) -> None:
-        """Wait for a wake-up token (or this handle's close) for at most ``timeout``."""
+    def _look(self, op: ops.Claim, timeout: float) -> Claimed | ops.Idle | None:
+        """Wait for a wake-up token (or this handle's close) for at most ``timeout``, then
+        claim again; None once the handle is closed."""
         with self._lock:
             if self._closed:
-                return
+                return None
             self._waiting += 1
         try:
-            wake = ops.wake_key(self._options.queue, floor)
-            self._command(
-                "BLPOP",
-                wake,
-                self._close_key,
-                f"{timeout:.6f}",
-                timeout=timeout + self._options.socket_timeout,
-            )
+            blpop, read_timeout = self._wake(op.floor, timeout)
+            woken(self._exchange(blpop, False, "blpop", read_timeout), self._options.redacted)
+            return self._run(op)
         except Exception:
             # close() shuts the socket under a blocked read, and redis-py may then fail
             # with any error (a closed file, say): once closed, that is the wake-up.
             if not self._is_closed():
                 raise
+            return None
         finally:
             with self._lock:
                 self._waiting -= 1
@@ -228,30 +284,9 @@ class RedisTransport(TransportBase[E]):
         wait = check_wait(wait)
         op = self._claim_op(worker_id, visibility, min_priority, wait > 0)
         got = self._run(op)
-        if isinstance(got, ops.Claimed):
-            return got.lease(self._codec)
-        if wait == 0:
-            return None
-        deadline = time.monotonic() + wait
-        ceiling = (
-            CLOCK_RECHECK if self._options.clock is not None else self._options.socket_timeout / 2
-        )
-        while not self._closed:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            self._block(op.floor, ops.wait_timeout(left, got, ceiling))
-            if self._is_closed():
-                return None
-            try:
-                got = self._run(op)
-            except Exception:
-                if self._is_closed():
-                    return None
-                raise
-            if isinstance(got, ops.Claimed):
-                return got.lease(self._codec)
-        return None
+        if isinstance(got, ops.Idle) and wait > 0:
+            got = self._drive(self._waiting_plan(wait), got, partial(self._look, op))
+        return got.lease(self._codec) if isinstance(got, Claimed) else None
 
     def check(self) -> list[str]:
         """The broken invariants of the queue's structures (empty: sound); read-only."""
@@ -275,11 +310,5 @@ class RedisTransport(TransportBase[E]):
         # Calls in flight finish on their connections (a blocked claim was woken above)
         # and drop them as they end: shutting a socket under a call would leave its outcome
         # unknown.
-        self._pool.disconnect(inuse_connections=False)
-
-    def _is_closed(self) -> bool:
-        # A method, not a field: another thread or task may close while a claim waits.
-        return self._closed
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self._options.redacted} queue={self._options.queue!r}>"
+        for pool in list(self._pools.values()):
+            pool.disconnect(inuse_connections=False)

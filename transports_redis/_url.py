@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Literal, cast
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
 from urllib.parse import parse_qsl, urlsplit
 
-from transports_core.backend import check_max_attempts, check_on_dead, redact_url
+from transports_core.backend import (
+    OptionTable,
+    check_clock,
+    check_max_attempts,
+    check_on_dead,
+    redact_url,
+)
 
 URL_FORMS = (
     "redis://[[user]:password@]host[:port][/db]?queue=NAME, rediss://... (TLS) "
@@ -24,6 +31,7 @@ URL_FORMS = (
 SCHEMES = ("redis", "rediss", "unix")
 MaxmemoryCheck = Literal["refuse", "warn"]
 OnDead = Literal["release", "hold"]
+CertReqs = Literal["required", "optional", "none"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,13 @@ class RedisOptions:
     may evict keys, or ``warn`` to open it with a warning.
     ``clock``: seconds since the epoch, for tests (keyword only); None (default): every
     script reads the server's TIME.
+    ``ssl_*``: TLS, for ``rediss://`` only: ``ssl_ca_certs`` the CA file (PEM) the
+    server's certificate must chain to (None: the system's CAs); ``ssl_certfile`` and
+    ``ssl_keyfile`` the client's certificate and key, for a server that asks for one;
+    ``ssl_password`` the key's passphrase (keyword only, never shown); ``ssl_cert_reqs``
+    ``required`` (default), ``optional`` or ``none`` (no check of the server at all);
+    ``ssl_check_hostname`` whether the certificate must name the URL's host (default:
+    unless ``ssl_cert_reqs`` is ``none``).
     """
 
     server: str
@@ -51,10 +66,31 @@ class RedisOptions:
     on_dead: OnDead = "release"
     maxmemory_policy: MaxmemoryCheck = "refuse"
     clock: Callable[[], float] | None = None
+    ssl_ca_certs: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = field(default=None, repr=False)
+    ssl_cert_reqs: CertReqs = "required"
+    ssl_check_hostname: bool | None = None
 
     @property
     def redacted(self) -> str:
         return redact_url(self.server)
+
+    @property
+    def tls(self) -> dict[str, Any]:
+        """The TLS settings for redis-py's connections (none for a plain connection)."""
+        if not self.server.startswith("rediss://"):
+            return {}
+        check = self.ssl_check_hostname
+        return {
+            "ssl_ca_certs": self.ssl_ca_certs,
+            "ssl_certfile": self.ssl_certfile,
+            "ssl_keyfile": self.ssl_keyfile,
+            "ssl_password": self.ssl_password,
+            "ssl_cert_reqs": self.ssl_cert_reqs,
+            "ssl_check_hostname": self.ssl_cert_reqs != "none" if check is None else check,
+        }
 
 
 def _queue(value: object) -> str:
@@ -108,22 +144,57 @@ def _on_dead(value: object) -> OnDead:
     return cast(OnDead, check_on_dead(value))
 
 
-def _clock(value: object) -> Callable[[], float]:
-    if not callable(value):
-        raise TypeError(f"clock must be a callable returning epoch seconds, got {value!r}")
-    return cast(Callable[[], float], value)
+def _file(name: str) -> Callable[[object], str]:
+    def check(value: object) -> str:
+        if not isinstance(value, (str, os.PathLike)) or not os.path.isfile(value):
+            raise ValueError(f"{name} must name a readable file, got {value!r}")
+        return os.fspath(value)
+
+    return check
 
 
-_FROM_URL: dict[str, Callable[[object], object]] = {
-    "queue": _queue,
-    "db": _db,
-    "socket_timeout": _seconds("socket_timeout"),
-    "connect_timeout": _seconds("connect_timeout"),
-    "max_attempts": check_max_attempts,
-    "on_dead": _on_dead,
-    "maxmemory_policy": _maxmemory,
-}
-_FROM_KWARGS: dict[str, Callable[[object], object]] = {**_FROM_URL, "clock": _clock}
+def _cert_reqs(value: object) -> CertReqs:
+    if value == "required" or value == "optional" or value == "none":
+        return value
+    raise ValueError(f"ssl_cert_reqs must be required, optional or none, got {value!r}")
+
+
+def _flag(name: str) -> Callable[[object], bool]:
+    def check(value: object) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+
+    return check
+
+
+def _passphrase(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError("ssl_password must be a string")  # never shown
+    return value
+
+
+OPTIONS = OptionTable(
+    "Redis",
+    {
+        "queue": _queue,
+        "db": _db,
+        "socket_timeout": _seconds("socket_timeout"),
+        "connect_timeout": _seconds("connect_timeout"),
+        "max_attempts": check_max_attempts,
+        "on_dead": _on_dead,
+        "maxmemory_policy": _maxmemory,
+        "ssl_ca_certs": _file("ssl_ca_certs"),
+        "ssl_certfile": _file("ssl_certfile"),
+        "ssl_keyfile": _file("ssl_keyfile"),
+        "ssl_cert_reqs": _cert_reqs,
+        "ssl_check_hostname": _flag("ssl_check_hostname"),
+    },
+    # Never from the URL: a callable, and a secret (messages show a URL with its query).
+    keyword_only={"clock": check_clock, "ssl_password": _passphrase},
+)
 
 
 def parse_url(url: str, options: Mapping[str, object]) -> RedisOptions:
@@ -152,24 +223,19 @@ def parse_url(url: str, options: Mapping[str, object]) -> RedisOptions:
                 f"Redis URL {shown!r}: the path must be a database number, got {path!r}"
             )
 
-    chosen: dict[str, object] = {}
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key not in _FROM_URL:
-            raise ValueError(_unknown(key, _FROM_URL))
-        if key in chosen:
-            raise ValueError(f"Redis option {key!r} is given twice in {shown!r}")
-        chosen[key] = _FROM_URL[key](value)
-    for key, given in options.items():
-        if key not in _FROM_KWARGS:
-            raise ValueError(_unknown(key, _FROM_KWARGS))
-        if key in chosen:
-            raise ValueError(f"Redis option {key!r} is given both in the URL and as a keyword")
-        chosen[key] = _FROM_KWARGS[key](given)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(key in OPTIONS.keyword_only for key, _ in query):
+        # Before any message that shows the URL: it would show the secret too.
+        raise ValueError(f"{', '.join(OPTIONS.keyword_only)} may only be given as keywords")
+    chosen = OPTIONS.choose(url, query, options)
     if "db" in chosen and parts.scheme != "unix":
         raise ValueError(f"Redis URL {shown!r}: give the database as its path (/N), not db=")
+    tls = sorted(key for key in chosen if key.startswith("ssl_"))
+    if tls and parts.scheme != "rediss":
+        raise ValueError(f"Redis URL {shown!r}: {', '.join(tls)} need a rediss:// (TLS) URL")
+    if "ssl_keyfile" in chosen and "ssl_certfile" not in chosen:
+        raise ValueError("ssl_keyfile needs ssl_certfile, the certificate it is the key of")
+    if chosen.get("ssl_cert_reqs") == "none" and chosen.get("ssl_check_hostname") is True:
+        raise ValueError("ssl_check_hostname=true needs ssl_cert_reqs required or optional")
     server = f"{parts.scheme}://{parts.netloc}{parts.path}"
     return RedisOptions(server=server, **chosen)  # type: ignore[arg-type]
-
-
-def _unknown(key: str, known: Mapping[str, object]) -> str:
-    return f"unknown Redis option {key!r}; known options: {', '.join(sorted(known))}"

@@ -33,6 +33,10 @@ def test_a_sigkilled_aof_server_loses_nothing_that_returned(tmp_path: Path) -> N
         for child in children:
             child.start()
         try:
+            # Every child is at work (a child still starting when the server goes down
+            # could not even open its transport), and 300 calls have returned.
+            for journal in journals:
+                _until_lines([journal], 20)
             _until_lines(journals, 300)
             server.kill()
             time.sleep(0.3)

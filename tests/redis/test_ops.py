@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import inspect
 import re
+from typing import Any
 
 import pytest
+import redis.exceptions as rex
 
-from transports_core import Event, Lease, LeaseLost, RequeueRefused
-from transports_core.backend import EventCodec, exhausted_reason
+from transports_core import Event, Lease, LeaseLost, RequeueRefused, TransportError
+from transports_core.backend import Claimed, EventCodec, exhausted_reason
 from transports_redis import AsyncRedisTransport, RedisTransport
 from transports_redis import _ops as ops
 from transports_redis import _scripts as scripts
+from transports_redis._errors import ASKING, Exchange, Node, recover
+from transports_redis._ops import command
 
 CODEC: EventCodec[Event] = EventCodec(Event)
 
@@ -53,7 +57,7 @@ def test_a_call_is_packed_as_one_resp_array() -> None:
 def test_replies_are_read_exactly() -> None:
     claim = ops.Claim("w", 2.5, 0, None, "release")
     got = claim.result([1, 12, "g", '{"n":1}', 3, "1796317695.1234567"])
-    assert got == ops.Claimed(12, "g", '{"n":1}', "w", 3, 1796317695.1234567)
+    assert got == Claimed(12, "g", '{"n":1}', "w", 3, 1796317695.1234567)
     idle = claim.result([0, "100.5", ""])
     assert idle == ops.Idle(100.5, None)
     assert ops.wait_timeout(10, ops.Idle(100.0, 100.5), 5) == pytest.approx(0.502)
@@ -63,7 +67,10 @@ def test_replies_are_read_exactly() -> None:
         ops.Ack(lease).result(0)
     with pytest.raises(RequeueRefused, match="worker 'w9'"):
         ops.Requeue(5).result([-1, "w9", "g"])
-    letters = ops.DeadLetters(None).result([5, "g", 2, "{}", 4, "x", "", 3, 3, "lapsed", "1.5", 1])
+    op = ops.DeadLetters(None)
+    assert op.args("") == (0, ops.CHUNK)
+    letters = op.result([5, "g", 2, "{}", 4, "x", "", 3, 3, "lapsed", "1.5", 1, 0])
+    assert isinstance(letters, list)
     assert letters[0].reason == exhausted_reason(3, 3, "lapsed")
     assert letters[0].held
 
@@ -90,3 +97,56 @@ def test_the_twins_have_the_same_methods_and_signatures() -> None:
         sync, other = getattr(RedisTransport, name), getattr(AsyncRedisTransport, name)
         assert inspect.signature(sync) == inspect.signature(other), name
         assert inspect.iscoroutinefunction(other), name
+
+
+def _plan(source: str | None = "return 1", patience: float = 0.05) -> tuple[Any, list[Node]]:
+    followed: list[Node] = []
+    plan = recover(b"CALL", source, ("h", 1), followed.append, "redis://h:1/0", "ack", patience)
+    next(plan)
+    return plan, followed
+
+
+def test_error_replies_are_worked_around_only_where_the_call_did_not_run() -> None:
+    script_load = command("SCRIPT", "LOAD", "return 1")
+    plan, followed = _plan()
+    # MOVED with no host: the host the reply came from; the call goes to the new node.
+    assert plan.send(rex.ResponseError("MOVED 7 :2")) == Exchange([b"CALL"])
+    assert followed == [("h", 2)]
+    # ASK: once to the node named, after ASKING; its NOSCRIPT loads the script there.
+    assert plan.send(rex.AskError("7 10.0.0.3:3")) == Exchange([ASKING, b"CALL"], ("10.0.0.3", 3))
+    assert plan.send(rex.NoScriptError("No matching script")) == Exchange(
+        [script_load], ("10.0.0.3", 3)
+    )
+    assert plan.send("sha") == Exchange([ASKING, b"CALL"], ("10.0.0.3", 3))
+    # TRYAGAIN: back to the queue's node after a pause that grows.
+    first = plan.send(rex.TryAgainError("Multiple keys request during rehashing of slot"))
+    assert (first.commands, first.node) == ([b"CALL"], None)
+    second = plan.send(rex.ResponseError("TRYAGAIN Multiple keys"))
+    assert second.pause == 2 * first.pause
+    with pytest.raises(StopIteration) as done:
+        plan.send([1, 2])
+    assert done.value.value == [1, 2]
+
+
+def _again_and_again(plan: Any, reply: rex.ResponseError) -> None:
+    for _ in range(100):
+        plan.send(reply)
+
+
+def test_error_replies_that_no_retry_gets_around_raise_naming_the_call() -> None:
+    plan, _ = _plan(patience=0.01)
+    with pytest.raises(TransportError, match=r"did not settle within 0\.01 s; nothing was done"):
+        _again_and_again(plan, rex.ResponseError("CLUSTERDOWN The cluster is down"))
+    plan, _ = _plan()
+    with pytest.raises(TransportError, match="keep redirecting"):
+        _again_and_again(plan, rex.MovedError("7 h:2"))
+    plan, _ = _plan(source=None)  # a plain command has no script to load
+    with pytest.raises(TransportError, match="ack: the server refused the call \\(NOSCRIPT"):
+        plan.send(rex.NoScriptError("No matching script"))
+    plan, _ = _plan()
+    plan.send(rex.NoScriptError("No matching script"))
+    with pytest.raises(TransportError, match="NOSCRIPT"):  # loaded, yet gone again
+        plan.send(rex.NoScriptError("No matching script"))
+    plan, _ = _plan()
+    with pytest.raises(TransportError, match="out of memory"):
+        plan.send(rex.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."))

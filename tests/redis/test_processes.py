@@ -3,7 +3,6 @@ lease holder whose message comes back once its lease lapses."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import multiprocessing
 import time
@@ -39,19 +38,8 @@ def test_processes_share_a_queue_in_order_and_one_at_a_time_per_group(
     for child in children:
         child.join(120)
         assert child.exitcode == 0
-    rows = [line.split() for journal in journals for line in journal.read_text().splitlines()]
-    seen = sorted(int(row[0]) for row in rows)
-    assert seen == sorted(published)  # every message once, none twice
+    _workers.check_journals(journals, published)
     assert sum(1 for journal in journals if journal.read_text()) >= 2  # the work was shared
-    by_group: dict[str, list[tuple[int, int, int]]] = {}
-    for row_seq, group, n, _attempt, start, end in rows:
-        assert published[int(row_seq)] == (group, int(n))
-        by_group.setdefault(group, []).append((int(start), int(end), int(n)))
-    for group, spans in by_group.items():
-        spans.sort()
-        assert [n for _, _, n in spans] == list(range(PER_GROUP)), group
-        for (_, ended, _), (began, _, _) in itertools.pairwise(spans):
-            assert ended < began, f"{group}: two messages in flight at once"
     assert queue.claim("after", 5) is None
 
 

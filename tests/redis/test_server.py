@@ -9,9 +9,17 @@ import time
 import pytest
 import redis
 
-from transports_core import Event, OutcomeUnknown, TransportError, open_transport
+from transports_core import Event, OutcomeUnknown, Transport, TransportError, open_transport
+from transports_redis import RedisTransport
 
 from .server import private_server, with_queue
+
+
+def assert_sound(transport: Transport[Event]) -> None:
+    """The invariant check the shared server's queues get after each test, here on a
+    private server's queue before it goes."""
+    assert isinstance(transport, RedisTransport)
+    assert transport.check() == []
 
 
 def test_a_connection_killed_mid_call_is_outcome_unknown_and_the_next_call_reconnects() -> None:
@@ -45,6 +53,7 @@ def test_a_connection_killed_mid_call_is_outcome_unknown_and_the_next_call_recon
             assert isinstance(errors[0], OutcomeUnknown)
             assert errors[0].operation == "publish"
             assert transport.publish("g", Event(n=2)) >= 2  # a fresh connection
+            assert_sound(transport)
         raw.close()
 
 
@@ -58,6 +67,7 @@ def test_a_flushed_script_cache_is_loaded_again() -> None:
             lease = transport.claim("w", 5)
             assert lease is not None
             assert lease.event.n == 1
+            assert_sound(transport)
         raw.close()
 
 
@@ -87,6 +97,7 @@ def test_a_full_server_refuses_publishes_but_workers_still_drain_it() -> None:
                 drained += 1
             assert drained > 50
             assert transport.publish("g", Event(n=-1)) > 0  # the memory came back
+            assert_sound(transport)  # a refused publish wrote nothing, not even a counter
         raw.close()
 
 
@@ -99,6 +110,7 @@ def test_a_unix_socket_url_reaches_the_server(tmp_path_factory: pytest.TempPathF
             assert lease is not None
             assert lease.seq == seq
             transport.ack(lease)
+            assert_sound(transport)
         raw = redis.Redis(port=server.port, db=2)
         assert raw.get("dt:{sock}:seq") == b"1"  # in database 2, as the URL asked
         raw.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from transports_core import TransportError, open_transport
@@ -71,6 +73,13 @@ def test_keywords_are_typed_and_cannot_repeat_the_url() -> None:
         ("redis://h", {"queue": 3}, "queue must be"),
         ("redis://h", {"max_attempts": True}, "max_attempts"),
         ("redis://h", {"clock": 5}, "clock"),
+        ("rediss://h?ssl_ca_certs=/no/such.pem", {}, "ssl_ca_certs must name a readable file"),
+        ("rediss://h?ssl_cert_reqs=always", {}, "ssl_cert_reqs must be"),
+        ("rediss://h?ssl_check_hostname=yes", {}, "ssl_check_hostname must be true or false"),
+        ("rediss://h?ssl_cert_reqs=none&ssl_check_hostname=true", {}, "needs ssl_cert_reqs"),
+        ("redis://h?ssl_cert_reqs=none", {}, "need a rediss:// \\(TLS\\) URL"),
+        ("unix:///s?ssl_cert_reqs=none", {}, "need a rediss://"),
+        ("rediss://h", {"ssl_password": 5}, "ssl_password must be a string"),
     ],
 )
 def test_bad_urls_and_options_are_named(url: str, options: dict[str, object], message: str) -> None:
@@ -85,6 +94,7 @@ def test_bad_urls_and_options_are_named(url: str, options: dict[str, object], me
         "redis://:hunter2@h/notdb",
         "redis://user:hunter2@h#x",
         "redis://:hunter2@h?queue=a&queue=b",
+        "rediss://h?queue=a&queue=b&ssl_password=hunter2",
     ],
 )
 def test_a_password_is_never_shown(url: str) -> None:
@@ -98,3 +108,27 @@ def test_an_unreachable_server_is_a_clear_error_without_the_password() -> None:
         open_transport("redis://:hunter2@127.0.0.1:1/0?connect_timeout=0.5")
     assert "hunter2" not in str(caught.value)
     assert "***" in str(caught.value)
+
+
+def test_tls_options_reach_the_connections_only_on_rediss(tmp_path: Path) -> None:
+    ca, cert, key = (tmp_path / name for name in ("ca.pem", "client.pem", "client.key"))
+    for path in (ca, cert, key):
+        path.write_text("not read until a connection is made\n")
+    options = parse_url(
+        f"rediss://:pw@h:6390/0?ssl_ca_certs={ca}&ssl_certfile={cert}&ssl_keyfile={key}",
+        {"ssl_password": "hunter2"},
+    )
+    assert options.tls == {
+        "ssl_ca_certs": str(ca),
+        "ssl_certfile": str(cert),
+        "ssl_keyfile": str(key),
+        "ssl_password": "hunter2",
+        "ssl_cert_reqs": "required",
+        "ssl_check_hostname": True,
+    }
+    assert "hunter2" not in repr(options)
+    bare = parse_url("rediss://h?ssl_cert_reqs=none", {})
+    assert (bare.tls["ssl_cert_reqs"], bare.tls["ssl_check_hostname"]) == ("none", False)
+    assert parse_url("redis://h", {}).tls == {}
+    with pytest.raises(ValueError, match="ssl_keyfile needs ssl_certfile"):
+        parse_url(f"rediss://h?ssl_keyfile={key}", {})
