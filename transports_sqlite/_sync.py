@@ -27,12 +27,13 @@ T = TypeVar("T")
 
 
 def _execute(conn: sqlite3.Connection, stmt: _ops.Stmt) -> _ops.Result:
+    statement = stmt.statement
     if stmt.many is not None:
-        cursor = conn.executemany(stmt.sql, stmt.many)
+        cursor = conn.executemany(statement.sql, stmt.many)
     else:
-        cursor = conn.execute(stmt.sql, stmt.params)
-    # No result columns: nothing to fetch (the statement has run to completion).
-    rows = cursor.fetchall() if cursor.description else []
+        cursor = conn.execute(statement.sql, statement.bind(stmt.params))
+    # Rows first: a write's row count is complete once its RETURNING rows are fetched.
+    rows = cursor.fetchall() if statement.rows else []
     return _ops.Result(rows, cursor.rowcount)
 
 
@@ -49,8 +50,10 @@ def _drive(conn: sqlite3.Connection, steps: _ops.Steps[T]) -> T:
 def _perform(conn: sqlite3.Connection, op: _ops.Op[T], now: float) -> T:
     first = op.first(now)
     if first is not None:
-        cursor = conn.execute(*first)
-        value = op.done(cursor.fetchall() if cursor.description else [], cursor.rowcount, now)
+        statement, params = first
+        cursor = conn.execute(statement.sql, statement.bind(params))
+        rows = cursor.fetchall() if statement.rows else []
+        value = op.done(rows, cursor.rowcount, now)
         if not isinstance(value, _ops.NotFinished):
             return value
     return _drive(conn, op.steps(now))
@@ -143,10 +146,10 @@ class Engine:
         conn.execute(begin)
         try:
             value = _perform(conn, op, self.options.clock())
-            conn.execute("COMMIT")
+            conn.execute(sql.COMMIT)
         except BaseException:
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                conn.execute(sql.ROLLBACK)
             raise
         return value
 
