@@ -106,7 +106,8 @@ class Op(Operation[T]):
     """An operation, checked and ready to run in one transaction, opened with `begin`
     (None: AUTOCOMMIT). An op that only moves a lease is not `durable` (see
     `lease_durability`); one that cannot make a message deliverable does not `wake`
-    waiting claims.
+    waiting claims; one that runs a few statements on a few pages is `brief` (the async
+    twin may run it on the event loop's thread: see `commit_flushes`).
 
     The calls on a worker's path (publish, claim, ack, nack, extend) are usually one
     statement: `first` gives it and `done` makes the value of its rows and row count, or
@@ -118,6 +119,7 @@ class Op(Operation[T]):
     begin: str | None = sql.BEGIN_WRITE
     durable: bool = True
     wakes: bool = True
+    brief: bool = True
 
     def first(self, now: float) -> tuple[sql.Statement, Params] | None:
         return None
@@ -130,9 +132,10 @@ class Op(Operation[T]):
 
 
 class Plan(Op[T]):
-    """An op that is only steps: ``steps(now)`` gives them, for the transaction's `now`."""
+    """An op that is only steps: ``steps(now)`` gives them, for the transaction's `now`.
+    Not `brief` unless it says so: a batch, the admin calls and the setup."""
 
-    __slots__ = ("_steps", "begin", "durable", "wakes")
+    __slots__ = ("_steps", "begin", "brief", "durable", "wakes")
 
     def __init__(
         self,
@@ -141,9 +144,10 @@ class Plan(Op[T]):
         *,
         durable: bool = True,
         wakes: bool = True,
+        brief: bool = False,
     ) -> None:
         self._steps = steps
-        self.begin, self.durable, self.wakes = begin, durable, wakes
+        self.begin, self.durable, self.wakes, self.brief = begin, durable, wakes, brief
 
     def steps(self, now: float) -> Steps[T]:
         return self._steps(now)
@@ -214,12 +218,13 @@ def new_file() -> Op[None]:
     return Plan(steps, AUTOCOMMIT)
 
 
-def session(synchronous: str, memory: bool) -> Op[None]:
-    """Per-connection settings; they must run outside a transaction."""
+def session(synchronous: str, memory: bool, on_loop: bool = False) -> Op[None]:
+    """Per-connection settings; they must run outside a transaction. See
+    `_sql.session_pragmas` for ``on_loop``."""
 
     def steps(now: float) -> Steps[None]:
         ((mode,),) = (yield Stmt(sql.READ_JOURNAL_MODE)).rows
-        for pragma in sql.session_pragmas(synchronous, memory, mode):
+        for pragma in sql.session_pragmas(synchronous, memory, mode, on_loop):
             yield Stmt(pragma)
 
     return Plan(steps, AUTOCOMMIT)
@@ -534,6 +539,31 @@ def lease_durability(synchronous: str, memory: bool) -> Relax | None:
     return Relax(sql.set_synchronous("normal"), sql.set_synchronous(synchronous))
 
 
+def commit_flushes(op: Op[Any], synchronous: str, memory: bool) -> bool:
+    """Whether the commit of ``op`` waits for the disk (a flush) at this durability level:
+    every commit at ``extra``; at ``full``, those of durable ops (see `lease_durability`);
+    none at ``normal`` or ``off``, nor in memory. (A checkpoint flushes too, which the
+    async twin's engine keeps out of its commits: see `_async.LoopEngine`.)"""
+    if memory or synchronous in ("normal", "off") or op.begin == sql.BEGIN_READ:
+        return False
+    return synchronous == "extra" or op.durable
+
+
+class RewriteHeader(Op[None]):
+    """A write that changes nothing (see `_sql.REWRITE_HEADER`)."""
+
+    __slots__ = ()
+    begin = AUTOCOMMIT
+    durable = False
+    wakes = False
+
+    def first(self, now: float) -> tuple[sql.Statement, Params]:
+        return sql.REWRITE_HEADER, {}
+
+    def done(self, rows: list[Any], rowcount: int, now: float) -> None:
+        return None
+
+
 def checkpoint_due(wal_bytes: int) -> bool:
     """Whether a claim that found nothing should checkpoint and truncate a WAL this big."""
     return wal_bytes > sql.IDLE_WAL_BYTES
@@ -704,4 +734,6 @@ def wait_state(min_priority: int) -> Op[tuple[int, float | None]]:
         ((version, due),) = (yield Stmt(sql.WAIT_STATE, params)).rows
         return version, due
 
-    return Plan(steps, AUTOCOMMIT, wakes=False)
+    # A read transaction around its one statement, so that no runner mistakes it for a
+    # write (see `commit_flushes`).
+    return Plan(steps, sql.BEGIN_READ, wakes=False, brief=True)

@@ -620,9 +620,20 @@ WAL_LIMIT_BYTES: Final = 8 << 20
 # When a claim finds nothing and the WAL is larger than this, the queue is idle: the WAL
 # is checkpointed and truncated to nothing, without waiting for anybody.
 IDLE_WAL_BYTES: Final = 64 << 10
+# The async twin's connection checkpoints on its engine's thread, never in a commit (see
+# `_async.LoopEngine`): it counts the commits of brief operations, which write a few
+# pages each (a claim two, an ack four or five), and checkpoints once this many of them
+# may have filled CHECKPOINT_PAGES.
+BRIEF_COMMIT_PAGES: Final = 4
 
-
+# Each answers (busy, frames in the WAL, frames copied into the database).
+CHECKPOINT_PASSIVE: Final = "PRAGMA wal_checkpoint(PASSIVE)"
 CHECKPOINT_TRUNCATE: Final = "PRAGMA wal_checkpoint(TRUNCATE)"
+
+# Writes the file's header page again, changing nothing: the first commit into a WAL
+# that a checkpoint has emptied starts it over and flushes its new header, and the async
+# twin's engine makes that commit this one, on its own thread (see `_async.LoopEngine`).
+REWRITE_HEADER: Final = Statement(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def busy_timeout(milliseconds: int) -> str:
@@ -633,26 +644,37 @@ def busy_timeout(milliseconds: int) -> str:
 READ_JOURNAL_MODE: Final = Statement("PRAGMA journal_mode", rows=True)
 
 
-def session_pragmas(synchronous: str, memory: bool, journal_mode: str) -> tuple[Statement, ...]:
+def wal_autocheckpoint(pages: int) -> str:
+    """Checkpoint in a commit that leaves the WAL with this many frames (0: never)."""
+    return f"PRAGMA wal_autocheckpoint = {int(pages)}"
+
+
+def session_pragmas(
+    synchronous: str, memory: bool, journal_mode: str, on_loop: bool = False
+) -> tuple[Statement, ...]:
     """Per-connection settings, run after `setup` (WAL must never be switched on in a file
     before we know it is ours: it rewrites the header). ``synchronous`` is whitelisted.
+    A connection whose transactions may run ``on_loop`` (the async twin's) never waits
+    for a lock and never checkpoints in a commit unless its engine asks for it (see
+    `_async.LoopEngine`).
 
     ``journal_mode`` is the file's current mode. Switching to WAL needs a moment alone
     with the file (SQLite answers "database is locked" at once, without its busy handler,
     while another connection writes), and the mode persists in the file: so it is only
     switched on a file not yet in WAL, and the runner retries it like any contention."""
-    if memory:
-        wal: tuple[str, ...] = ()
-    else:
+    settings: tuple[str, ...] = ()
+    if not memory:
         switch = () if journal_mode.lower() == "wal" else ("PRAGMA journal_mode = WAL",)
-        wal = (
+        settings = (
             *switch,
-            f"PRAGMA wal_autocheckpoint = {CHECKPOINT_PAGES[synchronous]}",
+            wal_autocheckpoint(0 if on_loop else CHECKPOINT_PAGES[synchronous]),
             f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}",
         )
-    # Each of these answers with the value it set, except `synchronous`.
+    if on_loop:
+        settings = (*settings, busy_timeout(0))
+    # Each of these answers with the value it set; `synchronous` answers nothing.
     return (
-        *(Statement(pragma, rows=True) for pragma in wal),
+        *(Statement(pragma, rows=True) for pragma in settings),
         Statement(set_synchronous(synchronous)),
     )
 

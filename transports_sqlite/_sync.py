@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from transports_core import Event, Lease, TransportError
 from transports_core.backend import EventCodec, TransportBase, check_wait
@@ -63,16 +63,21 @@ class Engine:
     """One open connection, and every transaction run on it.
 
     Not thread-safe by itself: the sync transport holds a lock around each call, and the
-    async one calls it from its own thread only. ``commits`` counts the transactions that
-    may have made a message deliverable (waiting claims compare it, since SQLite's change
-    counter does not count a connection's own commits), and each such commit nudges the
-    transport's waiting claims."""
+    async one a lock of its own (see `_async.LoopEngine`). ``commits`` counts the
+    transactions that may have made a message deliverable (waiting claims compare it,
+    since SQLite's change counter does not count a connection's own commits), and each
+    such commit nudges the transport's waiting claims."""
+
+    # Whether transactions may also run on an event loop's thread (see `_async.LoopEngine`):
+    # then the connection rests without a busy timeout and without automatic checkpoints.
+    on_loop = False
 
     def __init__(self, options: SqliteOptions) -> None:
         self.options = options
         self.commits = 0
         self.waiters: set[Watcher] = set()
         self._relax = _ops.lease_durability(options.synchronous, options.memory)
+        self._resting_busy_timeout = 0 if self.on_loop else options.busy_timeout
         target = database_target(options)
         with sqlite_errors(options.path):
             # isolation_level=None: sqlite3 must not open transactions behind our back; we
@@ -89,26 +94,37 @@ class Engine:
             if self._transaction(conn, _ops.needs_setup(options.path)):
                 self._transaction(conn, _ops.new_file())
                 self._transaction(conn, _ops.setup(options.path))
-            self._transaction(conn, _ops.session(options.synchronous, options.memory))
+            session = _ops.session(options.synchronous, options.memory, self.on_loop)
+            self._transaction(conn, session)
         except BaseException:
             conn.close()
             raise
         self.conn: sqlite3.Connection | None = conn
 
-    def run(self, op: _ops.Op[T]) -> T:
+    def connection(self) -> sqlite3.Connection:
         conn = self.conn
         if conn is None:
             raise TransportError(f"the transport on sqlite:///{self.options.path} is closed")
-        value = self._transaction(conn, op)
+        return conn
+
+    def run(self, op: _ops.Op[T]) -> T:
+        value = self._transaction(self.connection(), op)
+        self._ran(op)
+        return value
+
+    def _ran(self, op: _ops.Op[Any]) -> None:
         if op.wakes:
             self.commits += 1
             for watcher in tuple(self.waiters):
                 watcher.nudge()
-        return value
 
     def look(self, min_priority: int) -> WaitState:
         """What a waiting claim compares: see `_watch.WaitState`."""
-        version, due = self.run(_ops.wait_state(min_priority))
+        return self.seen(self.run(_ops.wait_state(min_priority)))
+
+    def seen(self, state: tuple[int, float | None]) -> WaitState:
+        """A waiting claim's look: the database's ``state`` and this engine's commits."""
+        version, due = state
         return WaitState(version, self.commits, due)
 
     def _transaction(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
@@ -119,15 +135,35 @@ class Engine:
             return self._attempt(conn, op)  # the common case, kept free of bookkeeping
         except sqlite3.DatabaseError as exc:
             failed = exc
+        return self._retry(conn, op, failed, started)
+
+    def _retry(
+        self,
+        conn: sqlite3.Connection,
+        op: _ops.Op[T],
+        failed: sqlite3.DatabaseError,
+        started: float,
+    ) -> T:
+        """Run ``op`` again after its first attempt, begun at ``started``, ``failed``. A
+        connection that rests without a busy timeout (`on_loop`) sets it for the retries,
+        so that they wait for another connection's lock as everywhere else."""
         retries = Retries(started, self.options.busy_timeout)
+        rests, waits = self._resting_busy_timeout, self.options.busy_timeout
+        patient = rests != waits and is_transient(failed)
         with sqlite_errors(self.options.path):
-            while (delay := retries.after(failed)) is not None:
-                time.sleep(delay)
-                try:
-                    return self._attempt(conn, op)
-                except sqlite3.OperationalError as exc:
-                    failed = exc
-            raise failed
+            if patient:
+                conn.execute(sql.busy_timeout(waits))
+            try:
+                while (delay := retries.after(failed)) is not None:
+                    time.sleep(delay)
+                    try:
+                        return self._attempt(conn, op)
+                    except sqlite3.OperationalError as exc:
+                        failed = exc
+                raise failed
+            finally:
+                if patient:
+                    conn.execute(sql.busy_timeout(rests))
 
     def _attempt(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
         relax = None if op.durable else self._relax
@@ -153,21 +189,33 @@ class Engine:
             raise
         return value
 
+    def idle_due(self) -> bool:
+        """Whether a claim that found nothing should shrink the WAL (see `idle`)."""
+        return self.conn is not None and _ops.checkpoint_due(wal_bytes(self.options))
+
     def idle(self) -> None:
         """A claim found nothing: a good moment to shrink a large WAL. Never waits: if
         someone is reading or writing, the next idle claim tries again."""
-        conn = self.conn
-        if conn is None or not _ops.checkpoint_due(wal_bytes(self.options)):
-            return
+        if self.idle_due():
+            self._checkpoint(sql.CHECKPOINT_TRUNCATE)
+
+    def _checkpoint(self, statement: str) -> bool:
+        """Run a checkpoint without waiting for anybody: True if it copied the whole WAL
+        into the database, so that the next commit starts the WAL over."""
+        conn = self.connection()
         with sqlite_errors(self.options.path):
-            conn.execute(sql.busy_timeout(0))
+            if self._resting_busy_timeout:
+                conn.execute(sql.busy_timeout(0))
             try:
-                conn.execute(sql.CHECKPOINT_TRUNCATE).fetchall()
+                ((busy, frames, copied),) = conn.execute(statement).fetchall()
             except sqlite3.OperationalError as exc:
                 if not is_transient(exc):
                     raise
+                return False
             finally:
-                conn.execute(sql.busy_timeout(self.options.busy_timeout))
+                if self._resting_busy_timeout:
+                    conn.execute(sql.busy_timeout(self._resting_busy_timeout))
+        return not busy and frames == copied
 
     def close(self) -> None:
         conn, self.conn = self.conn, None
