@@ -19,20 +19,19 @@ import queue
 import sqlite3
 import sys
 import threading
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Generic, TypeVar, cast
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import AsyncTransportBase, EventCodec, check_wait
+from transports_core.backend import AsyncTransportBase
 
 from . import _ops
 from . import _sql as sql
 from ._errors import is_transient, sqlite_errors
-from ._sync import Engine, watcher_for
+from ._sync import Engine, Twin, Waiting
 from ._url import SqliteOptions
-from ._watch import CLAIM, LOOK, WaitState, Watcher, plan
+from ._watch import CLAIM, LOOK, WaitState, Watcher
 
 E = TypeVar("E")
 T = TypeVar("T")
@@ -284,16 +283,11 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-class AsyncSqliteTransport(AsyncTransportBase[E]):
+class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
     """A durable transport in one SQLite file (or in memory), for asyncio."""
 
-    _ops = _ops
-
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
-        self._options = options
-        self._codec = EventCodec(event_type)
-        self._on_dead = options.on_dead
-        self._claims = _ops.Claims(options.max_attempts, options.on_dead)
+        super().__init__(options, event_type)
         self._thread = _Thread("transports-sqlite")
         self._engine: LoopEngine | None = None
         self._closed = False  # close() was called: waiting claims stop
@@ -393,43 +387,28 @@ class AsyncSqliteTransport(AsyncTransportBase[E]):
         return engine.seen(state)
 
     async def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
-        """Claim until a message comes or ``wait`` runs out (see `_watch.plan`)."""
+        """Claim until a message comes or ``wait`` runs out (see `Waiting`)."""
         engine = self._engine
         if engine is None:
             return None
-        watcher = watcher_for(self._options)
-        engine.waiters.add(watcher)
-        steps = plan(wait, watcher.sees_files, self._options.clock, time.monotonic)
-        try:
+        with Waiting(engine, self._options, wait, lambda: self._closed) as waiting:
             reply: object = None
-            while not self._closed:
-                step = steps.send(reply)
+            while (step := waiting.next(reply)) is not None:
                 if step == LOOK:
                     reply = await self._look(engine, op.min_priority)
                 elif step == CLAIM:
-                    claimed = await self._claim(op)
-                    if claimed is not None:
-                        return claimed
-                    reply = False
+                    reply = await self._claim(op)
+                    if reply is not None:
+                        return reply
                 else:
                     assert isinstance(step, float)
-                    reply = await _sleep(watcher, step)
-        except StopIteration:
-            pass
-        except TransportError:
-            if not self._closed:
-                raise
-        finally:
-            steps.close()
-            engine.waiters.discard(watcher)
-            watcher.close()
+                    reply = await _sleep(waiting.watcher, step)
         return None
 
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
-        op = self._claims(worker_id, visibility, min_priority)
-        seconds = 0.0 if type(wait) is int and wait == 0 else check_wait(wait)
+        op, seconds = self._claim_of(worker_id, visibility, min_priority, wait)
         claimed = await self._claim(op)
         if claimed is None and seconds > 0:
             claimed = await self._wait(op, seconds)
@@ -459,6 +438,3 @@ class AsyncSqliteTransport(AsyncTransportBase[E]):
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} sqlite:///{self._options.path}>"

@@ -11,16 +11,18 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import EventCodec, TransportBase, check_wait
+from transports_core.backend import EventCodec, Operations, TransportBase, check_wait
 
 from . import _ops
 from . import _sql as sql
 from ._errors import Retries, is_transient, sqlite_errors
+from ._ops import Claim
 from ._url import SqliteOptions, database_target, wal_bytes
-from ._watch import CLAIM, LOOK, WaitState, Watcher, plan
+from ._watch import CLAIM, LOOK, Step, WaitState, Watcher, plan
 
 E = TypeVar("E")
 T = TypeVar("T")
@@ -225,21 +227,68 @@ class Engine:
             conn.close()
 
 
-def watcher_for(options: SqliteOptions) -> Watcher:
-    """A watcher of the files a commit to this database writes (none in memory)."""
-    return Watcher(None if options.memory else options.path)
+class Waiting:
+    """What both twins' waiting claims share: a watcher of the files a commit to the
+    database writes (none in memory), known to the engine, which nudges it; the claim's
+    plan (see `_watch.plan`); and its end. A twin runs the steps `next` gives, until it
+    gives None: the plan is over, or the transport is ``closed``. A `TransportError`
+    raised once the transport is closed ends the wait with nothing leased."""
+
+    def __init__(
+        self, engine: Engine, options: SqliteOptions, seconds: float, closed: Callable[[], bool]
+    ) -> None:
+        self.watcher = Watcher(None if options.memory else options.path)
+        self._engine = engine
+        self._closed = closed
+        engine.waiters.add(self.watcher)
+        self._steps = plan(seconds, self.watcher.sees_files, options.clock, time.monotonic)
+
+    def next(self, reply: object) -> Step | None:
+        if self._closed():
+            return None
+        try:
+            return self._steps.send(reply)
+        except StopIteration:
+            return None
+
+    def __enter__(self) -> Waiting:
+        return self
+
+    def __exit__(self, t: object, e: BaseException | None, tb: object) -> bool:
+        self._steps.close()
+        self._engine.waiters.discard(self.watcher)
+        self.watcher.close()
+        return isinstance(e, TransportError) and self._closed()
 
 
-class SqliteTransport(TransportBase[E]):
-    """A durable transport in one SQLite file (or in memory), over sqlite3."""
+class Twin(Generic[E]):
+    """What both SQLite transports hold and do alike: their options, event codec and
+    claim builder, a claim's checked arguments, and how they show."""
 
-    _ops = _ops
+    _ops: Operations = _ops
 
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
         self._options = options
-        self._codec = EventCodec(event_type)
-        self._on_dead = options.on_dead
+        self._codec: EventCodec[E] = EventCodec(event_type)
+        self._on_dead: str = options.on_dead
         self._claims = _ops.Claims(options.max_attempts, options.on_dead)
+
+    def _claim_of(
+        self, worker_id: str, visibility: float, min_priority: int, wait: float
+    ) -> tuple[Claim, float]:
+        """A claim's op, and how many seconds it may wait (0: none)."""
+        op = self._claims(worker_id, visibility, min_priority)
+        return op, 0.0 if type(wait) is int and wait == 0 else check_wait(wait)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} sqlite:///{self._options.path}>"
+
+
+class SqliteTransport(Twin[E], TransportBase[E]):
+    """A durable transport in one SQLite file (or in memory), over sqlite3."""
+
+    def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
+        super().__init__(options, event_type)
         self._lock = threading.Lock()
         self._engine = Engine(options)
 
@@ -249,42 +298,27 @@ class SqliteTransport(TransportBase[E]):
             return self._engine.run(op)
 
     def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
-        """Claim until a message comes or ``wait`` runs out (see `_watch.plan`)."""
+        """Claim until a message comes or ``wait`` runs out (see `Waiting`)."""
         engine = self._engine
-        watcher = watcher_for(self._options)
-        engine.waiters.add(watcher)
-        steps = plan(wait, watcher.sees_files, self._options.clock, time.monotonic)
-        try:
+        with Waiting(engine, self._options, wait, lambda: engine.conn is None) as waiting:
             reply: object = None
-            while engine.conn is not None:
-                step = steps.send(reply)
+            while (step := waiting.next(reply)) is not None:
                 if step == LOOK:
                     with self._lock:
                         reply = engine.look(op.min_priority)
                 elif step == CLAIM:
-                    claimed = self._run(op)
-                    if claimed is not None:
-                        return claimed
-                    reply = False
+                    reply = self._run(op)
+                    if reply is not None:
+                        return reply
                 else:
                     assert isinstance(step, float)
-                    reply = watcher.wait(step)
-        except StopIteration:
-            pass
-        except TransportError:
-            if engine.conn is not None:
-                raise  # closed meanwhile: the wait ends with nothing leased
-        finally:
-            steps.close()
-            engine.waiters.discard(watcher)
-            watcher.close()
+                    reply = waiting.watcher.wait(step)
         return None
 
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
-        op = self._claims(worker_id, visibility, min_priority)
-        seconds = 0.0 if type(wait) is int and wait == 0 else check_wait(wait)
+        op, seconds = self._claim_of(worker_id, visibility, min_priority, wait)
         claimed = self._run(op)
         if claimed is None and seconds > 0:
             claimed = self._wait(op, seconds)
@@ -300,6 +334,3 @@ class SqliteTransport(TransportBase[E]):
             watcher.nudge()
         with self._lock:
             self._engine.close()
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} sqlite:///{self._options.path}>"
