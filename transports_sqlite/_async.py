@@ -78,11 +78,10 @@ class LoopEngine(Engine):
     meets SQLITE_BUSY is rolled back and handed to the engine's thread. There a
     transaction that meets contention sets the busy timeout for its retries (see
     `Engine._retry`), and one that is not brief checkpoints in its commit as the sync
-    twin's do. Brief ones are counted,
-    wherever they ran; once they may have filled as many pages as an automatic checkpoint
-    waits for, the transport has the thread run `checkpoint`. As the first commit into a
-    WAL that a checkpoint emptied flushes the WAL's new header, the thread makes that
-    commit itself, right after the checkpoint."""
+    twin's do. Brief ones are counted wherever they ran; once they may have filled as
+    many pages as an automatic checkpoint waits for, the transport has the thread run
+    `checkpoint`. As the first commit into a WAL that a checkpoint emptied flushes the
+    WAL's new header, the thread makes that commit itself, right after the checkpoint."""
 
     on_loop = True
 
@@ -91,8 +90,8 @@ class LoopEngine(Engine):
         self.unchecked = 0  # brief transactions committed since the last checkpoint
         pages = sql.CHECKPOINT_PAGES[options.synchronous]
         self._autocheckpoint: tuple[str, str] | None = None
-        self._checkpoint_after = sys.maxsize
-        if not options.memory:  # no WAL
+        self._checkpoint_after = sys.maxsize  # in memory: no WAL to checkpoint
+        if not options.memory:
             self._autocheckpoint = (sql.wal_autocheckpoint(pages), sql.wal_autocheckpoint(0))
             self._checkpoint_after = pages // sql.BRIEF_COMMIT_PAGES
 
