@@ -95,23 +95,23 @@ class LoopEngine(Engine):
             self._autocheckpoint = (sql.wal_autocheckpoint(pages), sql.wal_autocheckpoint(0))
             self._checkpoint_after = pages // sql.BRIEF_COMMIT_PAGES
 
-    def run_here(self, op: _ops.Op[T]) -> T | NotHere:
-        """Run ``op`` now, on the calling thread (the event loop's), if it may run there
-        (see the class); else, or if the database is busy, `NOT_HERE`."""
-        conn = self.conn
+    def may_run_here(self, op: _ops.Op[Any]) -> bool:
+        """Whether ``op`` may run on the event loop's thread (see the class)."""
         options = self.options
-        if (
-            conn is None
-            or not op.brief
-            or _ops.commit_flushes(op, options.synchronous, options.memory)
-        ):
-            return NOT_HERE
+        return op.brief and not _ops.commit_flushes(op, options.synchronous, options.memory)
+
+    def run_here(self, op: _ops.Op[T]) -> T | NotHere:
+        """Run ``op``, which `may_run_here`, now, on the calling thread (the event loop's);
+        `NOT_HERE` if the database is busy."""
+        conn = self.conn
+        if conn is None:
+            return NOT_HERE  # closed: the engine's thread says so
         try:
             value = self._attempt(conn, op)
         except sqlite3.DatabaseError as exc:
             if is_transient(exc):
                 return NOT_HERE  # rolled back: the engine's thread runs it from the start
-            with sqlite_errors(options.path):
+            with sqlite_errors(self.options.path):
                 raise
         self.unchecked += 1
         self._ran(op)
@@ -308,7 +308,7 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
         """Run ``op`` on the event loop's thread, if the engine's thread is idle and ``op``
         may run here (see `LoopEngine`); else `NOT_HERE`."""
         engine, thread = self._engine, self._thread
-        if engine is None or self._closed or not thread.idle():
+        if engine is None or self._closed or not engine.may_run_here(op) or not thread.idle():
             return NOT_HERE
         if not thread.lock.acquire(blocking=False):
             return NOT_HERE
