@@ -172,7 +172,9 @@ class _Thread:
         self._guard = threading.Lock()  # over `_undecided`
         self._undecided: dict[_Call[Any], object] = {}
         # Calls handed over (counted on the loop's thread) and calls done with (counted
-        # on this one, under `lock`): while they differ, one is queued or running.
+        # on this one): while they differ, one is queued or running. (Loops on several
+        # threads sharing a transport can only misjudge that; `lock` alone keeps two
+        # calls off the connection at once.)
         self._handed = 0
         self._finished = 0
 
