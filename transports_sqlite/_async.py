@@ -1,11 +1,14 @@
-"""`AsyncSqliteTransport`: the sync twin's `Engine`, run on a thread of its own.
+"""`AsyncSqliteTransport`: the sync twin's engine, run on the event loop's thread when
+that is safe and cheap, and on a thread of its own otherwise.
 
-Each call hands its whole transaction to that thread and awaits it as one future, so a
-claim+ack costs two trips between the event loop and the thread, whatever the number of
-statements. A driver that runs statement by statement (aiosqlite) costs a trip for each
-of them, and its public API cannot run a whole transaction in one. One thread also keeps
-the transactions of concurrent tasks apart without a lock. The connection is opened
-lazily, on first use. See docs/sqlite.md, "The async twin".
+A trip from the event loop to another thread and back costs about as much as a whole
+claim+ack at ``synchronous=normal``, so a transaction that cannot make the loop wait runs
+right where it is called (`LoopEngine.run_here`): a brief one whose commit flushes
+nothing, while the engine's thread is idle, in one attempt that never waits for a lock
+and never checkpoints. Everything else (what flushes, what waits for another process,
+batches and admin calls, the open sequence, checkpoints) goes to the engine's thread,
+whole, awaited as one future. The connection is opened lazily, on first use, on that
+thread. See docs/sqlite.md, "The async twin".
 """
 
 from __future__ import annotations
@@ -13,19 +16,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
+import sqlite3
+import sys
 import threading
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Generic, TypeVar, cast
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import AsyncTransportBase, EventCodec, check_wait
+from transports_core.backend import AsyncTransportBase
 
 from . import _ops
-from ._sync import Engine, watcher_for
+from . import _sql as sql
+from ._errors import is_transient, sqlite_errors
+from ._sync import Engine, Twin, Waiting
 from ._url import SqliteOptions
-from ._watch import CLAIM, LOOK, Watcher, plan
+from ._watch import CLAIM, LOOK, WaitState, Watcher
 
 E = TypeVar("E")
 T = TypeVar("T")
@@ -51,9 +57,106 @@ async def _sleep(watcher: Watcher, timeout: float) -> bool:
     return watcher.drain()
 
 
+class NotHere:
+    """What `LoopEngine.run_here` returns when the operation must go to the engine's
+    thread instead; nothing of it was done."""
+
+    __slots__ = ()
+
+
+NOT_HERE = NotHere()
+
+
+class LoopEngine(Engine):
+    """The async twin's engine: `run_here` tries a transaction on the event loop's thread,
+    and `run`, on the engine's own thread, runs it as the sync twin's engine does.
+
+    A transaction runs on the loop only if it cannot make the loop wait: it is brief, its
+    commit flushes nothing (`_ops.commit_flushes`), and it gets one attempt, which
+    neither waits for a lock nor checkpoints. So the connection rests with a busy timeout
+    of 0 and without automatic checkpoints (`_sql.session_pragmas`): an attempt that
+    meets SQLITE_BUSY is rolled back and handed to the engine's thread. There a
+    transaction that meets contention sets the busy timeout for its retries (see
+    `Engine._retry`), and one that is not brief checkpoints in its commit as the sync
+    twin's do. Brief ones are counted wherever they ran; once they may have filled as
+    many pages as an automatic checkpoint waits for, the transport has the thread run
+    `checkpoint`. As the first commit into a WAL that a checkpoint emptied flushes the
+    WAL's new header, the thread makes that commit itself, right after the checkpoint."""
+
+    on_loop = True
+
+    def __init__(self, options: SqliteOptions) -> None:
+        super().__init__(options)
+        self.unchecked = 0  # brief transactions committed since the last checkpoint
+        pages = sql.CHECKPOINT_PAGES[options.synchronous]
+        self._autocheckpoint: tuple[str, str] | None = None
+        self._checkpoint_after = sys.maxsize  # in memory: no WAL to checkpoint
+        if not options.memory:
+            self._autocheckpoint = (sql.wal_autocheckpoint(pages), sql.wal_autocheckpoint(0))
+            self._checkpoint_after = pages // sql.BRIEF_COMMIT_PAGES
+
+    def may_run_here(self, op: _ops.Op[Any]) -> bool:
+        """Whether ``op`` may run on the event loop's thread (see the class)."""
+        options = self.options
+        return op.brief and not _ops.commit_flushes(op, options.synchronous, options.memory)
+
+    def run_here(self, op: _ops.Op[T]) -> T | NotHere:
+        """Run ``op``, which `may_run_here`, now, on the calling thread (the event loop's);
+        `NOT_HERE` if the database is busy."""
+        conn = self.conn
+        if conn is None:
+            return NOT_HERE  # closed: the engine's thread says so
+        try:
+            value = self._attempt(conn, op)
+        except sqlite3.DatabaseError as exc:
+            if is_transient(exc):
+                return NOT_HERE  # rolled back: the engine's thread runs it from the start
+            with sqlite_errors(self.options.path):
+                raise
+        self.unchecked += 1
+        self._ran(op)
+        return value
+
+    def run(self, op: _ops.Op[T]) -> T:
+        if op.brief:
+            value = super().run(op)
+            self.unchecked += 1
+            return value
+        if self._autocheckpoint is None:
+            return super().run(op)
+        conn = self.connection()
+        on, off = self._autocheckpoint
+        conn.execute(on)
+        try:
+            return super().run(op)
+        finally:
+            conn.execute(off)
+
+    def checkpoint_due(self) -> bool:
+        return self.unchecked >= self._checkpoint_after
+
+    def checkpoint(self) -> None:
+        """On the engine's thread: the checkpoint SQLite would have run in a commit."""
+        self.unchecked = 0
+        self._checkpoint(sql.CHECKPOINT_PASSIVE)
+
+    def _checkpoint(self, statement: str) -> bool:
+        emptied = super()._checkpoint(statement)
+        if emptied:
+            # One attempt: if another connection writes first, its commit starts the WAL
+            # over instead.
+            try:
+                self._attempt(self.connection(), _ops.RewriteHeader())
+            except sqlite3.OperationalError as exc:
+                if not is_transient(exc):
+                    with sqlite_errors(self.options.path):
+                        raise
+        return emptied
+
+
 class _Thread:
-    """The engine's own thread: runs the calls handed to it one at a time, in order, and
-    resolves each call's future on the event loop that handed it over.
+    """The engine's own thread: runs the calls handed to it one at a time, in order,
+    holding `lock`, and resolves each call's future on the event loop that handed it over.
 
     A call may come with an ``undo``: if its caller is cancelled once it has run, ``undo``
     gets its value on the thread before any call handed over later runs. So a claim's
@@ -63,9 +166,21 @@ class _Thread:
     def __init__(self, name: str) -> None:
         self._calls: queue.SimpleQueue[_Call[Any] | None] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        # Held around each call: whoever else uses the connection takes it without waiting.
+        self.lock = threading.Lock()
         self._stopped = False
-        self._lock = threading.Lock()
+        self._guard = threading.Lock()  # over `_undecided`
         self._undecided: dict[_Call[Any], object] = {}
+        # Calls handed over (counted on the loop's thread) and calls done with (counted
+        # on this one): while they differ, one is queued or running. (Loops on several
+        # threads sharing a transport can only misjudge that; `lock` alone keeps two
+        # calls off the connection at once.)
+        self._handed = 0
+        self._finished = 0
+
+    def idle(self) -> bool:
+        """Whether no call is queued or running, and no claim's value is undecided."""
+        return self._handed == self._finished and not self._undecided
 
     def call(
         self, run: Callable[[], T], undo: Callable[[T], object] | None = None
@@ -79,11 +194,15 @@ class _Thread:
         if self._undecided:
             self._undo_abandoned()
         future: asyncio.Future[T] = loop.create_future()
-        self._calls.put(_Call(run, future, loop, undo))
+        self._hand(_Call(run, future, loop, undo))
         return future
 
+    def _hand(self, call: _Call[Any]) -> None:
+        self._handed += 1
+        self._calls.put(call)
+
     def _undo_abandoned(self) -> None:
-        with self._lock:
+        with self._guard:
             gone = [(c, v) for c, v in self._undecided.items() if c.future.cancelled()]
             for call, _ in gone:
                 del self._undecided[call]
@@ -94,34 +213,39 @@ class _Thread:
         """Queue ``call``'s undo of ``value`` (its caller is gone: nobody awaits it)."""
         assert call.undo is not None
         undo = partial(call.undo, value)
-        self._calls.put(_Call(undo, call.loop.create_future(), call.loop, None))
+        self._hand(_Call(undo, call.loop.create_future(), call.loop, None))
 
     def _serve(self) -> None:
         while (call := self._calls.get()) is not None:
-            if call.future.cancelled():
-                continue  # given up before it began: it never happens
-            try:
-                value = call.run()
-            except BaseException as exc:  # the caller gets it, whatever it is
-                self._resolve(call, None, exc)
-                continue
-            if call.undo is not None:
-                with self._lock:
-                    abandoned = call.future.cancelled()
-                    if not abandoned:
-                        self._undecided[call] = value
-                if abandoned:
-                    call.undo(value)
-                    continue
-            self._resolve(call, value, None)
+            with self.lock:
+                outcome = self._run(call)
+            self._finished += 1
+            # Told only now, once idle: the caller's next call may run on its loop at once.
+            if outcome is not None:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                    call.loop.call_soon_threadsafe(self._settle, call, *outcome)
 
-    def _resolve(self, call: _Call[T], value: T | None, error: BaseException | None) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-            call.loop.call_soon_threadsafe(self._settle, call, value, error)
+    def _run(self, call: _Call[T]) -> tuple[T | None, BaseException | None] | None:
+        """Run ``call``: its value or its error, for its caller; None if nobody waits."""
+        if call.future.cancelled():
+            return None  # given up before it began: it never happens
+        try:
+            value = call.run()
+        except BaseException as exc:  # the caller gets it, whatever it is
+            return None, exc
+        if call.undo is not None:
+            with self._guard:
+                abandoned = call.future.cancelled()
+                if not abandoned:
+                    self._undecided[call] = value
+            if abandoned:
+                call.undo(value)
+                return None
+        return value, None
 
     def _settle(self, call: _Call[T], value: T | None, error: BaseException | None) -> None:
         if call.undo is not None and error is None:
-            with self._lock:
+            with self._guard:
                 if self._undecided.pop(call, self) is self:
                     return  # undone already, by `_undo_abandoned`
             if call.future.cancelled():
@@ -153,31 +277,63 @@ class _Call(Generic[T]):
         self.run, self.future, self.loop, self.undo = run, future, loop, undo
 
 
-class AsyncSqliteTransport(AsyncTransportBase[E]):
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """A checkpoint that failed is tried again after more commits, and an error that
+    lasts reaches the next call: nobody waits for this one's."""
+    if not future.cancelled():
+        future.exception()
+
+
+class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
     """A durable transport in one SQLite file (or in memory), for asyncio."""
 
-    _ops = _ops
-
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
-        self._options = options
-        self._codec = EventCodec(event_type)
-        self._on_dead = options.on_dead
-        self._claims = _ops.Claims(options.max_attempts, options.on_dead)
+        super().__init__(options, event_type)
         self._thread = _Thread("transports-sqlite")
-        self._engine: Engine | None = None
+        self._engine: LoopEngine | None = None
         self._closed = False  # close() was called: waiting claims stop
         self._gone = False  # the engine's thread has closed the connection
+        self._checkpointing = False  # a checkpoint is handed to the engine's thread
 
-    def _engine_here(self) -> Engine:
+    def _engine_here(self) -> LoopEngine:
         """The engine, opened on first use; only ever called on the engine's thread."""
         if self._gone:
             raise TransportError(f"{self!r} is closed")
         if self._engine is None:
-            self._engine = Engine(self._options)
+            self._engine = LoopEngine(self._options)
         return self._engine
 
     def _perform(self, op: _ops.Op[T]) -> T:
         return self._engine_here().run(op)
+
+    def _here(self, op: _ops.Op[T]) -> T | NotHere:
+        """Run ``op`` on the event loop's thread, if the engine's thread is idle and ``op``
+        may run here (see `LoopEngine`); else `NOT_HERE`."""
+        engine, thread = self._engine, self._thread
+        if engine is None or self._closed or not engine.may_run_here(op) or not thread.idle():
+            return NOT_HERE
+        if not thread.lock.acquire(blocking=False):
+            return NOT_HERE
+        try:
+            value = engine.run_here(op)
+        finally:
+            thread.lock.release()
+        self._tidy(engine)
+        return value
+
+    def _tidy(self, engine: LoopEngine) -> None:
+        """Hand a due checkpoint to the engine's thread (see `LoopEngine`)."""
+        if self._checkpointing or not engine.checkpoint_due() or self._closed:
+            return
+        self._checkpointing = True
+        self._thread.call(partial(self._checkpoint, engine)).add_done_callback(_retrieve)
+
+    def _checkpoint(self, engine: LoopEngine) -> None:
+        try:
+            if not self._gone:
+                engine.checkpoint()
+        finally:
+            self._checkpointing = False
 
     def _submit(
         self, run: Callable[[], T], undo: Callable[[T], object] | None = None
@@ -187,11 +343,24 @@ class AsyncSqliteTransport(AsyncTransportBase[E]):
         except TransportError:
             raise TransportError(f"{self!r} is closed") from None
 
+    async def _away(self, op: _ops.Op[T]) -> T:
+        """Run ``op`` on the engine's thread."""
+        value = await self._submit(partial(self._perform, op))
+        if self._engine is not None:
+            self._tidy(self._engine)
+        return value
+
     # Narrower than the base's: it only ever gets the operations of its own `_ops`.
     async def _run(self, op: _ops.Op[T]) -> T:  # type: ignore[override]
-        return await self._submit(partial(self._perform, op))
+        value = self._here(op)
+        if isinstance(value, NotHere):
+            return await self._away(op)
+        return value
 
     async def _claim(self, op: _ops.Claim) -> _ops.Claimed | None:
+        claimed = self._here(op)
+        if not isinstance(claimed, NotHere):
+            return claimed  # no await: the caller has it
         # A claim whose caller was cancelled once it ran gives its lease back, so that a
         # cancelled claim never leaves a lease nobody holds.
         future = self._submit(partial(self._perform, op), self._hand_back)
@@ -212,50 +381,43 @@ class AsyncSqliteTransport(AsyncTransportBase[E]):
         with contextlib.suppress(TransportError):  # closed meanwhile: nothing to give
             self._perform(unclaim)
 
+    async def _look(self, engine: LoopEngine, min_priority: int) -> WaitState:
+        state = self._here(_ops.wait_state(min_priority))
+        if isinstance(state, NotHere):
+            return await self._submit(partial(engine.look, min_priority))
+        return engine.seen(state)
+
     async def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
-        """Claim until a message comes or ``wait`` runs out (see `_watch.plan`)."""
+        """Claim until a message comes or ``wait`` runs out (see `Waiting`)."""
         engine = self._engine
         if engine is None:
             return None
-        watcher = watcher_for(self._options)
-        engine.waiters.add(watcher)
-        steps = plan(wait, watcher.sees_files, self._options.clock, time.monotonic)
-        try:
+        with Waiting(engine, self._options, wait, lambda: self._closed) as waiting:
             reply: object = None
-            while not self._closed:
-                step = steps.send(reply)
+            while (step := waiting.next(reply)) is not None:
                 if step == LOOK:
-                    reply = await self._submit(partial(engine.look, op.min_priority))
+                    reply = await self._look(engine, op.min_priority)
                 elif step == CLAIM:
-                    claimed = await self._claim(op)
-                    if claimed is not None:
-                        return claimed
-                    reply = False
+                    reply = await self._claim(op)
+                    if reply is not None:
+                        return reply
                 else:
                     assert isinstance(step, float)
-                    reply = await _sleep(watcher, step)
-        except StopIteration:
-            pass
-        except TransportError:
-            if not self._closed:
-                raise
-        finally:
-            steps.close()
-            engine.waiters.discard(watcher)
-            watcher.close()
+                    reply = await _sleep(waiting.watcher, step)
         return None
 
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
-        op = self._claims(worker_id, visibility, min_priority)
-        seconds = 0.0 if type(wait) is int and wait == 0 else check_wait(wait)
+        op, seconds = self._claim_of(worker_id, visibility, min_priority, wait)
         claimed = await self._claim(op)
         if claimed is None and seconds > 0:
             claimed = await self._wait(op, seconds)
         if claimed is None:
-            if not self._closed:  # closed while it waited: the wait ends with nothing
-                await self._submit(lambda: self._engine_here().idle())
+            engine = self._engine
+            # The WAL's size is one stat; shrinking it, on the engine's thread.
+            if not self._closed and engine is not None and engine.idle_due():
+                await self._submit(engine.idle)
             return None
         return claimed.lease(self._codec)
 
@@ -277,6 +439,3 @@ class AsyncSqliteTransport(AsyncTransportBase[E]):
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} sqlite:///{self._options.path}>"

@@ -13,7 +13,7 @@ of core's `Operations` (`Ack`, `Stats`, ...), whether they are classes or functi
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Final, Literal, NamedTuple, TypeVar
@@ -51,19 +51,29 @@ from . import _sql as sql
 T = TypeVar("T")
 LastDelivery = Literal["lapsed", "nacked"]
 
-Params = Sequence[Any] | dict[str, Any]
+# An operation gives a statement's values by name; the statement binds them in its own
+# order (`_sql.Statement.bind`).
+Params = Mapping[str, Any]
 
 
 # Stmt and Op are built on every call, so they are plain (not frozen) slotted classes:
 # a frozen dataclass costs three times as much to build. Nothing changes them.
 @dataclass(slots=True)
 class Stmt:
-    sql: str
-    params: Params = ()
-    many: Sequence[Params] | None = field(default=None)  # run with executemany
+    """A statement and its values by name; or, with ``many``, run once for each row of
+    values (each a tuple in the order of the statement's `names`: a batch is too large
+    to name every row's values)."""
+
+    statement: sql.Statement
+    params: Params = field(default_factory=dict)
+    many: Sequence[Sequence[Any]] | None = field(default=None)
 
 
 class Result(NamedTuple):
+    """What a statement gave back: its rows (only a statement that returns rows has any)
+    and its row count, sqlite3's: the rows it inserted, updated or deleted, -1 for a
+    query."""
+
     rows: list[Any]
     rowcount: int
 
@@ -96,7 +106,8 @@ class Op(Operation[T]):
     """An operation, checked and ready to run in one transaction, opened with `begin`
     (None: AUTOCOMMIT). An op that only moves a lease is not `durable` (see
     `lease_durability`); one that cannot make a message deliverable does not `wake`
-    waiting claims.
+    waiting claims; one that runs a few statements on a few pages is `brief` (the async
+    twin may run it on the event loop's thread: see `commit_flushes`).
 
     The calls on a worker's path (publish, claim, ack, nack, extend) are usually one
     statement: `first` gives it and `done` makes the value of its rows and row count, or
@@ -108,8 +119,9 @@ class Op(Operation[T]):
     begin: str | None = sql.BEGIN_WRITE
     durable: bool = True
     wakes: bool = True
+    brief: bool = True
 
-    def first(self, now: float) -> tuple[str, Params] | None:
+    def first(self, now: float) -> tuple[sql.Statement, Params] | None:
         return None
 
     def done(self, rows: list[Any], rowcount: int, now: float) -> T | NotFinished:
@@ -120,9 +132,10 @@ class Op(Operation[T]):
 
 
 class Plan(Op[T]):
-    """An op that is only steps: ``steps(now)`` gives them, for the transaction's `now`."""
+    """An op that is only steps: ``steps(now)`` gives them, for the transaction's `now`.
+    Not `brief` unless it says so: a batch, the admin calls and the setup."""
 
-    __slots__ = ("_steps", "begin", "durable", "wakes")
+    __slots__ = ("_steps", "begin", "brief", "durable", "wakes")
 
     def __init__(
         self,
@@ -131,9 +144,10 @@ class Plan(Op[T]):
         *,
         durable: bool = True,
         wakes: bool = True,
+        brief: bool = False,
     ) -> None:
         self._steps = steps
-        self.begin, self.durable, self.wakes = begin, durable, wakes
+        self.begin, self.durable, self.wakes, self.brief = begin, durable, wakes, brief
 
     def steps(self, now: float) -> Steps[T]:
         return self._steps(now)
@@ -204,12 +218,13 @@ def new_file() -> Op[None]:
     return Plan(steps, AUTOCOMMIT)
 
 
-def session(synchronous: str, memory: bool) -> Op[None]:
-    """Per-connection settings; they must run outside a transaction."""
+def session(synchronous: str, memory: bool, on_loop: bool = False) -> Op[None]:
+    """Per-connection settings; they must run outside a transaction. See
+    `_sql.session_pragmas` for ``on_loop``."""
 
     def steps(now: float) -> Steps[None]:
         ((mode,),) = (yield Stmt(sql.READ_JOURNAL_MODE)).rows
-        for pragma in sql.session_pragmas(synchronous, memory, mode):
+        for pragma in sql.session_pragmas(synchronous, memory, mode, on_loop):
             yield Stmt(pragma)
 
     return Plan(steps, AUTOCOMMIT)
@@ -220,10 +235,13 @@ class Publish(Op[int]):
     begin = AUTOCOMMIT
 
     def __init__(self, codec: EventCodec[Any], group_id: str, event: object, priority: int) -> None:
-        # PUBLISH binds these by position, in this order (see `_sql.positional`).
-        self.params = (check_group_id(group_id), check_priority(priority), codec.encode(event))
+        self.params = {
+            "group_id": check_group_id(group_id),
+            "priority": check_priority(priority),
+            "event": codec.encode(event),
+        }
 
-    def first(self, now: float) -> tuple[str, Params]:
+    def first(self, now: float) -> tuple[sql.Statement, Params]:
         return sql.PUBLISH, self.params
 
     def done(self, rows: list[Any], rowcount: int, now: float) -> int:
@@ -242,7 +260,7 @@ def PublishMany(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -
         # Built from the back, so that each row knows the next seq of its group in the
         # batch. In the end `following` holds each group's first seq in the batch, and
         # `tails` its last.
-        rows: list[tuple[int, str, int, str, int | None]] = []
+        rows: list[tuple[int, str, int, str, int | None]] = []  # INSERT_ROW's names
         following: dict[str, int] = {}
         tails: dict[str, int] = {}
         append, after = rows.append, following.get
@@ -257,8 +275,8 @@ def PublishMany(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -
         rows.reverse()
         depth = Counter(map(itemgetter(0), encoded))
         yield Stmt(sql.LINK_TAIL, many=[(seq, group_id) for group_id, seq in following.items()])
-        # Each group of the batch: (group, priority of its first message in the batch,
-        # head, tail, depth). A new group opens with them; an existing one keeps its head
+        # Each group of the batch, with the priority of its first message in the batch, its
+        # head, tail and depth. A new group opens with them; an existing one keeps its head
         # and priority and takes the tail and the added depth.
         yield Stmt(
             sql.OPEN_GROUP,
@@ -305,12 +323,14 @@ class Claim(Op[Claimed | None]):
         self.max_attempts = max_attempts
         self.on_dead = on_dead
 
-    def _lease(self, now: float) -> tuple[str, float, int, float]:
-        return (self.worker_id, now + self.visibility, self.min_priority, now)  # CLAIM_PARAMS
-
-    def first(self, now: float) -> tuple[str, Params]:
-        max_attempts = _UNLIMITED if self.max_attempts is None else self.max_attempts
-        return sql.CLAIM_READY, (*self._lease(now), max_attempts)
+    def first(self, now: float) -> tuple[sql.Statement, Params]:
+        return sql.CLAIM_READY, {
+            "worker_id": self.worker_id,
+            "expires_at": now + self.visibility,
+            "min_priority": self.min_priority,
+            "now": now,
+            "max_attempts": _UNLIMITED if self.max_attempts is None else self.max_attempts,
+        }
 
     def done(self, rows: list[Any], rowcount: int, now: float) -> Claimed | NotFinished:
         return self._claimed(rows, now) if rows else MORE
@@ -391,15 +411,21 @@ def Bury(lease: Lease[object], reason: str, on_dead: str) -> Op[None]:
     fence = _fence(lease)
 
     def steps(now: float) -> Steps[None]:
-        if not (yield Stmt(sql.HOLDS_LEASE, dict(zip(sql.FENCE_PARAMS, fence, strict=True)))).rows:
+        if not (yield Stmt(sql.HOLDS_LEASE, fence)).rows:
             raise LeaseLost(lease)
         yield from _bury(now, lease.group_id, lease.seq, lease.attempt, stored, on_dead)
 
     return Plan(steps)
 
 
-def _fence(lease: Lease[object]) -> tuple[str, int, str, int]:
-    return (lease.group_id, lease.seq, lease.worker_id, lease.attempt)  # FENCE_PARAMS
+def _fence(lease: Lease[object]) -> dict[str, Any]:
+    """The values by which a statement matches the current lease (see _LEASE_HOLDER)."""
+    return {
+        "group_id": lease.group_id,
+        "seq": lease.seq,
+        "worker_id": lease.worker_id,
+        "attempt": lease.attempt,
+    }
 
 
 class _Settle(Op[T]):
@@ -422,7 +448,7 @@ class _Settle(Op[T]):
 class Ack(_Settle[None]):
     __slots__ = ()
 
-    def first(self, now: float) -> tuple[str, Params]:
+    def first(self, now: float) -> tuple[sql.Statement, Params]:
         return sql.ACK, self.fence
 
     def done(self, rows: list[Any], rowcount: int, now: float) -> None:
@@ -437,10 +463,14 @@ class Nack(_Settle[None]):
         super().__init__(lease)
         self.delay = check_delay(delay)
 
-    def first(self, now: float) -> tuple[str, Params]:
+    def first(self, now: float) -> tuple[sql.Statement, Params]:
         if self.delay > 0:  # park: the group stays held until the delay has passed
-            return sql.RELEASE, (*self.fence, sql.PARKED, now + self.delay)
-        return sql.RELEASE, (*self.fence, None, None)
+            return sql.RELEASE, {
+                **self.fence,
+                "locked_by": sql.PARKED,
+                "lock_expiry": now + self.delay,
+            }
+        return sql.RELEASE, {**self.fence, "locked_by": None, "lock_expiry": None}
 
     def done(self, rows: list[Any], rowcount: int, now: float) -> None:
         self._held(rowcount)
@@ -452,8 +482,8 @@ class Unclaim(_Settle[None]):
     __slots__ = ()
     durable = False
 
-    def first(self, now: float) -> tuple[str, Params]:
-        return sql.UNCLAIM, dict(zip(sql.FENCE_PARAMS, self.fence, strict=True))
+    def first(self, now: float) -> tuple[sql.Statement, Params]:
+        return sql.UNCLAIM, self.fence
 
     def done(self, rows: list[Any], rowcount: int, now: float) -> None:
         return None  # settled meanwhile (it lapsed and was taken): nothing to give back
@@ -468,8 +498,8 @@ class Extend(_Settle[Lease[T]]):
         super().__init__(lease)
         self.visibility = check_visibility(visibility)
 
-    def first(self, now: float) -> tuple[str, Params]:
-        return sql.EXTEND, (*self.fence, now + self.visibility)
+    def first(self, now: float) -> tuple[sql.Statement, Params]:
+        return sql.EXTEND, {**self.fence, "lock_expiry": now + self.visibility}
 
     def done(self, rows: list[Any], rowcount: int, now: float) -> Lease[T]:
         self._held(rowcount)
@@ -507,6 +537,31 @@ def lease_durability(synchronous: str, memory: bool) -> Relax | None:
     if synchronous != "full" or memory:
         return None
     return Relax(sql.set_synchronous("normal"), sql.set_synchronous(synchronous))
+
+
+def commit_flushes(op: Op[Any], synchronous: str, memory: bool) -> bool:
+    """Whether the commit of ``op`` waits for the disk (a flush) at this durability level:
+    every commit at ``extra``; at ``full``, those of durable ops (see `lease_durability`);
+    none at ``normal`` or ``off``, nor in memory. (A checkpoint flushes too, which the
+    async twin's engine keeps out of its commits: see `_async.LoopEngine`.)"""
+    if memory or synchronous in ("normal", "off") or op.begin == sql.BEGIN_READ:
+        return False
+    return synchronous == "extra" or op.durable
+
+
+class RewriteHeader(Op[None]):
+    """A write that changes nothing (see `_sql.REWRITE_HEADER`)."""
+
+    __slots__ = ()
+    begin = AUTOCOMMIT
+    durable = False
+    wakes = False
+
+    def first(self, now: float) -> tuple[sql.Statement, Params]:
+        return sql.REWRITE_HEADER, {}
+
+    def done(self, rows: list[Any], rowcount: int, now: float) -> None:
+        return None
 
 
 def checkpoint_due(wal_bytes: int) -> bool:
@@ -662,7 +717,7 @@ def PurgeGroup(group_id: str) -> Op[int]:
         chain = (yield Stmt(sql.GROUP_CHAIN, params)).rows
         yield Stmt(sql.DROP_GROUP, params)
         if chain:
-            yield Stmt(sql.DROP_MESSAGE, many=[{"seq": seq} for (seq,) in chain])
+            yield Stmt(sql.DROP_MESSAGE, many=chain)  # rows of (seq,)
         dead = (yield Stmt(sql.PURGE_GROUP_DEAD_LETTERS, params)).rowcount
         return int(len(chain) + dead - held)
 
@@ -679,4 +734,6 @@ def wait_state(min_priority: int) -> Op[tuple[int, float | None]]:
         ((version, due),) = (yield Stmt(sql.WAIT_STATE, params)).rows
         return version, due
 
-    return Plan(steps, AUTOCOMMIT, wakes=False)
+    # A read transaction around its one statement, so that no runner mistakes it for a
+    # write (see `commit_flushes`).
+    return Plan(steps, sql.BEGIN_READ, wakes=False, brief=True)

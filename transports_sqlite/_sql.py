@@ -9,15 +9,18 @@ lease or park, and its turn in the round-robin. Claim, nack and extend touch onl
 the next group is a walk of one small index, never a scan of the backlog, and a claim
 writes two pages whatever the backlog.
 
-Every value reaches SQLite as a bound parameter, and every parameter is written by name.
-The statements on a worker's path are bound by position all the same (see `positional`).
+Each statement is a `Statement`: its text, with ``:name`` for each parameter, the names of
+those parameters, declared once beside it, and whether it returns rows. Every value
+reaches SQLite as a bound parameter.
 """
 
 from __future__ import annotations
 
 import re
-from functools import cache
-from typing import Final
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any, Final
 
 from transports_core.backend import MAX_PRIORITY, RESERVED_PREFIX
 
@@ -26,55 +29,76 @@ from transports_core.backend import MAX_PRIORITY, RESERVED_PREFIX
 APPLICATION_ID: Final = 0x44545131
 SCHEMA_VERSION: Final = 3
 
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+def _binder(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    if len(names) > 1:
+        return itemgetter(*names)
+    if names:
+        (name,) = names
+        return lambda values: (values[name],)
+    return lambda values: ()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Statement:
+    """A statement as data: ``text``, with ``:name`` for each parameter; the ``names`` of
+    those parameters, in the order SQLite binds them; and whether it returns ``rows`` (a
+    query, or a write with RETURNING), which a runner then fetches.
+
+    sqlite3 binds a tuple for less than a mapping, and the statements on a worker's path
+    run for every message. So SQLite runs `sql`, the text with each ``:name`` written
+    ``?N`` (N its place in ``names``), and `bind` turns the values an operation gives by
+    name into that tuple. Raises ``ValueError`` unless ``names`` are exactly the text's
+    parameters, each once."""
+
+    text: str
+    names: tuple[str, ...] = ()
+    rows: bool = False
+    sql: str = field(init=False, repr=False)
+    bind: Callable[[Mapping[str, Any]], tuple[Any, ...]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        used = set(_NAMED.findall(self.text))
+        if len(set(self.names)) != len(self.names) or used != set(self.names):
+            raise ValueError(f"parameters {sorted(used)} of the statement, named {self.names}")
+        place = {name: f"?{number}" for number, name in enumerate(self.names, 1)}
+        object.__setattr__(self, "sql", _NAMED.sub(lambda match: place[match[1]], self.text))
+        object.__setattr__(self, "bind", _binder(self.names))
+
+
 # In WAL mode a commit costs about as much per page as the bytes it writes, and a claim
 # or an ack writes two or three pages: 1 KiB pages keep those commits cheaper than 2 or
 # 4 KiB ones, and a batch, which only appends, fills its pages in order. Run before
 # `setup`, outside any transaction, and only when the file is new.
-NEW_FILE_PAGE_SIZE: Final = "PRAGMA page_size = 1024"
+NEW_FILE_PAGE_SIZE: Final = Statement("PRAGMA page_size = 1024")
 
 # Writes take the write lock up front (IMMEDIATE), so that claims in every process
 # serialize and a transaction never has to upgrade a read lock (which can fail with BUSY).
 # Reads (the admin interface) take none, so they also work on a read-only file.
 BEGIN_WRITE: Final = "BEGIN IMMEDIATE"
 BEGIN_READ: Final = "BEGIN"
+COMMIT: Final = "COMMIT"
+ROLLBACK: Final = "ROLLBACK"
 
 
-@cache
-def returns_rows(statement: str) -> bool:
-    """Whether one of our statements produces rows (a query, or a write with RETURNING).
-    The operations read only the rows of such a statement, never its row count, so a
-    driver may fetch them in the same call that runs it."""
-    return statement.lstrip().upper().startswith("SELECT") or "RETURNING" in statement.upper()
-
-
-_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
-
-
-def positional(statement: str, *names: str) -> str:
-    """``statement`` with each ``:name`` written as ``?N``, N the name's place in ``names``.
-
-    sqlite3 binds a tuple for less than a dict. So the statements that run
-    for every message (publish, claim, ack, nack, extend) are written with names and bound
-    from tuples in this order. Raises ``ValueError`` unless ``names`` are exactly the
-    statement's parameters, each once."""
-    used = set(_NAMED.findall(statement))
-    if len(set(names)) != len(names) or used != set(names):
-        raise ValueError(f"parameters {sorted(used)} of the statement, named as {names}")
-    place = {name: f"?{number}" for number, name in enumerate(names, 1)}
-    return _NAMED.sub(lambda match: place[match[1]], statement)
-
-
-READ_IDENTITY: Final = """
+READ_IDENTITY: Final = Statement(
+    """
 SELECT (SELECT count(*) FROM sqlite_master),
        (SELECT application_id FROM pragma_application_id),
        (SELECT user_version FROM pragma_user_version)
-"""
+""",
+    rows=True,
+)
 
-SCHEMA: Final = (
-    # In seq order: publishing appends (the cheap insert into a B-tree, whatever the
-    # group), and a message is found by its seq alone. A group's order is its chain of
-    # `next_seq`, so no second index has to be kept in group order on every write.
-    """
+SCHEMA: Final = tuple(
+    Statement(ddl)
+    for ddl in (
+        # In seq order: publishing appends (the cheap insert into a B-tree, whatever the
+        # group), and a message is found by its seq alone. A group's order is its chain of
+        # `next_seq`, so no second index has to be kept in group order on every write.
+        """
     CREATE TABLE messages (
         seq         INTEGER PRIMARY KEY,
         group_id    TEXT    NOT NULL,
@@ -84,14 +108,14 @@ SCHEMA: Final = (
         next_seq    INTEGER             -- the group's next message; NULL for its tail
     )
     """,
-    # Seqs are never reused: a seq is a lease's identity, and a stale lease must never
-    # match a later message. The next seq is one above both the highest in `messages` and
-    # `last`, the highest seq that ever left `messages` while it was the highest there.
-    # So a publish only reads this row; the delete trigger writes it when the newest
-    # message leaves.
-    "CREATE TABLE seqs (last INTEGER NOT NULL)",
-    "INSERT INTO seqs (last) VALUES (0)",
-    """
+        # Seqs are never reused: a seq is a lease's identity, and a stale lease must never
+        # match a later message. The next seq is one above both the highest in `messages` and
+        # `last`, the highest seq that ever left `messages` while it was the highest there.
+        # So a publish only reads this row; the delete trigger writes it when the newest
+        # message leaves.
+        "CREATE TABLE seqs (last INTEGER NOT NULL)",
+        "INSERT INTO seqs (last) VALUES (0)",
+        """
     CREATE TABLE groups (
         group_id        TEXT    PRIMARY KEY,
         priority        INTEGER NOT NULL,
@@ -105,20 +129,20 @@ SCHEMA: Final = (
         busy_until      REAL            -- lock_expiry while it runs; NULL: free (or lapsed)
     ) WITHOUT ROWID
     """,
-    # Free groups (busy_until NULL sorts first) in round-robin order within each priority,
-    # then busy groups by when they come free. Claim seeks the first free group of each
-    # priority at or above the floor; the wake-up seeks the lapsed ones. Neither walks
-    # past busy groups or groups below the floor, so a claim costs the same at any backlog.
-    "CREATE INDEX groups_by_turn ON groups (busy_until, priority, last_claimed_at, head_seq)",
-    # One publish is one statement: an insert into this view, whose trigger links the
-    # message behind its group's tail, stores it and opens or extends its group (the first
-    # publish sets the priority). `publish_many` writes the same tables directly, once per
-    # group and once per batch where it can, rather than running a trigger for every row.
-    """
+        # Free groups (busy_until NULL sorts first) in round-robin order within each priority,
+        # then busy groups by when they come free. Claim seeks the first free group of each
+        # priority at or above the floor; the wake-up seeks the lapsed ones. Neither walks
+        # past busy groups or groups below the floor, so a claim costs the same at any backlog.
+        "CREATE INDEX groups_by_turn ON groups (busy_until, priority, last_claimed_at, head_seq)",
+        # One publish is one statement: an insert into this view, whose trigger links the
+        # message behind its group's tail, stores it and opens or extends its group (the first
+        # publish sets the priority). `publish_many` writes the same tables directly, once per
+        # group and once per batch where it can, rather than running a trigger for every row.
+        """
     CREATE VIEW publish (seq, group_id, priority, event) AS
     SELECT seq, group_id, priority, event FROM messages WHERE 0
     """,
-    """
+        """
     CREATE TRIGGER publish_message INSTEAD OF INSERT ON publish BEGIN
         UPDATE messages SET next_seq = NEW.seq
          WHERE seq = (SELECT tail_seq FROM groups WHERE group_id = NEW.group_id);
@@ -129,13 +153,13 @@ SCHEMA: Final = (
         ON CONFLICT (group_id) DO UPDATE SET tail_seq = excluded.tail_seq, depth = depth + 1;
     END
     """,
-    # Removing a message: an ack, or a dead letter leaving. If it was its group's head, the
-    # next message in the chain becomes the head, free, with the deliveries it already had.
-    # A group's last message takes the group with it (its next publish sets a new
-    # priority). The highest seq in `messages` is always some group's last, so only then
-    # may `seqs.last` have to remember it. A purge removes the group first, so its
-    # messages can go in any order.
-    """
+        # Removing a message: an ack, or a dead letter leaving. If it was its group's head, the
+        # next message in the chain becomes the head, free, with the deliveries it already had.
+        # A group's last message takes the group with it (its next publish sets a new
+        # priority). The highest seq in `messages` is always some group's last, so only then
+        # may `seqs.last` have to remember it. A purge removes the group first, so its
+        # messages can go in any order.
+        """
     CREATE TRIGGER head_removed AFTER DELETE ON messages WHEN OLD.next_seq IS NOT NULL BEGIN
         UPDATE groups
            SET head_seq = OLD.next_seq, depth = depth - 1,
@@ -144,18 +168,18 @@ SCHEMA: Final = (
          WHERE group_id = OLD.group_id AND head_seq = OLD.seq;
     END
     """,
-    """
+        """
     CREATE TRIGGER last_removed AFTER DELETE ON messages WHEN OLD.next_seq IS NULL BEGIN
         DELETE FROM groups WHERE group_id = OLD.group_id AND head_seq = OLD.seq;
         UPDATE seqs SET last = OLD.seq
          WHERE last < OLD.seq AND NOT EXISTS (SELECT 1 FROM messages WHERE seq > OLD.seq);
     END
     """,
-    # Dead letters (opt-in, max_attempts): a message keeps its seq here, so that a requeue
-    # puts it back in its original place. A dead letter that holds its group (on_dead=hold)
-    # also stays in `messages` as the group's head, parked for ever (HELD): so a held dead
-    # letter is exactly a seq present in both tables.
-    """
+        # Dead letters (opt-in, max_attempts): a message keeps its seq here, so that a requeue
+        # puts it back in its original place. A dead letter that holds its group (on_dead=hold)
+        # also stays in `messages` as the group's head, parked for ever (HELD): so a held dead
+        # letter is exactly a seq present in both tables.
+        """
     CREATE TABLE dead_letters (
         seq       INTEGER PRIMARY KEY,
         group_id  TEXT    NOT NULL,
@@ -166,68 +190,79 @@ SCHEMA: Final = (
         dead_at   REAL    NOT NULL
     )
     """,
-    "CREATE INDEX dead_letters_by_group ON dead_letters (group_id, seq)",
-    # A requeued message keeps its attempt count (the fencing token must never repeat for a
-    # seq), so max_attempts counts its deliveries from the attempts it had when requeued.
-    """
+        "CREATE INDEX dead_letters_by_group ON dead_letters (group_id, seq)",
+        # A requeued message keeps its attempt count (the fencing token must never repeat for a
+        # seq), so max_attempts counts its deliveries from the attempts it had when requeued.
+        """
     CREATE TABLE requeued (
         seq      INTEGER PRIMARY KEY,
         group_id TEXT    NOT NULL,
         attempts INTEGER NOT NULL
     )
     """,
-    f"PRAGMA application_id = {APPLICATION_ID}",
-    f"PRAGMA user_version = {SCHEMA_VERSION}",
+        f"PRAGMA application_id = {APPLICATION_ID}",
+        f"PRAGMA user_version = {SCHEMA_VERSION}",
+    )
 )
 
 # The highest seq handed out so far (see `seqs`): two seeks, no write. A publish adds one;
 # publish_many reads it first to number its batch.
-LAST_SEQ: Final = "SELECT max(last, coalesce((SELECT max(seq) FROM messages), 0)) FROM seqs"
+_LAST_SEQ = "SELECT max(last, coalesce((SELECT max(seq) FROM messages), 0)) FROM seqs"
+LAST_SEQ: Final = Statement(_LAST_SEQ, rows=True)
 
 # RETURNING gives back the row as inserted into the view: the seq computed here, under
 # the write lock that the statement holds from its start.
-PUBLISH: Final = positional(
+PUBLISH: Final = Statement(
     f"""
 INSERT INTO publish (seq, group_id, priority, event)
-VALUES (({LAST_SEQ}) + 1, :group_id, :priority, :event)
+VALUES (({_LAST_SEQ}) + 1, :group_id, :priority, :event)
 RETURNING seq
 """,
-    "group_id",
-    "priority",
-    "event",
+    ("group_id", "priority", "event"),
+    rows=True,
 )
 
 # publish_many, in one write transaction: read where the batch's seqs start (LAST_SEQ);
 # link each group's first message in the batch behind the group's tail; open the groups
 # the batch brings, or move the tails of those it extends (an existing group keeps its
 # head and priority, as every new seq is behind its head); then append the rows, each
-# already pointing to the next message of its group in the batch.
-LINK_TAIL: Final = """
-UPDATE messages SET next_seq = ?
- WHERE seq = (SELECT tail_seq FROM groups WHERE group_id = ?)
-"""
-OPEN_GROUP: Final = """
-INSERT INTO groups (group_id, priority, head_seq, tail_seq, depth) VALUES (?, ?, ?, ?, ?)
+# already pointing to the next message of its group in the batch. (A batch gives each
+# row's values as a tuple in the order of `names`.)
+LINK_TAIL: Final = Statement(
+    """
+UPDATE messages SET next_seq = :next_seq
+ WHERE seq = (SELECT tail_seq FROM groups WHERE group_id = :group_id)
+""",
+    ("next_seq", "group_id"),
+)
+OPEN_GROUP: Final = Statement(
+    """
+INSERT INTO groups (group_id, priority, head_seq, tail_seq, depth)
+VALUES (:group_id, :priority, :head_seq, :tail_seq, :depth)
 ON CONFLICT (group_id) DO UPDATE
 SET tail_seq = excluded.tail_seq, depth = depth + excluded.depth
-"""
-INSERT_ROW: Final = """
-INSERT INTO messages (seq, group_id, priority, event, next_seq) VALUES (?, ?, ?, ?, ?)
-"""
+""",
+    ("group_id", "priority", "head_seq", "tail_seq", "depth"),
+)
+INSERT_ROW: Final = Statement(
+    """
+INSERT INTO messages (seq, group_id, priority, event, next_seq)
+VALUES (:seq, :group_id, :priority, :event, :next_seq)
+""",
+    ("seq", "group_id", "priority", "event", "next_seq"),
+)
 
 # A lapsed lease or an elapsed park makes its group free again. Only `busy_until` changes:
 # the lease columns stay, so a late ack, nack or extend by the lapsed worker still matches
 # until someone re-claims the group (an extend makes it busy again).
-WAKE_LAPSED: Final = "UPDATE groups SET busy_until = NULL WHERE busy_until < :now"
+WAKE_LAPSED: Final = Statement(
+    "UPDATE groups SET busy_until = NULL WHERE busy_until < :now", ("now",)
+)
 
 
 def _first_free(priority: int) -> str:
     return f"""SELECT last_claimed_at, head_seq, group_id FROM groups
                WHERE busy_until IS NULL AND priority = {priority} AND :min_priority <= {priority}"""
-
-
-# A claim's parameters, in the order it binds them (CLAIM_READY adds :max_attempts).
-CLAIM_PARAMS: Final = ("worker_id", "expires_at", "min_priority", "now")
 
 
 _NEXT_FREE = f"""SELECT group_id FROM (
@@ -256,33 +291,43 @@ RETURNING head_seq, group_id,
 # index seek per priority level, merged in order (no sort of its own), so neither busy
 # groups nor groups below the floor are walked over. When either guard fails it claims
 # nothing, and the claim goes on: wake-up, then NEXT_FREE and CLAIM_GROUP, burying on the way.
-CLAIM_READY: Final = positional(
+CLAIM_READY: Final = Statement(
     _claim(
         f"({_NEXT_FREE})",
         """
    AND NOT EXISTS (SELECT 1 FROM groups WHERE busy_until < :now)
    AND attempt < :max_attempts""",
     ),
-    *CLAIM_PARAMS,
-    "max_attempts",
+    ("worker_id", "expires_at", "min_priority", "now", "max_attempts"),
+    rows=True,
 )
 
 # The slow path: look at the next free group before leasing it, so that a head out of
 # attempts is buried as it was left (how its last delivery ended is in `locked_by`).
-NEXT_FREE: Final = f"""
+NEXT_FREE: Final = Statement(
+    f"""
 SELECT g.group_id, g.head_seq, g.attempt, g.locked_by,
        (SELECT attempts FROM requeued WHERE seq = g.head_seq)
   FROM groups g WHERE g.group_id = ({_NEXT_FREE})
-"""
-CLAIM_GROUP: Final = _claim(":group_id")
+""",
+    ("min_priority",),
+    rows=True,
+)
+CLAIM_GROUP: Final = Statement(
+    _claim(":group_id"), ("worker_id", "expires_at", "now", "group_id"), rows=True
+)
 
 # What a waiting claim watches: the database's change counter (which moves when another
 # connection commits), and when the next lease or park at or above the floor runs out.
-WAIT_STATE: Final = """
+WAIT_STATE: Final = Statement(
+    """
 SELECT (SELECT data_version FROM pragma_data_version),
        (SELECT min(busy_until) FROM groups WHERE busy_until IS NOT NULL
            AND priority >= :min_priority)
-"""
+""",
+    ("min_priority",),
+    rows=True,
+)
 
 
 # ack, nack and extend act only on the current lease: the group's head is that seq, and
@@ -290,46 +335,44 @@ SELECT (SELECT data_version FROM pragma_data_version),
 # after a lapse bumps attempt, so a stale worker matches no row and changes nothing.
 _LEASE_HOLDER = """group_id = :group_id AND head_seq = :seq
    AND locked_by = :worker_id AND attempt = :attempt"""
-# The lease's parameters, in the order they are bound (`_ops._fence`); RELEASE and EXTEND
-# bind their own after them.
-FENCE_PARAMS: Final = ("group_id", "seq", "worker_id", "attempt")
+_FENCE = ("group_id", "seq", "worker_id", "attempt")
 
-ACK: Final = positional(
+ACK: Final = Statement(
     f"""
 DELETE FROM messages
  WHERE seq = :seq
    AND EXISTS (SELECT 1 FROM groups WHERE {_LEASE_HOLDER})
 """,
-    *FENCE_PARAMS,
+    _FENCE,
 )
 
-RELEASE: Final = positional(
+RELEASE: Final = Statement(
     f"""
 UPDATE groups SET locked_by = :locked_by, lock_expiry = :lock_expiry, busy_until = :lock_expiry
  WHERE {_LEASE_HOLDER}
 """,
-    *FENCE_PARAMS,
-    "locked_by",
-    "lock_expiry",
+    (*_FENCE, "locked_by", "lock_expiry"),
 )
 
 # A claim whose caller was cancelled before it heard of the lease gives it back as if it
 # had never been taken: free, and with the delivery it never made uncounted.
-UNCLAIM: Final = f"""
+UNCLAIM: Final = Statement(
+    f"""
 UPDATE groups SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL, attempt = attempt - 1
  WHERE {_LEASE_HOLDER}
-"""
+""",
+    _FENCE,
+)
 
 # bury's first statement: is the lease current? (It settles the message in the next ones.)
-HOLDS_LEASE: Final = f"SELECT 1 FROM groups WHERE {_LEASE_HOLDER}"
+HOLDS_LEASE: Final = Statement(f"SELECT 1 FROM groups WHERE {_LEASE_HOLDER}", _FENCE, rows=True)
 
-EXTEND: Final = positional(
+EXTEND: Final = Statement(
     f"""
 UPDATE groups SET lock_expiry = :lock_expiry, busy_until = :lock_expiry
  WHERE {_LEASE_HOLDER}
 """,
-    *FENCE_PARAMS,
-    "lock_expiry",
+    (*_FENCE, "lock_expiry"),
 )
 
 
@@ -341,69 +384,88 @@ HELD: Final = float("inf")
 # prefix, so no worker can hold a lease under this name.
 PARKED: Final = RESERVED_PREFIX + "parked__"
 
-# Deliveries a message had when it was last requeued (its max_attempts allowance starts
-# there); no row: never requeued.
-REQUEUED_ATTEMPTS: Final = "SELECT attempts FROM requeued WHERE seq = :seq"
-
 # Run by `bury`, or by the claim that would have delivered the message once too often, in
 # the same transaction: the dead letter records the deliveries that really happened.
-BURY: Final = """
+BURY: Final = Statement(
+    """
 INSERT INTO dead_letters (seq, group_id, priority, event, attempts, reason, dead_at)
 SELECT seq, group_id, priority, event, :attempts, :reason, :now FROM messages
  WHERE seq = :seq
-"""
+""",
+    ("attempts", "reason", "now", "seq"),
+)
 
 # on_dead=release: the message leaves the queue; the delete trigger frees its group and
 # moves the head on to the next message.
-DROP_MESSAGE: Final = "DELETE FROM messages WHERE seq = :seq"
+DROP_MESSAGE: Final = Statement("DELETE FROM messages WHERE seq = :seq", ("seq",))
 
 # on_dead=hold: the message stays its group's head, parked for ever, so that nothing later
 # in the group is delivered and later publishes queue behind it. Its attempt is the
 # deliveries it had.
-HOLD_GROUP: Final = """
+HOLD_GROUP: Final = Statement(
+    """
 UPDATE groups SET locked_by = :parked, lock_expiry = :held, busy_until = :held, attempt = :attempts
  WHERE group_id = :group_id
-"""
+""",
+    ("parked", "held", "attempts", "group_id"),
+)
 
-FORGET_REQUEUED: Final = "DELETE FROM requeued WHERE seq = :seq"
+FORGET_REQUEUED: Final = Statement("DELETE FROM requeued WHERE seq = :seq", ("seq",))
 
 # Requeue history of acked messages is useless: trimmed at each requeue, not at each ack.
-PRUNE_REQUEUED: Final = """
+PRUNE_REQUEUED: Final = Statement(
+    """
 DELETE FROM requeued WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.seq = requeued.seq)
-"""
+""",
+)
 
-DEAD_LETTER: Final = """
+DEAD_LETTER: Final = Statement(
+    """
 SELECT group_id, attempts, EXISTS (SELECT 1 FROM messages m WHERE m.seq = d.seq)
   FROM dead_letters d WHERE seq = :seq
-"""
+""",
+    ("seq",),
+    rows=True,
+)
 
 # A message may only become its group's head while nobody holds the group: no worker's
 # lease (lapsed ones included: they can still be acked or extended, which would act on
 # the new head) and no held dead letter (the hold belongs to that message). A park is
 # fine: the new head waits for it to end.
-GROUP_HOLDER: Final = """
+GROUP_HOLDER: Final = Statement(
+    """
 SELECT locked_by, head_seq FROM groups
  WHERE group_id = :group_id AND (locked_by != :parked OR lock_expiry = :held)
-"""
+""",
+    ("group_id", "parked", "held"),
+    rows=True,
+)
 
 # A held dead letter is still its group's head: freeing it makes it deliverable again.
-UNHOLD_GROUP: Final = """
+UNHOLD_GROUP: Final = Statement(
+    """
 UPDATE groups SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL
  WHERE group_id = :group_id AND head_seq = :seq AND lock_expiry = :held
-"""
+""",
+    ("group_id", "seq", "held"),
+)
 
 # A released dead letter goes back under its own seq, in its place in its group's chain:
 # after the last message older than it (`PREDECESSOR`; NULL: none, so it becomes the
 # head), or as a new group with its priority. A head it displaces keeps its deliveries in
 # its own row, for when it becomes the head again: its fencing token must not start over.
-STASH_HEAD_ATTEMPT: Final = """
+STASH_HEAD_ATTEMPT: Final = Statement(
+    """
 UPDATE messages SET attempt = (SELECT attempt FROM groups WHERE group_id = :group_id)
  WHERE seq = (SELECT head_seq FROM groups WHERE group_id = :group_id AND head_seq > :seq)
-"""
+""",
+    ("group_id", "seq"),
+)
 # A walk along the group's chain, from its head while the seqs are older than :seq: as
 # long as the messages ahead of it, not the backlog. Each step must go to a higher seq,
 # as every link does, so that even a damaged chain cannot make the walk go round.
-PREDECESSOR: Final = """
+PREDECESSOR: Final = Statement(
+    """
 WITH RECURSIVE chain (seq, next_seq) AS (
     SELECT seq, next_seq FROM messages
      WHERE seq = (SELECT head_seq FROM groups WHERE group_id = :group_id) AND seq < :seq
@@ -412,16 +474,26 @@ WITH RECURSIVE chain (seq, next_seq) AS (
      WHERE m.seq < :seq AND m.seq > chain.seq
 )
 SELECT max(seq) FROM chain
-"""
-RESTORE_MESSAGE: Final = """
+""",
+    ("group_id", "seq"),
+    rows=True,
+)
+RESTORE_MESSAGE: Final = Statement(
+    """
 INSERT INTO messages (seq, group_id, priority, event, attempt, next_seq)
 SELECT seq, group_id, priority, event, attempts,
        CASE WHEN :after IS NULL THEN (SELECT head_seq FROM groups WHERE group_id = :group_id)
             ELSE (SELECT next_seq FROM messages WHERE seq = :after) END
   FROM dead_letters WHERE seq = :seq
-"""
-LINK_AFTER: Final = "UPDATE messages SET next_seq = :seq WHERE seq = :after"
-RESTORE_HEAD: Final = """
+""",
+    ("after", "group_id", "seq"),
+)
+LINK_AFTER: Final = Statement(
+    "UPDATE messages SET next_seq = :seq WHERE seq = :after",
+    ("seq", "after"),
+)
+RESTORE_HEAD: Final = Statement(
+    """
 INSERT INTO groups (group_id, priority, head_seq, tail_seq, attempt)
 SELECT group_id, priority, seq, seq, attempts FROM dead_letters WHERE seq = :seq
 ON CONFLICT (group_id) DO UPDATE
@@ -429,21 +501,27 @@ SET head_seq = min(head_seq, excluded.head_seq),
     attempt = CASE WHEN excluded.head_seq < head_seq THEN excluded.attempt ELSE attempt END,
     tail_seq = max(tail_seq, excluded.tail_seq),
     depth = depth + 1
-"""
+""",
+    ("seq",),
+)
 
-MARK_REQUEUED: Final = """
+MARK_REQUEUED: Final = Statement(
+    """
 INSERT INTO requeued (seq, group_id, attempts) VALUES (:seq, :group_id, :attempts)
 ON CONFLICT (seq) DO UPDATE SET attempts = excluded.attempts
-"""
+""",
+    ("seq", "group_id", "attempts"),
+)
 
-FORGET_DEAD_LETTER: Final = "DELETE FROM dead_letters WHERE seq = :seq"
+FORGET_DEAD_LETTER: Final = Statement("DELETE FROM dead_letters WHERE seq = :seq", ("seq",))
 
 # --- admin --------------------------------------------------------------------------------
 
 # Per group priority (the one claims filter on), from `groups` alone. Only a head can be
 # leased or parked; the messages behind it count as ready. A held dead letter is counted
 # as dead only: it matches none of the three.
-MESSAGE_COUNTS: Final = """
+MESSAGE_COUNTS: Final = Statement(
+    """
 SELECT priority,
        sum(depth - (locked_by IS NOT NULL AND lock_expiry >= :now)),
        count(*) FILTER (WHERE locked_by != :parked AND lock_expiry >= :now),
@@ -451,41 +529,63 @@ SELECT priority,
                           AND lock_expiry < :held)
   FROM groups
  GROUP BY priority
-"""
+""",
+    ("now", "parked", "held"),
+    rows=True,
+)
 
-DEAD_COUNTS: Final = "SELECT priority, count(*) FROM dead_letters GROUP BY priority"
+DEAD_COUNTS: Final = Statement(
+    "SELECT priority, count(*) FROM dead_letters GROUP BY priority",
+    rows=True,
+)
 
-DEEPEST_GROUPS: Final = """
+DEEPEST_GROUPS: Final = Statement(
+    """
 SELECT group_id, priority, head_seq, last_claimed_at, locked_by, lock_expiry, depth
   FROM groups
  ORDER BY depth DESC, head_seq
  LIMIT :limit
-"""
+""",
+    ("limit",),
+    rows=True,
+)
 
-LIST_DEAD_LETTERS: Final = """
+LIST_DEAD_LETTERS: Final = Statement(
+    """
 SELECT d.seq, d.group_id, d.priority, d.event, d.attempts, d.reason, d.dead_at,
        EXISTS (SELECT 1 FROM messages m WHERE m.seq = d.seq)
   FROM dead_letters d
  ORDER BY d.seq
  LIMIT :limit
-"""
+""",
+    ("limit",),
+    rows=True,
+)
 
-LIST_HELD_GROUPS: Final = """
+LIST_HELD_GROUPS: Final = Statement(
+    """
 SELECT d.group_id, d.seq, d.dead_at, g.depth - 1
   FROM dead_letters d
   JOIN messages m ON m.seq = d.seq
   JOIN groups g ON g.group_id = d.group_id
  ORDER BY d.seq
-"""
+""",
+    rows=True,
+)
 
-COUNT_HELD_IN_GROUP: Final = """
+COUNT_HELD_IN_GROUP: Final = Statement(
+    """
 SELECT count(*) FROM dead_letters d JOIN messages m ON m.seq = d.seq
  WHERE d.group_id = :group_id
-"""
+""",
+    ("group_id",),
+    rows=True,
+)
 # A purge walks the group's chain for its seqs (each step to a higher seq, as in
 # PREDECESSOR), then removes the group before its messages, so that the delete trigger
 # has no head to move.
-GROUP_CHAIN: Final = """
+GROUP_CHAIN: Final = Statement(
+    """
 WITH RECURSIVE chain (seq) AS (
     SELECT head_seq FROM groups WHERE group_id = :group_id
     UNION ALL
@@ -493,9 +593,15 @@ WITH RECURSIVE chain (seq) AS (
      WHERE m.next_seq > m.seq
 )
 SELECT seq FROM chain
-"""
-DROP_GROUP: Final = "DELETE FROM groups WHERE group_id = :group_id"
-PURGE_GROUP_DEAD_LETTERS: Final = "DELETE FROM dead_letters WHERE group_id = :group_id"
+""",
+    ("group_id",),
+    rows=True,
+)
+DROP_GROUP: Final = Statement("DELETE FROM groups WHERE group_id = :group_id", ("group_id",))
+PURGE_GROUP_DEAD_LETTERS: Final = Statement(
+    "DELETE FROM dead_letters WHERE group_id = :group_id",
+    ("group_id",),
+)
 
 # --- WAL housekeeping -----------------------------------------------------------------------
 
@@ -514,9 +620,20 @@ WAL_LIMIT_BYTES: Final = 8 << 20
 # When a claim finds nothing and the WAL is larger than this, the queue is idle: the WAL
 # is checkpointed and truncated to nothing, without waiting for anybody.
 IDLE_WAL_BYTES: Final = 64 << 10
+# The async twin's connection checkpoints on its engine's thread, never in a commit (see
+# `_async.LoopEngine`): it counts the commits of brief operations, which write a few
+# pages each (a claim two, an ack four or five), and checkpoints once this many of them
+# may have filled CHECKPOINT_PAGES.
+BRIEF_COMMIT_PAGES: Final = 4
 
-
+# Each answers (busy, frames in the WAL, frames copied into the database).
+CHECKPOINT_PASSIVE: Final = "PRAGMA wal_checkpoint(PASSIVE)"
 CHECKPOINT_TRUNCATE: Final = "PRAGMA wal_checkpoint(TRUNCATE)"
+
+# Writes the file's header page again, changing nothing: the first commit into a WAL
+# that a checkpoint has emptied starts it over and flushes its new header, and the async
+# twin's engine makes that commit this one, on its own thread (see `_async.LoopEngine`).
+REWRITE_HEADER: Final = Statement(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def busy_timeout(milliseconds: int) -> str:
@@ -524,27 +641,42 @@ def busy_timeout(milliseconds: int) -> str:
     return f"PRAGMA busy_timeout = {int(milliseconds)}"
 
 
-READ_JOURNAL_MODE: Final = "PRAGMA journal_mode"
+READ_JOURNAL_MODE: Final = Statement("PRAGMA journal_mode", rows=True)
 
 
-def session_pragmas(synchronous: str, memory: bool, journal_mode: str) -> tuple[str, ...]:
+def wal_autocheckpoint(pages: int) -> str:
+    """Checkpoint in a commit that leaves the WAL with this many frames (0: never)."""
+    return f"PRAGMA wal_autocheckpoint = {int(pages)}"
+
+
+def session_pragmas(
+    synchronous: str, memory: bool, journal_mode: str, on_loop: bool = False
+) -> tuple[Statement, ...]:
     """Per-connection settings, run after `setup` (WAL must never be switched on in a file
     before we know it is ours: it rewrites the header). ``synchronous`` is whitelisted.
+    A connection whose transactions may run ``on_loop`` (the async twin's) never waits
+    for a lock and never checkpoints in a commit unless its engine asks for it (see
+    `_async.LoopEngine`).
 
     ``journal_mode`` is the file's current mode. Switching to WAL needs a moment alone
     with the file (SQLite answers "database is locked" at once, without its busy handler,
     while another connection writes), and the mode persists in the file: so it is only
     switched on a file not yet in WAL, and the runner retries it like any contention."""
-    if memory:
-        wal: tuple[str, ...] = ()
-    else:
+    settings: tuple[str, ...] = ()
+    if not memory:
         switch = () if journal_mode.lower() == "wal" else ("PRAGMA journal_mode = WAL",)
-        wal = (
+        settings = (
             *switch,
-            f"PRAGMA wal_autocheckpoint = {CHECKPOINT_PAGES[synchronous]}",
+            wal_autocheckpoint(0 if on_loop else CHECKPOINT_PAGES[synchronous]),
             f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}",
         )
-    return (*wal, set_synchronous(synchronous))
+    if on_loop:
+        settings = (*settings, busy_timeout(0))
+    # Each of these answers with the value it set; `synchronous` answers nothing.
+    return (
+        *(Statement(pragma, rows=True) for pragma in settings),
+        Statement(set_synchronous(synchronous)),
+    )
 
 
 def set_synchronous(level: str) -> str:

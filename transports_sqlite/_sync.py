@@ -11,28 +11,31 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import EventCodec, TransportBase, check_wait
+from transports_core.backend import EventCodec, Operations, TransportBase, check_wait
 
 from . import _ops
 from . import _sql as sql
 from ._errors import Retries, is_transient, sqlite_errors
+from ._ops import Claim
 from ._url import SqliteOptions, database_target, wal_bytes
-from ._watch import CLAIM, LOOK, WaitState, Watcher, plan
+from ._watch import CLAIM, LOOK, Step, WaitState, Watcher, plan
 
 E = TypeVar("E")
 T = TypeVar("T")
 
 
 def _execute(conn: sqlite3.Connection, stmt: _ops.Stmt) -> _ops.Result:
+    statement = stmt.statement
     if stmt.many is not None:
-        cursor = conn.executemany(stmt.sql, stmt.many)
+        cursor = conn.executemany(statement.sql, stmt.many)
     else:
-        cursor = conn.execute(stmt.sql, stmt.params)
-    # No result columns: nothing to fetch (the statement has run to completion).
-    rows = cursor.fetchall() if cursor.description else []
+        cursor = conn.execute(statement.sql, statement.bind(stmt.params))
+    # Rows first: a write's row count is complete once its RETURNING rows are fetched.
+    rows = cursor.fetchall() if statement.rows else []
     return _ops.Result(rows, cursor.rowcount)
 
 
@@ -49,8 +52,10 @@ def _drive(conn: sqlite3.Connection, steps: _ops.Steps[T]) -> T:
 def _perform(conn: sqlite3.Connection, op: _ops.Op[T], now: float) -> T:
     first = op.first(now)
     if first is not None:
-        cursor = conn.execute(*first)
-        value = op.done(cursor.fetchall() if cursor.description else [], cursor.rowcount, now)
+        statement, params = first
+        cursor = conn.execute(statement.sql, statement.bind(params))
+        rows = cursor.fetchall() if statement.rows else []
+        value = op.done(rows, cursor.rowcount, now)
         if not isinstance(value, _ops.NotFinished):
             return value
     return _drive(conn, op.steps(now))
@@ -60,16 +65,21 @@ class Engine:
     """One open connection, and every transaction run on it.
 
     Not thread-safe by itself: the sync transport holds a lock around each call, and the
-    async one calls it from its own thread only. ``commits`` counts the transactions that
-    may have made a message deliverable (waiting claims compare it, since SQLite's change
-    counter does not count a connection's own commits), and each such commit nudges the
-    transport's waiting claims."""
+    async one a lock of its own (see `_async.LoopEngine`). ``commits`` counts the
+    transactions that may have made a message deliverable (waiting claims compare it,
+    since SQLite's change counter does not count a connection's own commits), and each
+    such commit nudges the transport's waiting claims."""
+
+    # Whether transactions may also run on an event loop's thread (see `_async.LoopEngine`):
+    # then the connection rests without a busy timeout and without automatic checkpoints.
+    on_loop = False
 
     def __init__(self, options: SqliteOptions) -> None:
         self.options = options
         self.commits = 0
         self.waiters: set[Watcher] = set()
         self._relax = _ops.lease_durability(options.synchronous, options.memory)
+        self._resting_busy_timeout = 0 if self.on_loop else options.busy_timeout
         target = database_target(options)
         with sqlite_errors(options.path):
             # isolation_level=None: sqlite3 must not open transactions behind our back; we
@@ -86,26 +96,37 @@ class Engine:
             if self._transaction(conn, _ops.needs_setup(options.path)):
                 self._transaction(conn, _ops.new_file())
                 self._transaction(conn, _ops.setup(options.path))
-            self._transaction(conn, _ops.session(options.synchronous, options.memory))
+            session = _ops.session(options.synchronous, options.memory, self.on_loop)
+            self._transaction(conn, session)
         except BaseException:
             conn.close()
             raise
         self.conn: sqlite3.Connection | None = conn
 
-    def run(self, op: _ops.Op[T]) -> T:
+    def connection(self) -> sqlite3.Connection:
         conn = self.conn
         if conn is None:
             raise TransportError(f"the transport on sqlite:///{self.options.path} is closed")
-        value = self._transaction(conn, op)
+        return conn
+
+    def run(self, op: _ops.Op[T]) -> T:
+        value = self._transaction(self.connection(), op)
+        self._ran(op)
+        return value
+
+    def _ran(self, op: _ops.Op[Any]) -> None:
         if op.wakes:
             self.commits += 1
             for watcher in tuple(self.waiters):
                 watcher.nudge()
-        return value
 
     def look(self, min_priority: int) -> WaitState:
         """What a waiting claim compares: see `_watch.WaitState`."""
-        version, due = self.run(_ops.wait_state(min_priority))
+        return self.seen(self.run(_ops.wait_state(min_priority)))
+
+    def seen(self, state: tuple[int, float | None]) -> WaitState:
+        """A waiting claim's look: the database's ``state`` and this engine's commits."""
+        version, due = state
         return WaitState(version, self.commits, due)
 
     def _transaction(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
@@ -116,15 +137,35 @@ class Engine:
             return self._attempt(conn, op)  # the common case, kept free of bookkeeping
         except sqlite3.DatabaseError as exc:
             failed = exc
+        return self._retry(conn, op, failed, started)
+
+    def _retry(
+        self,
+        conn: sqlite3.Connection,
+        op: _ops.Op[T],
+        failed: sqlite3.DatabaseError,
+        started: float,
+    ) -> T:
+        """Run ``op`` again after its first attempt, begun at ``started``, ``failed``. A
+        connection that rests without a busy timeout (`on_loop`) sets it for the retries,
+        so that they wait for another connection's lock as everywhere else."""
         retries = Retries(started, self.options.busy_timeout)
+        rests, waits = self._resting_busy_timeout, self.options.busy_timeout
+        patient = rests != waits and is_transient(failed)
         with sqlite_errors(self.options.path):
-            while (delay := retries.after(failed)) is not None:
-                time.sleep(delay)
-                try:
-                    return self._attempt(conn, op)
-                except sqlite3.OperationalError as exc:
-                    failed = exc
-            raise failed
+            if patient:
+                conn.execute(sql.busy_timeout(waits))
+            try:
+                while (delay := retries.after(failed)) is not None:
+                    time.sleep(delay)
+                    try:
+                        return self._attempt(conn, op)
+                    except sqlite3.OperationalError as exc:
+                        failed = exc
+                raise failed
+            finally:
+                if patient:
+                    conn.execute(sql.busy_timeout(rests))
 
     def _attempt(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
         relax = None if op.durable else self._relax
@@ -143,28 +184,40 @@ class Engine:
         conn.execute(begin)
         try:
             value = _perform(conn, op, self.options.clock())
-            conn.execute("COMMIT")
+            conn.execute(sql.COMMIT)
         except BaseException:
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                conn.execute(sql.ROLLBACK)
             raise
         return value
+
+    def idle_due(self) -> bool:
+        """Whether a claim that found nothing should shrink the WAL (see `idle`)."""
+        return self.conn is not None and _ops.checkpoint_due(wal_bytes(self.options))
 
     def idle(self) -> None:
         """A claim found nothing: a good moment to shrink a large WAL. Never waits: if
         someone is reading or writing, the next idle claim tries again."""
-        conn = self.conn
-        if conn is None or not _ops.checkpoint_due(wal_bytes(self.options)):
-            return
+        if self.idle_due():
+            self._checkpoint(sql.CHECKPOINT_TRUNCATE)
+
+    def _checkpoint(self, statement: str) -> bool:
+        """Run a checkpoint without waiting for anybody: True if it copied the whole WAL
+        into the database, so that the next commit starts the WAL over."""
+        conn = self.connection()
         with sqlite_errors(self.options.path):
-            conn.execute(sql.busy_timeout(0))
+            if self._resting_busy_timeout:
+                conn.execute(sql.busy_timeout(0))
             try:
-                conn.execute(sql.CHECKPOINT_TRUNCATE).fetchall()
+                ((busy, frames, copied),) = conn.execute(statement).fetchall()
             except sqlite3.OperationalError as exc:
                 if not is_transient(exc):
                     raise
+                return False
             finally:
-                conn.execute(sql.busy_timeout(self.options.busy_timeout))
+                if self._resting_busy_timeout:
+                    conn.execute(sql.busy_timeout(self._resting_busy_timeout))
+        return not busy and frames == copied
 
     def close(self) -> None:
         conn, self.conn = self.conn, None
@@ -174,21 +227,68 @@ class Engine:
             conn.close()
 
 
-def watcher_for(options: SqliteOptions) -> Watcher:
-    """A watcher of the files a commit to this database writes (none in memory)."""
-    return Watcher(None if options.memory else options.path)
+class Waiting:
+    """What both twins' waiting claims share: a watcher of the files a commit to the
+    database writes (none in memory), known to the engine, which nudges it; the claim's
+    plan (see `_watch.plan`); and its end. A twin runs the steps `next` gives, until it
+    gives None: the plan is over, or the transport is ``closed``. A `TransportError`
+    raised once the transport is closed ends the wait with nothing leased."""
+
+    def __init__(
+        self, engine: Engine, options: SqliteOptions, seconds: float, closed: Callable[[], bool]
+    ) -> None:
+        self.watcher = Watcher(None if options.memory else options.path)
+        self._engine = engine
+        self._closed = closed
+        engine.waiters.add(self.watcher)
+        self._steps = plan(seconds, self.watcher.sees_files, options.clock, time.monotonic)
+
+    def next(self, reply: object) -> Step | None:
+        if self._closed():
+            return None
+        try:
+            return self._steps.send(reply)
+        except StopIteration:
+            return None
+
+    def __enter__(self) -> Waiting:
+        return self
+
+    def __exit__(self, t: object, e: BaseException | None, tb: object) -> bool:
+        self._steps.close()
+        self._engine.waiters.discard(self.watcher)
+        self.watcher.close()
+        return isinstance(e, TransportError) and self._closed()
 
 
-class SqliteTransport(TransportBase[E]):
-    """A durable transport in one SQLite file (or in memory), over sqlite3."""
+class Twin(Generic[E]):
+    """What both SQLite transports hold and do alike: their options, event codec and
+    claim builder, a claim's checked arguments, and how they show."""
 
-    _ops = _ops
+    _ops: Operations = _ops
 
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
         self._options = options
-        self._codec = EventCodec(event_type)
-        self._on_dead = options.on_dead
+        self._codec: EventCodec[E] = EventCodec(event_type)
+        self._on_dead: str = options.on_dead
         self._claims = _ops.Claims(options.max_attempts, options.on_dead)
+
+    def _claim_of(
+        self, worker_id: str, visibility: float, min_priority: int, wait: float
+    ) -> tuple[Claim, float]:
+        """A claim's op, and how many seconds it may wait (0: none)."""
+        op = self._claims(worker_id, visibility, min_priority)
+        return op, 0.0 if type(wait) is int and wait == 0 else check_wait(wait)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} sqlite:///{self._options.path}>"
+
+
+class SqliteTransport(Twin[E], TransportBase[E]):
+    """A durable transport in one SQLite file (or in memory), over sqlite3."""
+
+    def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
+        super().__init__(options, event_type)
         self._lock = threading.Lock()
         self._engine = Engine(options)
 
@@ -198,42 +298,27 @@ class SqliteTransport(TransportBase[E]):
             return self._engine.run(op)
 
     def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
-        """Claim until a message comes or ``wait`` runs out (see `_watch.plan`)."""
+        """Claim until a message comes or ``wait`` runs out (see `Waiting`)."""
         engine = self._engine
-        watcher = watcher_for(self._options)
-        engine.waiters.add(watcher)
-        steps = plan(wait, watcher.sees_files, self._options.clock, time.monotonic)
-        try:
+        with Waiting(engine, self._options, wait, lambda: engine.conn is None) as waiting:
             reply: object = None
-            while engine.conn is not None:
-                step = steps.send(reply)
+            while (step := waiting.next(reply)) is not None:
                 if step == LOOK:
                     with self._lock:
                         reply = engine.look(op.min_priority)
                 elif step == CLAIM:
-                    claimed = self._run(op)
-                    if claimed is not None:
-                        return claimed
-                    reply = False
+                    reply = self._run(op)
+                    if reply is not None:
+                        return reply
                 else:
                     assert isinstance(step, float)
-                    reply = watcher.wait(step)
-        except StopIteration:
-            pass
-        except TransportError:
-            if engine.conn is not None:
-                raise  # closed meanwhile: the wait ends with nothing leased
-        finally:
-            steps.close()
-            engine.waiters.discard(watcher)
-            watcher.close()
+                    reply = waiting.watcher.wait(step)
         return None
 
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
-        op = self._claims(worker_id, visibility, min_priority)
-        seconds = 0.0 if type(wait) is int and wait == 0 else check_wait(wait)
+        op, seconds = self._claim_of(worker_id, visibility, min_priority, wait)
         claimed = self._run(op)
         if claimed is None and seconds > 0:
             claimed = self._wait(op, seconds)
@@ -249,6 +334,3 @@ class SqliteTransport(TransportBase[E]):
             watcher.nudge()
         with self._lock:
             self._engine.close()
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} sqlite:///{self._options.path}>"

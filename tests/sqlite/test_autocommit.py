@@ -90,7 +90,9 @@ def test_autocommit_write_waits_for_the_write_lock_and_then_goes_through(
     assert lease is not None
     with closing(sqlite3.connect(db_path, isolation_level=None)) as other:
         other.execute("BEGIN IMMEDIATE")
-        other.execute(sql.PUBLISH, ("h", 0, "{}"))
+        other.execute(
+            sql.PUBLISH.sql, sql.PUBLISH.bind({"group_id": "h", "priority": 0, "event": "{}"})
+        ).fetchall()
         done = threading.Event()
         errors: list[BaseException] = []
 

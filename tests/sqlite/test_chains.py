@@ -141,7 +141,7 @@ def test_walks_along_a_damaged_chain_end(open_db: OpenDb, db_path: Path) -> None
         conn.execute("UPDATE messages SET next_seq = 1 WHERE seq = 3")  # 1 -> 2 -> 3 -> 1
     with closing(sqlite3.connect(db_path, check_same_thread=False)) as conn:
         walk = {"group_id": "a", "seq": 10}
-        found = _within(10, conn, lambda: conn.execute(sql.PREDECESSOR, walk).fetchall())
+        found = _within(10, conn, lambda: conn.execute(sql.PREDECESSOR.text, walk).fetchall())
         assert found == [(3,)]
     assert transport._engine.conn is not None
     assert _within(10, transport._engine.conn, lambda: transport.purge_group("a")) == 3

@@ -22,28 +22,22 @@ FENCE = {"group_id": "g", "seq": 7, "worker_id": "w1", "attempt": 3}
 CODEC: EventCodec[Event] = EventCodec(Event)
 
 
-# The names of the parameters each hot statement binds by position (see `_sql.positional`).
-NAMES = {
-    sql.PUBLISH: ("group_id", "priority", "event"),
-    sql.CLAIM_READY: (*sql.CLAIM_PARAMS, "max_attempts"),
-    sql.ACK: sql.FENCE_PARAMS,
-    sql.RELEASE: (*sql.FENCE_PARAMS, "locked_by", "lock_expiry"),
-    sql.EXTEND: (*sql.FENCE_PARAMS, "lock_expiry"),
-}
+def bound(stmt: Stmt) -> tuple[sql.Statement, dict[str, Any]]:
+    """``stmt`` as (statement, the values it binds, by name). Only the names the statement
+    declares are bound, and each must be given."""
+    values = dict(zip(stmt.statement.names, stmt.statement.bind(stmt.params), strict=True))
+    assert values == stmt.params, f"values given but not bound: {stmt.params}"
+    return stmt.statement, values
 
 
-def bound(stmt: Stmt) -> tuple[str, dict[str, Any]]:
-    """``stmt`` as (SQL, parameters by name), whether it binds them by name or position."""
-    if isinstance(stmt.params, dict):
-        return stmt.sql, stmt.params
-    names = NAMES[stmt.sql]
-    assert len(stmt.params) == len(names), (names, stmt.params)
-    return stmt.sql, dict(zip(names, stmt.params, strict=True))
+def rows(stmt: Stmt) -> list[dict[str, Any]]:
+    """A batch's rows by name: each row is a tuple in the order of the statement's names."""
+    assert stmt.many is not None
+    names = stmt.statement.names
+    return [dict(zip(names, row, strict=True)) for row in stmt.many]
 
 
-def drive(
-    op: _ops.Op[T], results: Sequence[Result], now: float = NOW
-) -> tuple[list[Stmt], T]:
+def drive(op: _ops.Op[T], results: Sequence[Result], now: float = NOW) -> tuple[list[Stmt], T]:
     """Run ``op`` as a driver would, answering its statements with ``results`` in order;
     return what it ran and what it returned. Fails if it wants more answers."""
     answers = iter(results)
@@ -134,14 +128,18 @@ def test_claim_buries_a_head_out_of_attempts_saying_how_its_last_delivery_ended(
     assert bury[1]["reason"] == (
         f"out of attempts: 3 deliveries without an ack (max_attempts=3); the last one {last}"
     )
-    assert [s.sql for s in stmts[4:]] == [sql.DROP_MESSAGE, sql.FORGET_REQUEUED, sql.NEXT_FREE]
+    assert [s.statement for s in stmts[4:]] == [
+        sql.DROP_MESSAGE,
+        sql.FORGET_REQUEUED,
+        sql.NEXT_FREE,
+    ]
 
 
 def test_claim_counts_deliveries_from_a_requeue() -> None:
     requeued = Result([("g", 7, 5, None, 3)], 1)  # 5 deliveries, 3 of them before a requeue
     op = _ops.Claim("w1", 30, 2, max_attempts=3)
     stmts, value = drive(op, [NOTHING, WOKEN, requeued, Result([ROW], 1)])
-    assert stmts[-1].sql == sql.CLAIM_GROUP
+    assert stmts[-1].statement is sql.CLAIM_GROUP
     assert value is not None
 
 
@@ -149,7 +147,7 @@ def test_bury_checks_the_fence_then_dead_letters_under_the_policy() -> None:
     stmts, _ = drive(_ops.Bury(LEASE, "bad input", "hold"), [Result([(1,)], 1), DONE, DONE, DONE])
     assert bound(stmts[0]) == (sql.HOLDS_LEASE, FENCE)
     assert bound(stmts[1])[1]["reason"] == "buried: bad input"
-    assert [s.sql for s in stmts[2:]] == [sql.HOLD_GROUP, sql.FORGET_REQUEUED]
+    assert [s.statement for s in stmts[2:]] == [sql.HOLD_GROUP, sql.FORGET_REQUEUED]
     with pytest.raises(LeaseLost):
         drive(_ops.Bury(LEASE, "bad input", "release"), [NOTHING])
 
@@ -233,20 +231,24 @@ def test_publish_inserts_the_encoded_event_and_returns_the_seq() -> None:
 def test_publish_many_links_each_group_once_then_appends_chained_rows() -> None:
     items = [("g", Event(i=1), 0), ("h", Event(i=2), 4), ("g", Event(i=3), 1)]
     stmts, value = drive(_ops.PublishMany(CODEC, items), [Result([(10,)], 1), DONE, DONE, DONE])
-    assert stmts == [
-        Stmt(sql.LAST_SEQ),
-        # each group's first message in the batch goes behind the group's tail
-        Stmt(sql.LINK_TAIL, many=[(11, "g"), (12, "h")]),
-        # (group, priority of its first message, head, tail, depth) of the batch
-        Stmt(sql.OPEN_GROUP, many=[("g", 0, 11, 13, 2), ("h", 4, 12, 12, 1)]),
-        Stmt(
-            sql.INSERT_ROW,
-            many=[
-                (11, "g", 0, '{"i":1}', 13),
-                (12, "h", 4, '{"i":2}', None),
-                (13, "g", 1, '{"i":3}', None),
-            ],
-        ),
+    assert [s.statement for s in stmts] == [
+        sql.LAST_SEQ,
+        sql.LINK_TAIL,
+        sql.OPEN_GROUP,
+        sql.INSERT_ROW,
+    ]
+    # each group's first message in the batch goes behind the group's tail
+    assert rows(stmts[1]) == [{"next_seq": 11, "group_id": "g"}, {"next_seq": 12, "group_id": "h"}]
+    # each group of the batch: the priority of its first message, its head, tail and depth
+    assert rows(stmts[2]) == [
+        {"group_id": "g", "priority": 0, "head_seq": 11, "tail_seq": 13, "depth": 2},
+        {"group_id": "h", "priority": 4, "head_seq": 12, "tail_seq": 12, "depth": 1},
+    ]
+    # every message, already chained to the next one of its group in the batch
+    assert rows(stmts[3]) == [
+        {"seq": 11, "group_id": "g", "priority": 0, "event": '{"i":1}', "next_seq": 13},
+        {"seq": 12, "group_id": "h", "priority": 4, "event": '{"i":2}', "next_seq": None},
+        {"seq": 13, "group_id": "g", "priority": 1, "event": '{"i":3}', "next_seq": None},
     ]
     assert value == [11, 12, 13]
 
@@ -263,14 +265,14 @@ def test_setup_creates_the_schema_in_an_empty_database() -> None:
         _ops.setup("q.db"),
         [Result([(0, 0, 0)], -1), *[DONE for _ in sql.SCHEMA]],
     )
-    assert [s.sql for s in stmts] == [sql.READ_IDENTITY, *sql.SCHEMA]
+    assert [s.statement for s in stmts] == [sql.READ_IDENTITY, *sql.SCHEMA]
 
 
 def test_setup_accepts_its_own_schema_without_writing() -> None:
     stmts, _ = drive(
         _ops.setup("q.db"), [Result([(2, sql.APPLICATION_ID, sql.SCHEMA_VERSION)], -1)]
     )
-    assert [s.sql for s in stmts] == [sql.READ_IDENTITY]
+    assert [s.statement for s in stmts] == [sql.READ_IDENTITY]
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,8 @@ SEED_SCHEMA = (
 
 # The seed design's claim, taken literally, on its own tables: a scan of messages, a list
 # subquery scanning messages again, and a sort. The checker must reject it, or it checks nothing.
-SEED_CLAIM = """
+SEED_CLAIM = sql.Statement(
+    """
 SELECT m.seq, m.group_id, m.event
   FROM messages m JOIN groups g ON g.group_id = m.group_id
  WHERE (m.locked_by IS NULL OR m.lock_expiry < :now)
@@ -55,7 +56,10 @@ SELECT m.seq, m.group_id, m.event
        SELECT group_id FROM messages WHERE locked_by IS NOT NULL AND lock_expiry >= :now)
    AND g.priority >= :min_priority
  ORDER BY g.last_claimed_at ASC, m.seq ASC LIMIT 1
-"""
+""",
+    ("now", "min_priority"),
+    rows=True,
+)
 
 # Scans that read no table: a SELECT without FROM, the <= 5 candidates of a claim's
 # per-priority seeks (the MERGE of its arms' output, numbered by SQLite), and `seqs`,
@@ -69,14 +73,12 @@ BOUNDED_SCANS = {
 TRIGGER = re.compile(r"CREATE TRIGGER (\w+)(.*?)\bBEGIN\b(.*)\bEND\b", re.S)
 WHEN = re.compile(r"\bWHEN\b(.*)", re.S)
 ROW_REF = re.compile(r"\b(NEW|OLD)\.(\w+)")
-PARAM = re.compile(r"(?<![:\w]):(\w+)")
-NUMBERED = re.compile(r"\?(\d+)")
 
 
-def _trigger_statements() -> dict[str, str]:
-    found: dict[str, str] = {}
+def _trigger_statements() -> dict[str, sql.Statement]:
+    found: dict[str, sql.Statement] = {}
     for ddl in sql.SCHEMA:
-        match = TRIGGER.search(ddl)
+        match = TRIGGER.search(ddl.text)
         if match is None:
             continue
         name, head, body = match.groups()
@@ -85,24 +87,20 @@ def _trigger_statements() -> dict[str, str]:
         if when is not None:  # the condition runs on every row too
             statements.append(f"SELECT {when[1]}")
         for number, statement in enumerate(statements):
-            found[f"{name}[{number}]"] = ROW_REF.sub(
-                lambda ref: f":{ref[1].lower()}_{ref[2]}", statement
+            text = ROW_REF.sub(lambda ref: f":{ref[1].lower()}_{ref[2]}", statement)
+            names = tuple(
+                dict.fromkeys(f"{ref[1].lower()}_{ref[2]}" for ref in ROW_REF.finditer(statement))
             )
+            found[f"{name}[{number}]"] = sql.Statement(text, names)
     return found
 
 
 TRIGGER_STATEMENTS = _trigger_statements()
 
 
-def _plan(conn: sqlite3.Connection, statement: str) -> list[str]:
-    numbered = [int(n) for n in NUMBERED.findall(statement)]
-    if numbered:  # ?N (see `_sql.positional`)
-        params: object = (1,) * max(numbered)
-    elif "?" in statement:
-        params = (1,) * statement.count("?")
-    else:
-        params = dict.fromkeys(PARAM.findall(statement), 1)
-    return [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}", params)]  # type: ignore[arg-type]
+def _plan(conn: sqlite3.Connection, statement: sql.Statement) -> list[str]:
+    params = (1,) * len(statement.names)
+    return [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement.sql}", params)]
 
 
 def _problems(plan: list[str]) -> list[str]:
