@@ -33,6 +33,8 @@ Conn = psycopg.Connection[Any]
 
 # libpq session options for every connection of the run (``--no-flush`` sets one).
 SESSION: list[str] = []
+# --verbose: every round's figures, not only the medians.
+VERBOSE = False
 
 
 def server() -> str:
@@ -158,10 +160,13 @@ def _floor_slice(start: Any, url: str, name: str, n: int, index: int, count: int
             conn.execute(f'DELETE FROM "{name}".jobs WHERE id = %s', (job,))
 
 
-def claim_ack(n: int, processes: int, groups: int, rounds: int) -> float:
+def claim_ack(n: int, processes: int, groups: int, rounds: int, **options: object) -> float:
+    """Claim+ack per second of ``processes`` workers draining ``n`` messages each, spread
+    over ``groups`` groups; ``options`` go in the queue's URL."""
+
     def once() -> float:
         with schema("claim") as name:
-            url = queue_url(name)
+            url = queue_url(name, **options)
             with open_transport(url) as transport:
                 transport.publish_many(
                     [(f"g{i % groups}", Event(n=i), 0) for i in range(n * processes)]
@@ -292,14 +297,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.postgres", description=__doc__)
     parser.add_argument("--big", action="store_true", help="1M backlog, 200k soak")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", choices=["soak", "scaling", "backlog"], help="run one case")
+    parser.add_argument(
+        "--only", choices=["one", "soak", "scaling", "backlog"], help="run one case"
+    )
     parser.add_argument(
         "--no-flush",
         action="store_true",
         help="synchronous_commit=off for every connection: shows what the CPU allows "
         "when commits do not wait for the disk (never how to run a queue)",
     )
+    parser.add_argument("--verbose", action="store_true", help="print every round's figures")
     args = parser.parse_args(argv)
+    global VERBOSE
+    VERBOSE = args.verbose
     # A terminated run still drops its schemas (the `schema` context managers' finally).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rounds = args.rounds
@@ -308,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_flush:
         SESSION.append("options=-csynchronous_commit%3Doff")
     out(f"server: {psycopg.connect(server()).info.parameter_status('server_version')}")
+    if args.only == "one":
+        _report_one_connection(n, rounds, out)
+        return 0
     if args.only == "soak":
         _report_soak(200_000 if args.big else 20_000, out)
         return 0
@@ -318,20 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         _report_backlog(1_000_000 if args.big else 100_000, out)
         return 0
 
-    floor1 = floor(n, 1, rounds)
-    floor4 = floor(n // 2, 4, rounds)
-    ours1 = claim_ack(n, 1, 50, rounds)
-    plain = skip_locked(n, rounds)
-    out(f"floor (UPDATE commit + DELETE commit), 1 connection: {floor1:8.0f} msg/s")
-    out(f"floor, 4 connections:                                {floor4:8.0f} msg/s")
-    out(
-        f"claim+ack, 1 connection:                             {ours1:8.0f} msg/s "
-        f"= {ours1 / floor1:.2f}x the floor (target >= 0.7)"
-    )
-    out(
-        f"plain SKIP LOCKED table, no groups, 1 connection:    {plain:8.0f} msg/s "
-        f"= {plain / floor1:.2f}x the floor"
-    )
+    _report_one_connection(n, rounds, out)
     _report_scaling(n, rounds, out)
     mine, raw = publish_many(500, 20, rounds)
     out(
@@ -341,6 +341,50 @@ def main(argv: list[str] | None = None) -> int:
     _report_backlog(1_000_000 if args.big else 100_000, out)
     _report_soak(200_000 if args.big else 20_000, out)
     return 0
+
+
+def side_by_side(cases: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Each case's rate in every round, the cases of a round run back to back: a ratio of
+    two cases from one round saw the same load on the machine."""
+    rates: dict[str, list[float]] = {label: [] for label in cases}
+    for _ in range(rounds):
+        for label, case in cases.items():
+            rates[label].append(case())
+    return rates
+
+
+def _ratio(rates: dict[str, list[float]], label: str, base: str) -> float:
+    """The median over rounds of ``label``'s rate over ``base``'s in the same round."""
+    return statistics.median(a / b for a, b in zip(rates[label], rates[base], strict=True))
+
+
+def _report_one_connection(n: int, rounds: int, out: Callable[..., None]) -> None:
+    rates = side_by_side(
+        {
+            "floor": lambda: floor(n, 1, 1),
+            "flush": lambda: claim_ack(n, 1, 50, 1),
+            "async": lambda: claim_ack(n, 1, 50, 1, lease_commit="async"),
+            "plain": lambda: skip_locked(n, 1),
+        },
+        rounds,
+    )
+    median = {label: statistics.median(values) for label, values in rates.items()}
+    if VERBOSE:
+        for label, values in rates.items():
+            out(f"  {label:6s} by round: {' '.join(f'{v:.0f}' for v in values)}")
+    out(f"floor (UPDATE commit + DELETE commit), 1 connection: {median['floor']:8.0f} msg/s")
+    out(
+        f"claim+ack, 1 connection (lease_commit=flush):        {median['flush']:8.0f} msg/s "
+        f"= {_ratio(rates, 'flush', 'floor'):.2f}x the floor (target >= 0.7)"
+    )
+    out(
+        f"claim+ack, 1 connection (lease_commit=async):        {median['async']:8.0f} msg/s "
+        f"= {_ratio(rates, 'async', 'floor'):.2f}x the floor (a claim not flushed on its own)"
+    )
+    out(
+        f"plain SKIP LOCKED table, no groups, 1 connection:    {median['plain']:8.0f} msg/s "
+        f"= {_ratio(rates, 'plain', 'floor'):.2f}x the floor"
+    )
 
 
 def _report_scaling(n: int, rounds: int, out: Callable[..., None]) -> None:

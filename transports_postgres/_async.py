@@ -27,9 +27,20 @@ from ._sync import DOOMED, LISTEN_TICK, RECHECK, RECHECK_INJECTED_CLOCK, watch
 from ._url import PostgresOptions
 
 E = TypeVar("E")
+TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 T = TypeVar("T")
 
-AConn = psycopg.AsyncConnection[Any]
+
+class AConn(psycopg.AsyncConnection[Any]):
+    """The sync twin's `Conn`, for the async pool."""
+
+    _single: psycopg.AsyncCursor[Any] | None = None
+
+    def single(self) -> psycopg.AsyncCursor[Any]:
+        cursor = self._single
+        if cursor is None or cursor.closed:
+            cursor = self._single = self.cursor()
+        return cursor
 
 
 def _bind(stmt: _ops.Stmt) -> dict[str, Any]:
@@ -37,7 +48,9 @@ def _bind(stmt: _ops.Stmt) -> dict[str, Any]:
 
 
 async def _result(cursor: psycopg.AsyncCursor[Any]) -> _ops.Result:
-    rows = await cursor.fetchall() if cursor.description else []
+    # The status, not `description`, which builds a column object per column.
+    result = cursor.pgresult
+    rows = await cursor.fetchall() if result and result.status == TUPLES_OK else []
     return _ops.Result(rows, cursor.rowcount)
 
 
@@ -45,7 +58,8 @@ async def run_batch(conn: AConn, schema: str, batch: _ops.Batch, call: Call) -> 
     call.sent = True
     if len(batch) == 1:
         stmt = batch[0]
-        return [await _result(await conn.execute(stmt.statement.render(schema), _bind(stmt)))]
+        cursor = await conn.single().execute(stmt.statement.render(schema), _bind(stmt))
+        return [await _result(cursor)]
     async with conn.pipeline():
         cursors = [await conn.execute(s.statement.render(schema), _bind(s)) for s in batch]
     return [await _result(cursor) for cursor in cursors]
@@ -115,7 +129,7 @@ class _AsyncWaker:
         event.set()
 
     async def _listen(self, ready: asyncio.Event) -> None:
-        conn: AConn | None = None
+        conn: psycopg.AsyncConnection[Any] | None = None
         try:
             conn = await psycopg.AsyncConnection.connect(self._options.conninfo, autocommit=True)
             await conn.execute(f"LISTEN {sql.quote_ident(self._options.schema)}")
@@ -199,15 +213,15 @@ class _AsyncWaker:
 class AsyncPostgresTransport(AsyncTransportBase[E]):
     """A durable transport in one PostgreSQL schema, over psycopg's async pool."""
 
-    _ops = _ops
-
     def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
         self._options = options
         self._schema = options.schema
         self._where = f"{options.display} (schema {options.schema})"
         self._codec = EventCodec(event_type)
         self._on_dead = options.on_dead
-        self._claims = _ops.Claims(options.max_attempts, options.on_dead)
+        self._ops = self._operations = _ops.Operations(
+            options.max_attempts, options.on_dead, options.lease_synchronous_commit
+        )
         self._clock = options.clock
         self._closed = False
         self._recheck = RECHECK if options.server_clock else RECHECK_INJECTED_CLOCK
@@ -226,6 +240,7 @@ class AsyncPostgresTransport(AsyncTransportBase[E]):
             options = self._options
             pool: AsyncConnectionPool[AConn] = AsyncConnectionPool(
                 options.conninfo,
+                connection_class=AConn,
                 min_size=options.pool_min_size,
                 max_size=options.pool_max_size,
                 timeout=options.pool_timeout,
@@ -263,7 +278,7 @@ class AsyncPostgresTransport(AsyncTransportBase[E]):
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
-        op = self._claims(worker_id, visibility, min_priority)
+        op = self._operations.claim(worker_id, visibility, min_priority)
         wait = check_wait(wait)
         claimed = await self._run(op)
         if claimed is None and wait > 0:

@@ -2,7 +2,9 @@
 
 An operation checks its arguments when it is built, so bad input never reaches the
 server. It is one slotted type, `Operation`: an optional fast path, `fast`, which is one
-pipelined batch of statements (one round trip), and what to make of its results, `done`;
+pipelined batch of statements (one round trip, and one transaction: the statements of a
+pipeline share the implicit transaction that its closing Sync commits, so a fast path
+writes no BEGIN or COMMIT), and what to make of its results, `done`;
 when there is no fast path or `done` answers `MORE` (not finished), the runner runs
 `steps`, a generator that yields batches and receives their results, inside one
 transaction, and commits once it returns. No I/O, no clock (the runner passes ``now``:
@@ -79,9 +81,6 @@ class More:
 
 
 MORE: Final = More()
-
-_BEGIN: Final = Stmt(sql.BEGIN)
-_COMMIT: Final = Stmt(sql.COMMIT)
 
 
 class Operation(backend.Operation[T]):
@@ -211,15 +210,10 @@ class Publish(Operation[int]):
         self.params = (self.group_id, priority, codec.encode(event))
 
     def fast(self, now: float | None) -> Batch:
-        return (
-            _BEGIN,
-            Stmt(sql.LOCK_GROUP, self.params[:2]),
-            Stmt(sql.APPEND, self.params),
-            _COMMIT,
-        )
+        return (Stmt(sql.LOCK_GROUP, self.params[:2]), Stmt(sql.APPEND, self.params))
 
     def done(self, results: list[Result], now: float | None) -> int:
-        seq: int = results[2].rows[0][0]
+        seq: int = results[1].rows[0][0]
         return seq
 
 
@@ -273,11 +267,18 @@ class PublishMany(Operation[list[int]]):
 
 
 class Claim(Operation[Claimed | None]):
-    """Wake lapsed groups and lease the next ready head: one round trip, each statement
-    its own transaction. With ``max_attempts``, a head that has had its deliveries is
-    buried instead (in `steps`, fenced by the lease just taken) and the claim goes on."""
+    """Lease the next ready head: one statement while no lapsed group waits to be woken.
+    Otherwise (or finding nothing), and with ``max_attempts`` when the head has had its
+    deliveries, the claim goes on in `ClaimRest`."""
 
-    __slots__ = ("max_attempts", "min_priority", "on_dead", "visibility", "worker_id")
+    __slots__ = (
+        "lease_commit",
+        "max_attempts",
+        "min_priority",
+        "on_dead",
+        "visibility",
+        "worker_id",
+    )
     call = "claim"
 
     def __init__(
@@ -287,29 +288,32 @@ class Claim(Operation[Claimed | None]):
         min_priority: int,
         max_attempts: int | None = None,
         on_dead: str = "release",
+        lease_commit: str | None = None,
     ) -> None:
         self.worker_id = check_worker_id(worker_id)
         self.visibility = check_visibility(visibility)
         self.min_priority = check_priority(min_priority, "min_priority")
         self.max_attempts = max_attempts
         self.on_dead = on_dead
+        self.lease_commit = lease_commit
 
-    def _claim(self, now: float | None) -> Stmt:
-        return Stmt(sql.CLAIM, (self.min_priority, now, self.worker_id, self.visibility))
+    def _claim(
+        self, now: float | None, statement: Statement = sql.CLAIM, commit: str | None = None
+    ) -> Stmt:
+        return Stmt(statement, (self.min_priority, now, self.worker_id, self.visibility, commit))
 
     def fast(self, now: float | None) -> Batch:
-        return (Stmt(sql.WAKE_LAPSED, (now,)), self._claim(now))
+        # Only the first try may skip the flush: the rest of a claim may bury a message.
+        return (self._claim(now, sql.CLAIM_READY, self.lease_commit),)
 
     def _due(self, row: Sequence[Any]) -> bool:
         # The claim's own increment of attempt is not a delivery.
         return self.max_attempts is not None and row[3] - 1 - row[5] >= self.max_attempts
 
-    def done(self, results: list[Result], now: float | None) -> Claimed | More | None:
-        rows = results[-1].rows
-        if not rows:
-            return None
-        if self._due(rows[0]):
-            return More(ClaimAfterBurial(self, rows[0]))
+    def done(self, results: list[Result], now: float | None) -> Claimed | More:
+        rows = results[0].rows
+        if not rows or self._due(rows[0]):
+            return More(ClaimRest(self, rows[0] if rows else None))
         return self._claimed(rows[0])
 
     def _claimed(self, row: Sequence[Any]) -> Claimed:
@@ -317,19 +321,26 @@ class Claim(Operation[Claimed | None]):
         return Claimed(seq, group_id, raw, self.worker_id, attempt, expires_at)
 
 
-class ClaimAfterBurial(Operation[Claimed | None]):
-    """The rest of a `Claim` whose fast path leased a head due for burial."""
+class ClaimRest(Operation[Claimed | None]):
+    """The rest of a `Claim` whose first try found nothing (``row`` None: wake the lapsed
+    groups and claim again) or leased a head due for burial (bury it, fenced by the lease
+    just taken, and claim again)."""
 
     __slots__ = ("claim", "row")
     call = "claim"
 
-    def __init__(self, claim: Claim, row: Sequence[Any]) -> None:
+    def __init__(self, claim: Claim, row: Sequence[Any] | None) -> None:
         self.claim, self.row = claim, row
 
     def steps(self, now: float | None) -> Steps[Claimed | None]:
         claim, row = self.claim, self.row
-        assert claim.max_attempts is not None
-        while True:
+        if row is None:
+            (_, result) = yield (Stmt(sql.WAKE_LAPSED, (now,)), claim._claim(now))
+            if not result.rows:
+                return None
+            row = result.rows[0]
+        while claim._due(row):
+            assert claim.max_attempts is not None
             seq, group_id, _, attempt, _, base, before = row
             delivered = attempt - 1
             last: Literal["lapsed", "nacked"] = (
@@ -342,8 +353,7 @@ class ClaimAfterBurial(Operation[Claimed | None]):
             if not result.rows:
                 return None
             row = result.rows[0]
-            if not claim._due(row):
-                return claim._claimed(row)
+        return claim._claimed(row)
 
 
 def _bury(
@@ -361,32 +371,6 @@ def _bury(
     else:
         yield (Stmt(sql.ACK, fence),)
     return True
-
-
-class Claims:
-    """Builds the `Claim` for each call of one transport's ``claim``, and keeps the last
-    while the arguments are the very same objects (identity, so nothing escapes its
-    checks). The op holds only checked arguments, so threads may share it."""
-
-    __slots__ = ("_last", "max_attempts", "on_dead")
-
-    def __init__(self, max_attempts: int | None, on_dead: str) -> None:
-        self.max_attempts = max_attempts
-        self.on_dead = on_dead
-        self._last: tuple[object, object, object, Claim] | None = None
-
-    def __call__(self, worker_id: str, visibility: float, min_priority: int) -> Claim:
-        last = self._last
-        if (
-            last is not None
-            and last[0] is worker_id
-            and last[1] is visibility
-            and last[2] is min_priority
-        ):
-            return last[3]
-        op = Claim(worker_id, visibility, min_priority, self.max_attempts, self.on_dead)
-        self._last = (worker_id, visibility, min_priority, op)
-        return op
 
 
 class NextDue(Operation[float | None]):
@@ -443,47 +427,61 @@ class _Settle(Operation[T]):
 
 
 class Ack(_Settle[None]):
-    """Lock the group first, then remove the head in a fresh statement (whose snapshot
-    includes a publish to the group that committed meanwhile): one round trip."""
+    """One statement, which takes no lock first (`sql.ACK_AT_ONCE`); when a publish to the
+    group commits while it runs and its snapshot cannot tell the next head, it changes
+    nothing and the steps ack again: lock the group first, then remove the head in a fresh
+    statement, whose snapshot includes that publish."""
 
     __slots__ = ()
     call = "ack"
 
     def fast(self, now: float | None) -> Batch:
-        return (_BEGIN, Stmt(sql.LOCK_LEASE, self.fence), Stmt(sql.ACK, self.fence), _COMMIT)
+        return (Stmt(sql.ACK_AT_ONCE, self.fence),)
 
-    def done(self, results: list[Result], now: float | None) -> None:
-        self._held(results[2].rows[0][0])
+    def done(self, results: list[Result], now: float | None) -> More | None:
+        removed, _, held = results[0].rows[0]
+        if removed == 0 and held:
+            return MORE
+        self._held(removed)
+        return None
+
+    def steps(self, now: float | None) -> Steps[None]:
+        _, removed = yield (Stmt(sql.LOCK_LEASE, self.fence), Stmt(sql.ACK, self.fence))
+        self._held(removed.rows[0][0])
 
 
 class Nack(_Settle[None]):
-    __slots__ = ("delay",)
+    __slots__ = ("delay", "lease_commit")
     call = "nack"
 
-    def __init__(self, lease: Lease[Any], delay: float) -> None:
+    def __init__(self, lease: Lease[Any], delay: float, lease_commit: str | None = None) -> None:
         super().__init__(lease)
         self.delay = check_delay(delay)
+        self.lease_commit = lease_commit
 
     def fast(self, now: float | None) -> Batch:
         if self.delay > 0:  # park: the group stays held until the delay has passed
-            return (Stmt(sql.RELEASE, (*self.fence, sql.PARKED, now, self.delay)),)
-        return (Stmt(sql.FREE, self.fence),)
+            params = (*self.fence, sql.PARKED, now, self.delay, self.lease_commit)
+            return (Stmt(sql.RELEASE, params),)
+        return (Stmt(sql.FREE, (*self.fence, self.lease_commit)),)
 
     def done(self, results: list[Result], now: float | None) -> None:
-        self._held(results[0].rows[0][0])
+        (result,) = results
+        self._held(result.rows[0][0] if result.rows else result.rowcount)
 
 
 class Extend(_Settle[Lease[T]]):
-    __slots__ = ("visibility",)
+    __slots__ = ("lease_commit", "visibility")
     call = "extend"
     lease: Lease[T]
 
-    def __init__(self, lease: Lease[T], visibility: float) -> None:
+    def __init__(self, lease: Lease[T], visibility: float, lease_commit: str | None = None) -> None:
         super().__init__(lease)
         self.visibility = check_visibility(visibility)
+        self.lease_commit = lease_commit
 
     def fast(self, now: float | None) -> Batch:
-        return (Stmt(sql.EXTEND, (*self.fence, now, self.visibility)),)
+        return (Stmt(sql.EXTEND, (*self.fence, now, self.visibility, self.lease_commit)),)
 
     def done(self, results: list[Result], now: float | None) -> Lease[T]:
         rows = results[0].rows
@@ -674,3 +672,60 @@ class PurgeGroup(Operation[int]):
         )
         # A held dead letter is in both tables; count it once.
         return len({row[0] for row in messages.rows} | {row[0] for row in dead.rows})
+
+
+class Operations:
+    """The builders of one transport's operations: this module's, with the transport's
+    options bound into those that take them, by the names `TransportBase` calls. It keeps
+    the last `Claim` while the arguments are the very same objects (identity, so nothing
+    escapes its checks); an op holds only checked arguments, so threads may share it.
+
+    ``lease_commit``: None to flush every commit, or ``'off'``, the `synchronous_commit`
+    of the transactions that only move a lease (see `sql._LEASE_COMMIT`)."""
+
+    __slots__ = ("_last", "lease_commit", "max_attempts", "on_dead")
+
+    def __init__(self, max_attempts: int | None, on_dead: str, lease_commit: str | None) -> None:
+        self.max_attempts = max_attempts
+        self.on_dead = on_dead
+        self.lease_commit = lease_commit
+        self._last: tuple[object, object, object, Claim] | None = None
+
+    def claim(self, worker_id: str, visibility: float, min_priority: int) -> Claim:
+        last = self._last
+        if (
+            last is not None
+            and last[0] is worker_id
+            and last[1] is visibility
+            and last[2] is min_priority
+        ):
+            return last[3]
+        op = Claim(
+            worker_id,
+            visibility,
+            min_priority,
+            self.max_attempts,
+            self.on_dead,
+            self.lease_commit,
+        )
+        self._last = (worker_id, visibility, min_priority, op)
+        return op
+
+    def Nack(self, lease: Lease[Any], delay: float, /) -> Nack:
+        return Nack(lease, delay, self.lease_commit)
+
+    def Extend(self, lease: Lease[T], visibility: float, /) -> Extend[T]:
+        return Extend(lease, visibility, self.lease_commit)
+
+    # The others take no option: the module's own classes.
+    Publish = Publish
+    PublishMany = PublishMany
+    Ack = Ack
+    Bury = Bury
+    Stats = Stats
+    Groups = Groups
+    DeadLetters = DeadLetters
+    HeldGroups = HeldGroups
+    Requeue = Requeue
+    Discard = Discard
+    PurgeGroup = PurgeGroup

@@ -29,9 +29,22 @@ from ._errors import Call, postgres_errors
 from ._url import PostgresOptions
 
 E = TypeVar("E")
+TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 T = TypeVar("T")
 
-Conn = psycopg.Connection[Any]
+
+class Conn(psycopg.Connection[Any]):
+    """A pooled connection that keeps one cursor for the batches of one statement (most
+    calls): a new cursor per statement costs about as much as reading its row."""
+
+    _single: psycopg.Cursor[Any] | None = None
+
+    def single(self) -> psycopg.Cursor[Any]:
+        cursor = self._single
+        if cursor is None or cursor.closed:
+            cursor = self._single = self.cursor()
+        return cursor
+
 
 # A blocked claim looks again at least this often (seconds), in case a notification was
 # missed in the moment a waiter registers; with an injected clock, time moves without
@@ -47,7 +60,9 @@ def _bind(stmt: _ops.Stmt) -> dict[str, Any]:
 
 
 def _result(cursor: psycopg.Cursor[Any]) -> _ops.Result:
-    rows = cursor.fetchall() if cursor.description else []
+    # The status, not `description`, which builds a column object per column.
+    result = cursor.pgresult
+    rows = cursor.fetchall() if result and result.status == TUPLES_OK else []
     return _ops.Result(rows, cursor.rowcount)
 
 
@@ -56,7 +71,7 @@ def run_batch(conn: Conn, schema: str, batch: _ops.Batch, call: Call) -> list[_o
     call.sent = True
     if len(batch) == 1:
         stmt = batch[0]
-        return [_result(conn.execute(stmt.statement.render(schema), _bind(stmt)))]
+        return [_result(conn.single().execute(stmt.statement.render(schema), _bind(stmt)))]
     with conn.pipeline():
         cursors = [conn.execute(s.statement.render(schema), _bind(s)) for s in batch]
     return [_result(cursor) for cursor in cursors]
@@ -144,7 +159,7 @@ class _Waker:
             self._cond.notify_all()
 
     def _listen(self, ready: threading.Event) -> None:
-        conn: Conn | None = None
+        conn: psycopg.Connection[Any] | None = None
         try:
             conn = psycopg.connect(self._options.conninfo, autocommit=True)
             conn.execute(f"LISTEN {sql.quote_ident(self._options.schema)}")
@@ -222,20 +237,21 @@ class _Waker:
 class PostgresTransport(TransportBase[E]):
     """A durable transport in one PostgreSQL schema, over a psycopg connection pool."""
 
-    _ops = _ops
-
     def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
         self._options = options
         self._schema = options.schema
         self._where = f"{options.display} (schema {options.schema})"
         self._codec = EventCodec(event_type)
         self._on_dead = options.on_dead
-        self._claims = _ops.Claims(options.max_attempts, options.on_dead)
+        self._ops = self._operations = _ops.Operations(
+            options.max_attempts, options.on_dead, options.lease_synchronous_commit
+        )
         self._clock = options.clock
         self._closed = False
         self._recheck = RECHECK if options.server_clock else RECHECK_INJECTED_CLOCK
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             options.conninfo,
+            connection_class=Conn,
             min_size=options.pool_min_size,
             max_size=options.pool_max_size,
             timeout=options.pool_timeout,
@@ -267,7 +283,7 @@ class PostgresTransport(TransportBase[E]):
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
-        op = self._claims(worker_id, visibility, min_priority)
+        op = self._operations.claim(worker_id, visibility, min_priority)
         wait = check_wait(wait)
         claimed = self._run(op)
         if claimed is None and wait > 0:
