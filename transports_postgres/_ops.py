@@ -218,49 +218,45 @@ class Publish(Operation[int]):
 
 
 class PublishMany(Operation[list[int]]):
-    """Lock every group of the batch, draw its seqs under those locks, then append it
-    all: two round trips whatever its size."""
+    """Lock (or create) every group of the batch and count it in, then draw the seqs
+    under those locks and store the batch: one round trip, one transaction, whatever its
+    size."""
 
-    __slots__ = ("encoded",)
+    __slots__ = ("appended", "locked")
     call = "publish_many"
 
     def __init__(self, codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> None:
-        self.encoded = codec.encode_items(items)
-
-    def fast(self, now: float | None) -> Batch | None:
-        return () if not self.encoded else None
-
-    def done(self, results: list[Result], now: float | None) -> list[int] | More:
-        return [] if not self.encoded else MORE
-
-    def steps(self, now: float | None) -> Steps[list[int]]:
-        encoded = self.encoded
-        first_priority: dict[str, int] = {}
-        for group_id, _, priority in encoded:
-            first_priority.setdefault(group_id, priority)
-        _, drawn = yield (
-            Stmt(sql.LOCK_GROUPS, (list(first_priority), list(first_priority.values()))),
-            Stmt(sql.DRAW_SEQS, (len(encoded),)),
+        encoded = codec.encode_items(items)
+        # Each group of the batch: its priority (its first message's), its count, and the
+        # place of its first message (1-based).
+        seen: dict[str, list[int]] = {}
+        for place, (group_id, _, priority) in enumerate(encoded, 1):
+            found = seen.get(group_id)
+            if found is None:
+                seen[group_id] = [priority, 1, place]
+            else:
+                found[1] += 1
+        groups = list(seen)
+        self.locked = (
+            groups,
+            [found[0] for found in seen.values()],
+            [found[1] for found in seen.values()],
         )
-        seqs = sorted(row[0] for row in drawn.rows)
-        counts: dict[str, int] = {}
-        firsts: dict[str, int] = {}
-        for (group_id, _, _), seq in zip(encoded, seqs, strict=True):
-            counts[group_id] = counts.get(group_id, 0) + 1
-            firsts.setdefault(group_id, seq)
-        yield (
-            Stmt(
-                sql.APPEND_MANY,
-                (
-                    [item[0] for item in encoded],
-                    seqs,
-                    [item[2] for item in encoded],
-                    [item[1] for item in encoded],
-                ),
-            ),
-            Stmt(sql.COUNT_IN_MANY, (list(counts), list(counts.values()), list(firsts.values()))),
+        self.appended = (
+            [item[1] for item in encoded],
+            [item[0] for item in encoded],
+            [item[2] for item in encoded],
+            groups,
+            [found[2] for found in seen.values()],
         )
-        return seqs
+
+    def fast(self, now: float | None) -> Batch:
+        if not self.locked[0]:
+            return ()
+        return (Stmt(sql.LOCK_GROUPS, self.locked), Stmt(sql.APPEND_MANY, self.appended))
+
+    def done(self, results: list[Result], now: float | None) -> list[int]:
+        return list(results[1].rows[0][0]) if results else []
 
 
 # --- claim --------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ HOT = {
 def _positional(stmt: sql.Statement, schema: str) -> str:
     text = stmt.render(schema)
     for number, name in enumerate(stmt.names, 1):
-        text = text.replace(f"%({name})s", f"${number}")
+        text = text.replace(f"%({name})s", f"${number}").replace(f"%({name})b", f"${number}")
     return text.replace("%%", "%")
 
 
@@ -110,3 +110,40 @@ def test_a_fresh_queue_claims_off_the_front_of_its_index_before_any_statistics(
     assert "Sort" not in plan, plan
     assert "Bitmap" not in plan, plan
     assert re.search(r"Index Scan using groups_ready", plan), plan
+
+
+# publish_many's two statements, for a batch of two groups (one message each).
+BATCH = {
+    "lock_groups": (sql.LOCK_GROUPS, (["g1", "new"], [0, 0], [1, 1])),
+    "append_many": (sql.APPEND_MANY, (["{}", "{}"], ["g1", "new"], [0, 0], ["g1", "new"], [1, 2])),
+}
+
+
+@pytest.mark.parametrize("analyzed", [True, False], ids=["analyzed", "never-analyzed"])
+def test_a_batch_finds_its_groups_by_key_whatever_the_statistics(
+    queue: Transport[Event],
+    raw: psycopg.Connection[Any],
+    schema_url: tuple[str, str],
+    analyzed: bool,
+) -> None:
+    # Many groups already: a scan of the groups table per batch would cost per group.
+    schema = schema_url[1]
+    queue.publish_many([(f"g{g}", Event(n=g), 0) for g in range(GROUPS)])
+    if analyzed:
+        raw.execute(f'ANALYZE "{schema}".groups')
+        raw.execute(f'ANALYZE "{schema}".messages')
+    raw.execute("SET plan_cache_mode = force_generic_plan")
+    raw.execute("BEGIN")
+    try:
+        plans = {}
+        for name, (stmt, params) in BATCH.items():
+            raw.execute(f"PREPARE probe_{name} AS {_positional(stmt, schema)}")
+            args = ", ".join(psycopg.sql.quote(p) for p in params)
+            rows = raw.execute(f"EXPLAIN EXECUTE probe_{name}({args})")
+            plans[name] = "\n".join(row[0] for row in rows)
+    finally:
+        raw.execute("ROLLBACK")
+    for name, plan in plans.items():
+        assert "Seq Scan on groups" not in plan, f"{name}:\n{plan}"
+        assert "Seq Scan on messages" not in plan, f"{name}:\n{plan}"
+        assert "Conflict Arbiter Indexes: groups_pkey" in plan, f"{name}:\n{plan}"

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import psycopg
 import pytest
 
-from transports_core import Event, Lease, LeaseLost, Transport, open_transport
+from transports_core import Event, Lease, LeaseLost, Transport, TransportAdmin, open_transport
 from transports_core.conformance import ManualClock
 from transports_postgres import _sql as sql
 from transports_postgres._ops import Ack, Claim, Result, Steps, Stmt
@@ -243,6 +243,65 @@ def test_two_publishers_to_one_group_commit_in_seq_order(
     queue.ack(leases[0])
     leases.append(_claim(queue))
     assert [lease.event.n for lease in leases] == [1, 2]
+
+
+def test_a_batch_draws_its_seqs_under_the_locks_of_its_groups(
+    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str]
+) -> None:
+    url, schema = schema_url
+    queue.publish("warm", Event(n=0))
+    first = psycopg.connect(url, autocommit=True)
+    try:
+        first.execute("BEGIN")
+        _run(first, schema, sql.LOCK_GROUP, "g", 0)  # holds group g, has drawn no seq yet
+        batch = [("h", Event(n=10), 0), ("g", Event(n=2), 0), ("h", Event(n=11), 0)]
+        thread, out = _in_thread(lambda: queue.publish_many(batch))
+        _blocked_on_lock(raw, "groups")
+        # The batch waits for group g: only now does the first publisher draw.
+        ((first_seq, _),) = _run(first, schema, sql.APPEND, "g", 0, Event(n=1).model_dump_json())
+        first.execute("COMMIT")
+        thread.join(20)
+    finally:
+        first.close()
+    (seqs,) = out
+    assert isinstance(seqs, list)
+    assert seqs == sorted(seqs)
+    assert first_seq < min(seqs)
+    queue.ack(_claim(queue))  # "warm"
+    order = []
+    while (lease := queue.claim("w", 60)) is not None:
+        order.append((lease.group_id, lease.event.n))
+        queue.ack(lease)
+    assert [n for group, n in order if group == "g"] == [1, 2]
+    assert [n for group, n in order if group == "h"] == [10, 11]
+
+
+def test_batches_locking_the_same_groups_in_opposite_orders_never_deadlock(
+    queue_url: str,
+) -> None:
+    groups = [f"g{n:02d}" for n in range(20)]
+    errors: list[BaseException] = []
+
+    def publish(order: list[str]) -> None:
+        try:
+            with open_transport(queue_url) as queue:
+                for n in range(30):
+                    queue.publish_many([(group, Event(n=n), 0) for group in order])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=publish, args=(order,))
+        for order in (groups, groups[::-1], groups[::2] + groups[1::2])
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == []
+    with open_transport(queue_url) as queue:
+        assert isinstance(queue, TransportAdmin)
+        assert queue.stats().ready == 3 * 30 * len(groups)
 
 
 def _claim(queue: Transport[Event]) -> Lease[Event]:
