@@ -14,16 +14,23 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.pq import ConnStatus, TransactionStatus
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import AsyncTransportBase, EventCodec, check_wait
+from transports_core.backend import AsyncTransportBase, Claimed, check_wait
 
 from . import _ops
 from . import _sql as sql
 from ._errors import Call, postgres_errors
-from ._sync import DOOMED, LISTEN_TICK, RECHECK, RECHECK_INJECTED_CLOCK, watch
+from ._sync import (
+    LISTEN_TICK,
+    Configured,
+    bind,
+    check_alive,
+    pool_arguments,
+    watch,
+)
 from ._url import PostgresOptions
 
 E = TypeVar("E")
@@ -43,10 +50,6 @@ class AConn(psycopg.AsyncConnection[Any]):
         return cursor
 
 
-def _bind(stmt: _ops.Stmt) -> dict[str, Any]:
-    return dict(zip(stmt.statement.names, stmt.params, strict=True))
-
-
 async def _result(cursor: psycopg.AsyncCursor[Any]) -> _ops.Result:
     # The status, not `description`, which builds a column object per column.
     result = cursor.pgresult
@@ -58,10 +61,10 @@ async def run_batch(conn: AConn, schema: str, batch: _ops.Batch, call: Call) -> 
     call.sent = True
     if len(batch) == 1:
         stmt = batch[0]
-        cursor = await conn.single().execute(stmt.statement.render(schema), _bind(stmt))
+        cursor = await conn.single().execute(stmt.statement.render(schema), bind(stmt))
         return [await _result(cursor)]
     async with conn.pipeline():
-        cursors = [await conn.execute(s.statement.render(schema), _bind(s)) for s in batch]
+        cursors = [await conn.execute(s.statement.render(schema), bind(s)) for s in batch]
     return [await _result(cursor) for cursor in cursors]
 
 
@@ -98,16 +101,7 @@ async def configure(conn: AConn) -> None:
 
 
 async def alive(conn: AConn) -> None:
-    """See the sync twin's `alive`: no round trip."""
-    pgconn = conn.pgconn
-    if pgconn.status == ConnStatus.OK:
-        # The first read takes the server's goodbye (an error message), the second sees
-        # the closed socket: only then is the connection known to be dead.
-        pgconn.consume_input()
-        pgconn.is_busy()
-        pgconn.consume_input()
-    if pgconn.status != ConnStatus.OK or conn.closed or conn in DOOMED:
-        raise psycopg.OperationalError("the connection was closed while idle")
+    check_alive(conn)
 
 
 class _AsyncWaker:
@@ -210,21 +204,12 @@ class _AsyncWaker:
             chore.cancel()
 
 
-class AsyncPostgresTransport(AsyncTransportBase[E]):
+class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
     """A durable transport in one PostgreSQL schema, over psycopg's async pool."""
 
     def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
-        self._options = options
-        self._schema = options.schema
-        self._where = f"{options.display} (schema {options.schema})"
-        self._codec = EventCodec(event_type)
-        self._on_dead = options.on_dead
-        self._ops = self._operations = _ops.Operations(
-            options.max_attempts, options.on_dead, options.lease_synchronous_commit
-        )
-        self._clock = options.clock
-        self._closed = False
-        self._recheck = RECHECK if options.server_clock else RECHECK_INJECTED_CLOCK
+        self._configure(options, event_type)
+        self._ops = self._operations
         self._pool: AsyncConnectionPool[AConn] | None = None
         self._opening: asyncio.Lock | None = None
         self._waker: _AsyncWaker | None = None
@@ -241,15 +226,9 @@ class AsyncPostgresTransport(AsyncTransportBase[E]):
             pool: AsyncConnectionPool[AConn] = AsyncConnectionPool(
                 options.conninfo,
                 connection_class=AConn,
-                min_size=options.pool_min_size,
-                max_size=options.pool_max_size,
-                timeout=options.pool_timeout,
-                kwargs={"autocommit": True},
                 check=alive,
                 configure=configure,
-                open=False,
-                num_workers=1,
-                name=f"transports-{options.schema}",
+                **pool_arguments(options),
             )
             try:
                 with postgres_errors(self._where, Call("open", writes=False)):
@@ -285,7 +264,7 @@ class AsyncPostgresTransport(AsyncTransportBase[E]):
             claimed = await self._wait(op, wait)
         return None if claimed is None else claimed.lease(self._codec)
 
-    async def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
+    async def _wait(self, op: _ops.Claim, wait: float) -> Claimed | None:
         deadline = time.monotonic() + wait
         waker = self._waker
         assert waker is not None  # the first claim opened the pool

@@ -30,7 +30,9 @@ from transports_core import (
     backend,
 )
 from transports_core.backend import (
+    Claimed,
     EventCodec,
+    ReuseLast,
     buried_reason,
     check_delay,
     check_group_id,
@@ -42,6 +44,7 @@ from transports_core.backend import (
     check_visibility,
     check_worker_id,
     exhausted_reason,
+    queue_stats,
 )
 
 from . import _sql as sql
@@ -101,20 +104,6 @@ class Operation(backend.Operation[T]):
 
     def steps(self, now: float | None) -> Steps[T]:
         raise NotImplementedError(f"{type(self).__name__} has no steps")
-
-
-class Claimed(NamedTuple):
-    """A leased row, before its event is decoded (outside the transaction)."""
-
-    seq: int
-    group_id: str
-    raw: str
-    worker_id: str
-    attempt: int
-    expires_at: float
-
-    def lease(self, codec: EventCodec[T]) -> Lease[T]:
-        return codec.lease(*self)
 
 
 # --- the schema -----------------------------------------------------------------------------
@@ -527,16 +516,9 @@ class Stats(_Read[QueueStats]):
             p: (int(ready), int(leased), int(parked)) for p, ready, leased, parked in live.rows
         }
         dead = {p: int(n) for p, n in dead_rows.rows}
-        by_priority = tuple(
+        return queue_stats(
             PriorityStats(p, *counts.get(p, (0, 0, 0)), dead=dead.get(p, 0))
             for p in sorted(counts.keys() | dead.keys())
-        )
-        return QueueStats(
-            ready=sum(p.ready for p in by_priority),
-            in_flight=sum(p.in_flight for p in by_priority),
-            parked=sum(p.parked for p in by_priority),
-            dead=sum(p.dead for p in by_priority),
-            by_priority=by_priority,
         )
 
 
@@ -600,6 +582,15 @@ class HeldGroups(_Read[list[HeldGroup]]):
         ]
 
 
+def _dead_letter(seq: int) -> Steps[tuple[str, bool] | None]:
+    """The dead letter ``seq``, locked: its group and whether it holds it; None if gone."""
+    (found,) = yield (Stmt(sql.DEAD_LETTER, (seq,)),)
+    if not found.rows:
+        return None
+    group_id, _, held = found.rows[0]
+    return group_id, bool(held)
+
+
 class Requeue(Operation[bool]):
     __slots__ = ("seq",)
     call = "requeue"
@@ -609,10 +600,10 @@ class Requeue(Operation[bool]):
 
     def steps(self, now: float | None) -> Steps[bool]:
         seq = self.seq
-        (found,) = yield (Stmt(sql.DEAD_LETTER, (seq,)),)
-        if not found.rows:
+        found = yield from _dead_letter(seq)
+        if found is None:
             return False
-        group_id, _, held = found.rows[0]
+        group_id, held = found
         if held:
             yield (Stmt(sql.UNHOLD_GROUP, (group_id, seq)), Stmt(sql.FORGET_DEAD_LETTER, (seq,)))
             return True
@@ -640,10 +631,10 @@ class Discard(Operation[bool]):
 
     def steps(self, now: float | None) -> Steps[bool]:
         seq = self.seq
-        (found,) = yield (Stmt(sql.DEAD_LETTER, (seq,)),)
-        if not found.rows:
+        found = yield from _dead_letter(seq)
+        if found is None:
             return False
-        group_id, _, held = found.rows[0]
+        group_id, held = found
         if held:  # its row in `messages` goes too, which frees the group
             yield (Stmt(sql.LOCK_GROUP_ROW, (group_id,)),)
             yield (Stmt(sql.DROP_HELD_HEAD, (group_id, seq)),)
@@ -672,40 +663,21 @@ class PurgeGroup(Operation[int]):
 
 class Operations:
     """The builders of one transport's operations: this module's, with the transport's
-    options bound into those that take them, by the names `TransportBase` calls. It keeps
-    the last `Claim` while the arguments are the very same objects (identity, so nothing
-    escapes its checks); an op holds only checked arguments, so threads may share it.
+    options bound into those that take them, by the names `TransportBase` calls, and
+    ``claim``, which keeps a worker's repeated `Claim` (see `ReuseLast`).
 
     ``lease_commit``: None to flush every commit, or ``'off'``, the `synchronous_commit`
     of the transactions that only move a lease (see `sql._LEASE_COMMIT`)."""
 
-    __slots__ = ("_last", "lease_commit", "max_attempts", "on_dead")
+    __slots__ = ("claim", "lease_commit")
 
     def __init__(self, max_attempts: int | None, on_dead: str, lease_commit: str | None) -> None:
-        self.max_attempts = max_attempts
-        self.on_dead = on_dead
         self.lease_commit = lease_commit
-        self._last: tuple[object, object, object, Claim] | None = None
-
-    def claim(self, worker_id: str, visibility: float, min_priority: int) -> Claim:
-        last = self._last
-        if (
-            last is not None
-            and last[0] is worker_id
-            and last[1] is visibility
-            and last[2] is min_priority
-        ):
-            return last[3]
-        op = Claim(
-            worker_id,
-            visibility,
-            min_priority,
-            self.max_attempts,
-            self.on_dead,
-            self.lease_commit,
+        self.claim: ReuseLast[[str, float, int], Claim] = ReuseLast(
+            lambda worker_id, visibility, min_priority: Claim(
+                worker_id, visibility, min_priority, max_attempts, on_dead, lease_commit
+            )
         )
-        self._last = (worker_id, visibility, min_priority, op)
-        return op
 
     def Nack(self, lease: Lease[Any], delay: float, /) -> Nack:
         return Nack(lease, delay, self.lease_commit)
