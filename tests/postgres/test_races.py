@@ -218,24 +218,35 @@ def test_a_lapsed_group_keeps_its_turn_before_groups_served_after_it(
     assert order == (["c", "a", "b"] if wakes else ["c", "b", "a"])
 
 
-def test_two_publishers_to_one_group_commit_in_seq_order(
-    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str]
-) -> None:
+def _publish_behind_a_publisher(
+    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str], publish: Callable[[], object]
+) -> tuple[int, object]:
+    """Run ``publish`` while another publisher holds group g and has drawn no seq yet;
+    that one draws (Event(n=1)) and commits only once ``publish`` waits for the group.
+    Its seq, and what ``publish`` returned."""
     url, schema = schema_url
     queue.publish("warm", Event(n=0))  # the schema exists
     first = psycopg.connect(url, autocommit=True)
     try:
         first.execute("BEGIN")
-        _run(first, schema, sql.LOCK_GROUP, "g", 0)  # holds the group, has no seq yet
-        thread, out = _in_thread(lambda: queue.publish("g", Event(n=2)))
+        _run(first, schema, sql.LOCK_GROUP, "g", 0)
+        thread, out = _in_thread(publish)
         _blocked_on_lock(raw, "groups")
-        # The second publisher is waiting for the group: only now does the first draw.
         ((first_seq, _),) = _run(first, schema, sql.APPEND, "g", 0, Event(n=1).model_dump_json())
         first.execute("COMMIT")
         thread.join(20)
     finally:
         first.close()
-    (second_seq,) = out
+    (returned,) = out
+    return int(first_seq), returned
+
+
+def test_two_publishers_to_one_group_commit_in_seq_order(
+    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str]
+) -> None:
+    first_seq, second_seq = _publish_behind_a_publisher(
+        queue, raw, schema_url, lambda: queue.publish("g", Event(n=2))
+    )
     assert isinstance(second_seq, int)
     assert first_seq < second_seq
     queue.ack(_claim(queue))  # "warm"
@@ -248,22 +259,10 @@ def test_two_publishers_to_one_group_commit_in_seq_order(
 def test_a_batch_draws_its_seqs_under_the_locks_of_its_groups(
     queue: Transport[Event], raw: Conn, schema_url: tuple[str, str]
 ) -> None:
-    url, schema = schema_url
-    queue.publish("warm", Event(n=0))
-    first = psycopg.connect(url, autocommit=True)
-    try:
-        first.execute("BEGIN")
-        _run(first, schema, sql.LOCK_GROUP, "g", 0)  # holds group g, has drawn no seq yet
-        batch = [("h", Event(n=10), 0), ("g", Event(n=2), 0), ("h", Event(n=11), 0)]
-        thread, out = _in_thread(lambda: queue.publish_many(batch))
-        _blocked_on_lock(raw, "groups")
-        # The batch waits for group g: only now does the first publisher draw.
-        ((first_seq, _),) = _run(first, schema, sql.APPEND, "g", 0, Event(n=1).model_dump_json())
-        first.execute("COMMIT")
-        thread.join(20)
-    finally:
-        first.close()
-    (seqs,) = out
+    batch = [("h", Event(n=10), 0), ("g", Event(n=2), 0), ("h", Event(n=11), 0)]
+    first_seq, seqs = _publish_behind_a_publisher(
+        queue, raw, schema_url, lambda: queue.publish_many(batch)
+    )
     assert isinstance(seqs, list)
     assert seqs == sorted(seqs)
     assert first_seq < min(seqs)
