@@ -12,6 +12,7 @@ machines runs with autovacuum off: the soak runs VACUUM itself.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import multiprocessing
 import os
@@ -185,6 +186,68 @@ def skip_locked(n: int, rounds: int) -> float:
             return _processes(skip_locked_worker, [(server(), name, n)])
 
     return statistics.median(n / once() for _ in range(rounds))
+
+
+# --- procrastinate, the Python queue with per-key exclusivity ---------------------------------
+
+
+def _procrastinate_app(url: str) -> Any:
+    """A procrastinate app on ``url`` with one no-op task (imported here: a bench extra)."""
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+
+    @app.task(name="noop", queue="bench")
+    def noop(n: int) -> None:
+        """The same work as our worker's: nothing, then done."""
+
+    return app
+
+
+def _procrastinate_url(name: str) -> str:
+    # Its tables, types and functions in a schema of its own, dropped at the end.
+    joiner = "&" if "?" in server() else "?"
+    return f"{server()}{joiner}options=-csearch_path%3D{name}"
+
+
+def procrastinate_worker(start: Any, url: str) -> None:
+    app = _procrastinate_app(url)
+
+    async def work() -> None:
+        async with app.open_async():
+            start.wait(120)
+            await app.run_worker_async(
+                queues=["bench"],
+                wait=False,  # stop once the queue is drained
+                concurrency=1,
+                listen_notify=False,
+                delete_jobs="always",  # a finished job goes, as an acked message does
+                install_signal_handlers=False,
+            )
+
+    asyncio.run(work())
+
+
+def procrastinate_claim_ack(n: int, groups: int) -> float:
+    """Jobs per second of one procrastinate worker process running ``n`` no-op jobs,
+    each deferred with ``lock=`` its group (of ``groups``): at most one job of a lock runs
+    at a time, procrastinate's per-key exclusivity."""
+    with schema("proc") as name:
+        url = _procrastinate_url(name)
+        with psycopg.connect(server(), autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{name}"')
+        app = _procrastinate_app(url)
+        with app.open():
+            app.schema_manager.apply_schema()
+            task = app.tasks["noop"]
+            for i in range(n):
+                task.configure(lock=f"g{i % groups}").defer(n=i)
+        seconds = _processes(procrastinate_worker, [(url,)])
+        with psycopg.connect(url, autocommit=True) as conn:
+            (left,) = conn.execute("SELECT count(*) FROM procrastinate_jobs").fetchone() or (0,)
+        if left:
+            raise RuntimeError(f"procrastinate left {left} of {n} jobs")
+        return n / seconds
 
 
 # --- publish_many against a raw multi-row insert -------------------------------------------------
@@ -391,6 +454,7 @@ def _report_one_connection(n: int, rounds: int, out: Callable[..., None]) -> Non
             "flush": lambda: claim_ack(n, 1, 50, 1),
             "async": lambda: claim_ack(n, 1, 50, 1, lease_commit="async"),
             "plain": lambda: skip_locked(n, 1),
+            "procrastinate": lambda: procrastinate_claim_ack(n, 50),
         },
         rounds,
     )
@@ -410,6 +474,11 @@ def _report_one_connection(n: int, rounds: int, out: Callable[..., None]) -> Non
     out(
         f"plain SKIP LOCKED table, no groups, 1 connection:    {median['plain']:8.0f} msg/s "
         f"= {_ratio(rates, 'plain', 'floor'):.2f}x the floor"
+    )
+    out(
+        f"procrastinate, lock= per group, 1 worker process:    "
+        f"{median['procrastinate']:8.0f} jobs/s = {_ratio(rates, 'procrastinate', 'floor'):.2f}x "
+        f"the floor; ours (flush) = {_ratio(rates, 'flush', 'procrastinate'):.2f}x procrastinate"
     )
 
 
