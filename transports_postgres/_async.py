@@ -73,11 +73,14 @@ async def perform(
 ) -> T:
     """The sync twin's `perform`, awaited."""
     batch = op.fast(now)
-    if batch is not None:
+    while batch is not None:
         value = op.done(await run_batch(conn, schema, batch, call) if batch else [], now)
         if not isinstance(value, _ops.More):
             return value
-        op = value.then or op
+        if value.then is None:
+            break
+        op = value.then
+        batch = op.fast(now)
     steps = op.steps(now)
     try:
         first = (_ops.Stmt(op.begin), *next(steps))

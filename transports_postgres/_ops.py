@@ -71,8 +71,9 @@ Steps = Generator[Batch, list[Result], T]
 
 class More:
     """`Operation.done`'s answer when the fast path did not finish the operation: the
-    runner goes on with the steps of ``then`` (None: of the operation itself). Operations
-    are shared between threads, so what the fast path learnt travels here, not on them."""
+    runner goes on with ``then`` (its fast path if it has one, else its steps), or, when
+    ``then`` is None, with the operation's own steps. Operations are shared between
+    threads, so what the fast path learnt travels here, not on them."""
 
     __slots__ = ("then",)
 
@@ -317,13 +318,23 @@ class ClaimRest(Operation[Claimed | None]):
     def __init__(self, claim: Claim, row: Sequence[Any] | None) -> None:
         self.claim, self.row = claim, row
 
+    def fast(self, now: float | None) -> Batch | None:
+        # Found nothing: wake and claim again, one round trip, one transaction.
+        if self.row is None:
+            return (Stmt(sql.WAKE_LAPSED, (now,)), self.claim._claim(now))
+        return None
+
+    def done(self, results: list[Result], now: float | None) -> Claimed | More | None:
+        rows = results[-1].rows
+        if not rows:
+            return None
+        if self.claim._due(rows[0]):
+            return More(ClaimRest(self.claim, rows[0]))
+        return self.claim._claimed(rows[0])
+
     def steps(self, now: float | None) -> Steps[Claimed | None]:
         claim, row = self.claim, self.row
-        if row is None:
-            (_, result) = yield (Stmt(sql.WAKE_LAPSED, (now,)), claim._claim(now))
-            if not result.rows:
-                return None
-            row = result.rows[0]
+        assert row is not None  # the fast path took the other case
         while claim._due(row):
             assert claim.max_attempts is not None
             seq, group_id, _, attempt, _, base, before = row

@@ -81,11 +81,14 @@ def run_batch(conn: Conn, schema: str, batch: _ops.Batch, call: Call) -> list[_o
 def perform(conn: Conn, schema: str, op: _ops.Operation[T], now: float | None, call: Call) -> T:
     """Run ``op``: its fast path, then (if not finished) its steps in one transaction."""
     batch = op.fast(now)
-    if batch is not None:
+    while batch is not None:
         value = op.done(run_batch(conn, schema, batch, call) if batch else [], now)
         if not isinstance(value, _ops.More):
             return value
-        op = value.then or op
+        if value.then is None:
+            break
+        op = value.then
+        batch = op.fast(now)
     steps = op.steps(now)
     try:
         results = run_batch(conn, schema, (_ops.Stmt(op.begin), *next(steps)), call)[1:]
