@@ -385,6 +385,11 @@ FENCE_NAMES: Final = ("group_id", "seq", "worker_id", "attempt")
 LOCK_LEASE: Final = Statement(f"SELECT 1 FROM {{s}}.groups WHERE {_FENCE} FOR UPDATE", FENCE_NAMES)
 
 
+# An acked head's group moves to its next message (`nxt`), free, with the deliveries it had.
+_TO_NEXT = """SET head_seq = nxt.seq, attempt = nxt.attempt, depth = g.depth - 1,
+           locked_by = NULL, lock_expiry = NULL, busy_until = NULL"""
+
+
 def _remove_head(holds: str, names: tuple[str, ...]) -> Statement:
     # Run in a fresh statement once the group row is locked, so its snapshot includes any
     # publish that committed meanwhile: the head goes, and the next message (the first seq
@@ -403,9 +408,7 @@ WITH lease AS (
      WHERE group_id = :group_id AND seq > :seq AND EXISTS (SELECT 1 FROM lease)
      ORDER BY seq LIMIT 1
 ), moved AS (
-    UPDATE {{s}}.groups g
-       SET head_seq = nxt.seq, attempt = nxt.attempt, depth = g.depth - 1,
-           locked_by = NULL, lock_expiry = NULL, busy_until = NULL
+    UPDATE {{s}}.groups g {_TO_NEXT}
       FROM nxt
      WHERE g.group_id = :group_id
     RETURNING 1
@@ -440,9 +443,7 @@ WITH nxt AS (
      WHERE group_id = :group_id AND seq > :seq
      ORDER BY seq LIMIT 1
 ), moved AS (
-    UPDATE {{s}}.groups g
-       SET head_seq = nxt.seq, attempt = nxt.attempt, depth = g.depth - 1,
-           locked_by = NULL, lock_expiry = NULL, busy_until = NULL
+    UPDATE {{s}}.groups g {_TO_NEXT}
       FROM nxt
      WHERE g.{_FENCE.replace(" AND ", " AND g.")}
     RETURNING 1
