@@ -12,6 +12,8 @@ machines runs with autovacuum off: the soak runs VACUUM itself.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import multiprocessing
 import os
 import signal
@@ -33,6 +35,8 @@ Conn = psycopg.Connection[Any]
 
 # libpq session options for every connection of the run (``--no-flush`` sets one).
 SESSION: list[str] = []
+# --verbose: every round's figures, not only the medians.
+VERBOSE = False
 
 
 def server() -> str:
@@ -158,10 +162,13 @@ def _floor_slice(start: Any, url: str, name: str, n: int, index: int, count: int
             conn.execute(f'DELETE FROM "{name}".jobs WHERE id = %s', (job,))
 
 
-def claim_ack(n: int, processes: int, groups: int, rounds: int) -> float:
+def claim_ack(n: int, processes: int, groups: int, rounds: int, **options: object) -> float:
+    """Claim+ack per second of ``processes`` workers draining ``n`` messages each, spread
+    over ``groups`` groups; ``options`` go in the queue's URL."""
+
     def once() -> float:
         with schema("claim") as name:
-            url = queue_url(name)
+            url = queue_url(name, **options)
             with open_transport(url) as transport:
                 transport.publish_many(
                     [(f"g{i % groups}", Event(n=i), 0) for i in range(n * processes)]
@@ -181,38 +188,118 @@ def skip_locked(n: int, rounds: int) -> float:
     return statistics.median(n / once() for _ in range(rounds))
 
 
+# --- procrastinate, the Python queue with per-key exclusivity ---------------------------------
+
+
+def _procrastinate_app(url: str) -> Any:
+    """A procrastinate app on ``url`` with one no-op task (imported here: a bench extra)."""
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+
+    @app.task(name="noop", queue="bench")
+    def noop(n: int) -> None:
+        """The same work as our worker's: nothing, then done."""
+
+    return app
+
+
+def _procrastinate_url(name: str) -> str:
+    # Its tables, types and functions in a schema of its own, dropped at the end.
+    joiner = "&" if "?" in server() else "?"
+    return f"{server()}{joiner}options=-csearch_path%3D{name}"
+
+
+def procrastinate_worker(start: Any, url: str) -> None:
+    app = _procrastinate_app(url)
+
+    async def work() -> None:
+        async with app.open_async():
+            start.wait(120)
+            await app.run_worker_async(
+                queues=["bench"],
+                wait=False,  # stop once the queue is drained
+                concurrency=1,
+                listen_notify=False,
+                delete_jobs="always",  # a finished job goes, as an acked message does
+                install_signal_handlers=False,
+            )
+
+    asyncio.run(work())
+
+
+def procrastinate_claim_ack(n: int, groups: int) -> float:
+    """Jobs per second of one procrastinate worker process running ``n`` no-op jobs,
+    each deferred with ``lock=`` its group (of ``groups``): at most one job of a lock runs
+    at a time, procrastinate's per-key exclusivity."""
+    with schema("proc") as name:
+        url = _procrastinate_url(name)
+        with psycopg.connect(server(), autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{name}"')
+        app = _procrastinate_app(url)
+        with app.open():
+            app.schema_manager.apply_schema()
+            task = app.tasks["noop"]
+            for i in range(n):
+                task.configure(lock=f"g{i % groups}").defer(n=i)
+        seconds = _processes(procrastinate_worker, [(url,)])
+        with psycopg.connect(url, autocommit=True) as conn:
+            (left,) = conn.execute("SELECT count(*) FROM procrastinate_jobs").fetchone() or (0,)
+        if left:
+            raise RuntimeError(f"procrastinate left {left} of {n} jobs")
+        return n / seconds
+
+
 # --- publish_many against a raw multi-row insert -------------------------------------------------
 
 
-def publish_many(batch: int, batches: int, rounds: int) -> tuple[float, float]:
+def publish_many(batch: int, batches: int, rounds: int) -> dict[str, list[float]]:
+    """Messages per second of ``batches`` calls of publish_many with ``batch`` events in
+    100 groups, and of a raw multi-row insert of the same rows (their JSON already made,
+    arrays sent in binary), back to back in each round."""
     events = [Event(n=i) for i in range(batch)]
-    with schema("pm") as name, open_transport(queue_url(name)) as transport:
-        items = [(f"g{i % 100}", e, 0) for i, e in enumerate(events)]
+    items = [(f"g{i % 100}", e, 0) for i, e in enumerate(events)]
+    groups = [f"g{i % 100}" for i in range(batch)]
+    raws = [e.model_dump_json() for e in events]
+    with (
+        schema("pm") as name,
+        open_transport(queue_url(name)) as transport,
+        schema("pmraw") as raw_name,
+        psycopg.connect(server(), autocommit=True) as conn,
+    ):
+        conn.execute(f'CREATE SCHEMA "{raw_name}"')
+        conn.execute(
+            f'CREATE TABLE "{raw_name}".m (seq bigserial PRIMARY KEY, group_id text, '
+            "priority smallint, event text)"
+        )
 
         def ours() -> None:
             for _ in range(batches):
                 transport.publish_many(items)
 
-        mine = rate(batch * batches, ours, rounds)
-    with schema("pmraw") as name, psycopg.connect(server(), autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{name}"')
-        conn.execute(
-            f'CREATE TABLE "{name}".m (seq bigserial PRIMARY KEY, group_id text, '
-            "priority smallint, event text)"
+        def raw(form: str) -> Callable[[], None]:
+            def insert() -> None:
+                for _ in range(batches):
+                    conn.execute(
+                        f'INSERT INTO "{raw_name}".m (group_id, priority, event) '
+                        f"SELECT * FROM unnest(%{form}::text[], %{form}::smallint[], "
+                        f"%{form}::text[])",
+                        (groups, [0] * batch, raws),
+                    )
+
+            return insert
+
+        n = batch * batches
+        return side_by_side(
+            {
+                "ours": lambda: rate(n, ours, 1),
+                # Arrays in binary (%b), the fastest raw insert: in text (%s), psycopg
+                # quotes and escapes every element on the client.
+                "raw": lambda: rate(n, raw("b"), 1),
+                "raw text": lambda: rate(n, raw("s"), 1),
+            },
+            rounds,
         )
-        groups = [f"g{i % 100}" for i in range(batch)]
-        raws = [e.model_dump_json() for e in events]
-
-        def raw() -> None:
-            for _ in range(batches):
-                conn.execute(
-                    f'INSERT INTO "{name}".m (group_id, priority, event) '
-                    "SELECT * FROM unnest(%s::text[], %s::smallint[], %s::text[])",
-                    (groups, [0] * batch, raws),
-                )
-
-        floor_rate = rate(batch * batches, raw, rounds)
-    return mine, floor_rate
 
 
 # --- claim latency against the backlog ------------------------------------------------------------
@@ -262,9 +349,10 @@ def claim_latency(size: int, groups: int, n: int) -> float:
 SOAK_VACUUM_EVERY = 1000
 
 
-def soak(cycles: int, groups: int = 100) -> tuple[dict[str, int], dict[str, int]]:
+def soak(cycles: int, groups: int = 100) -> list[dict[str, int]]:
     """Claim+ack ``cycles`` times (each publishing one more), vacuuming as autovacuum
-    would, then VACUUM: sizes before and after, in bytes, of every table and index."""
+    would, then VACUUM: sizes in bytes of every table and index at the start, after a
+    tenth of the cycles (and a VACUUM), and at the end."""
     query = (
         "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c "
         "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
@@ -273,33 +361,45 @@ def soak(cycles: int, groups: int = 100) -> tuple[dict[str, int], dict[str, int]
     with schema("soak") as name:
         url = queue_url(name)
         with open_transport(url) as transport, psycopg.connect(server(), autocommit=True) as conn:
+
+            def sizes() -> dict[str, int]:
+                conn.execute(f'VACUUM "{name}".groups, "{name}".messages')
+                return dict(conn.execute(query, (name,)).fetchall())
+
             transport.publish_many([(f"g{i}", Event(n=i), 0) for i in range(groups)] * 10)
-            conn.execute(f'VACUUM "{name}".groups, "{name}".messages')
-            start: dict[str, int] = dict(conn.execute(query, (name,)).fetchall())
+            taken = [sizes()]
             for i in range(cycles):
                 lease = transport.claim("w", 60)
                 assert lease is not None
                 transport.ack(lease)
                 transport.publish(lease.group_id, Event(n=i))
-                if i % SOAK_VACUUM_EVERY == SOAK_VACUUM_EVERY - 1:
+                if i + 1 == cycles // 10:
+                    taken.append(sizes())
+                elif i % SOAK_VACUUM_EVERY == SOAK_VACUUM_EVERY - 1:
                     conn.execute(f'VACUUM "{name}".groups, "{name}".messages')
-            conn.execute(f'VACUUM "{name}".groups, "{name}".messages')
-            end: dict[str, int] = dict(conn.execute(query, (name,)).fetchall())
-    return start, end
+            taken.append(sizes())
+    return taken
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.postgres", description=__doc__)
     parser.add_argument("--big", action="store_true", help="1M backlog, 200k soak")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", choices=["soak", "scaling", "backlog"], help="run one case")
+    parser.add_argument(
+        "--only",
+        choices=["one", "scaling", "publish_many", "backlog", "soak"],
+        help="run one case",
+    )
     parser.add_argument(
         "--no-flush",
         action="store_true",
         help="synchronous_commit=off for every connection: shows what the CPU allows "
         "when commits do not wait for the disk (never how to run a queue)",
     )
+    parser.add_argument("--verbose", action="store_true", help="print every round's figures")
     args = parser.parse_args(argv)
+    global VERBOSE
+    VERBOSE = args.verbose
     # A terminated run still drops its schemas (the `schema` context managers' finally).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rounds = args.rounds
@@ -308,6 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_flush:
         SESSION.append("options=-csynchronous_commit%3Doff")
     out(f"server: {psycopg.connect(server()).info.parameter_status('server_version')}")
+    if args.only == "one":
+        _report_one_connection(n, rounds, out)
+        return 0
+    if args.only == "publish_many":
+        _report_publish_many(rounds, out)
+        return 0
     if args.only == "soak":
         _report_soak(200_000 if args.big else 20_000, out)
         return 0
@@ -318,44 +424,112 @@ def main(argv: list[str] | None = None) -> int:
         _report_backlog(1_000_000 if args.big else 100_000, out)
         return 0
 
-    floor1 = floor(n, 1, rounds)
-    floor4 = floor(n // 2, 4, rounds)
-    ours1 = claim_ack(n, 1, 50, rounds)
-    plain = skip_locked(n, rounds)
-    out(f"floor (UPDATE commit + DELETE commit), 1 connection: {floor1:8.0f} msg/s")
-    out(f"floor, 4 connections:                                {floor4:8.0f} msg/s")
-    out(
-        f"claim+ack, 1 connection:                             {ours1:8.0f} msg/s "
-        f"= {ours1 / floor1:.2f}x the floor (target >= 0.7)"
-    )
-    out(
-        f"plain SKIP LOCKED table, no groups, 1 connection:    {plain:8.0f} msg/s "
-        f"= {plain / floor1:.2f}x the floor"
-    )
+    _report_one_connection(n, rounds, out)
     _report_scaling(n, rounds, out)
-    mine, raw = publish_many(500, 20, rounds)
-    out(
-        f"publish_many (500 a batch):                          {mine:8.0f} msg/s "
-        f"= {mine / raw:.2f}x a raw multi-row insert ({raw:.0f}/s; target >= 0.5)"
-    )
+    _report_publish_many(rounds, out)
     _report_backlog(1_000_000 if args.big else 100_000, out)
     _report_soak(200_000 if args.big else 20_000, out)
     return 0
 
 
+def side_by_side(cases: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Each case's rate in every round, the cases of a round run back to back: a ratio of
+    two cases from one round saw the same load on the machine."""
+    rates: dict[str, list[float]] = {label: [] for label in cases}
+    for _ in range(rounds):
+        for label, case in cases.items():
+            rates[label].append(case())
+    return rates
+
+
+def _ratio(rates: dict[str, list[float]], label: str, base: str) -> float:
+    """The median over rounds of ``label``'s rate over ``base``'s in the same round."""
+    return statistics.median(a / b for a, b in zip(rates[label], rates[base], strict=True))
+
+
+def _report_one_connection(n: int, rounds: int, out: Callable[..., None]) -> None:
+    rates = side_by_side(
+        {
+            "floor": lambda: floor(n, 1, 1),
+            "flush": lambda: claim_ack(n, 1, 50, 1),
+            "async": lambda: claim_ack(n, 1, 50, 1, lease_commit="async"),
+            "plain": lambda: skip_locked(n, 1),
+            "procrastinate": lambda: procrastinate_claim_ack(n, 50),
+        },
+        rounds,
+    )
+    median = {label: statistics.median(values) for label, values in rates.items()}
+    if VERBOSE:
+        for label, values in rates.items():
+            out(f"  {label:6s} by round: {' '.join(f'{v:.0f}' for v in values)}")
+    out(f"floor (UPDATE commit + DELETE commit), 1 connection: {median['floor']:8.0f} msg/s")
+    out(
+        f"claim+ack, 1 connection (lease_commit=flush):        {median['flush']:8.0f} msg/s "
+        f"= {_ratio(rates, 'flush', 'floor'):.2f}x the floor (target >= 0.7)"
+    )
+    out(
+        f"claim+ack, 1 connection (lease_commit=async):        {median['async']:8.0f} msg/s "
+        f"= {_ratio(rates, 'async', 'floor'):.2f}x the floor (a claim not flushed on its own)"
+    )
+    out(
+        f"plain SKIP LOCKED table, no groups, 1 connection:    {median['plain']:8.0f} msg/s "
+        f"= {_ratio(rates, 'plain', 'floor'):.2f}x the floor"
+    )
+    out(
+        f"procrastinate, lock= per group, 1 worker process:    "
+        f"{median['procrastinate']:8.0f} jobs/s = {_ratio(rates, 'procrastinate', 'floor'):.2f}x "
+        f"the floor; ours (flush) = {_ratio(rates, 'flush', 'procrastinate'):.2f}x procrastinate"
+    )
+
+
 def _report_scaling(n: int, rounds: int, out: Callable[..., None]) -> None:
-    by_procs = {}
+    """1, 4, 8 and 16 worker processes draining 64 groups, with both lease_commit
+    settings at 1 and 4, and the raw floor at 1 and 4 connections, all in every round."""
+    cases: dict[str, Callable[[], float]] = {
+        "floor 1": lambda: floor(n, 1, 1),
+        "floor 4": lambda: floor(n // 4, 4, 1),
+    }
     for procs in (1, 4, 8, 16):
-        by_procs[procs] = claim_ack(max(n // procs, 200), procs, 64, 1 if procs > 4 else rounds)
-        speedup = by_procs[procs] / by_procs[1]
+        cases[f"{procs}"] = functools.partial(claim_ack, max(n // procs, 200), procs, 64, 1)
+    for procs in (1, 4):
+        cases[f"{procs} async"] = functools.partial(
+            claim_ack, max(n // procs, 200), procs, 64, 1, lease_commit="async"
+        )
+    rates = side_by_side(cases, rounds)
+    if VERBOSE:
+        for label, values in rates.items():
+            out(f"  {label:8s} by round: {' '.join(f'{v:.0f}' for v in values)}")
+    for procs in (1, 4, 8, 16):
         out(
             f"claim+ack, {procs:2d} processes, distinct groups:         "
-            f"{by_procs[procs]:8.0f} msg/s = {speedup:.2f}x one process"
+            f"{statistics.median(rates[str(procs)]):8.0f} msg/s = "
+            f"{_ratio(rates, str(procs), '1'):.2f}x one process"
+            + (" (target >= 2.5)" if procs == 4 else "")
         )
-    raw1, raw4 = floor(n, 1, rounds), floor(n // 4, 4, rounds)
     out(
-        f"  the raw floor at 1 and 4 connections: {raw1:.0f} and {raw4:.0f} msg/s "
-        f"= {raw4 / raw1:.2f}x (target for ours: 4 processes >= 2.5x one)"
+        f"  the same, lease_commit=async, 1 and 4 processes: "
+        f"{statistics.median(rates['1 async']):.0f} and {statistics.median(rates['4 async']):.0f}"
+        f" msg/s = {_ratio(rates, '4 async', '1 async'):.2f}x"
+    )
+    out(
+        f"  the raw floor at 1 and 4 connections: {statistics.median(rates['floor 1']):.0f} and "
+        f"{statistics.median(rates['floor 4']):.0f} msg/s = "
+        f"{_ratio(rates, 'floor 4', 'floor 1'):.2f}x; ours at 4 processes = "
+        f"{_ratio(rates, '4', 'floor 4'):.2f}x the floor at 4"
+    )
+
+
+def _report_publish_many(rounds: int, out: Callable[..., None]) -> None:
+    rates = publish_many(500, 40, max(rounds, 5))
+    out(
+        f"publish_many (500 a batch, 100 groups):            "
+        f"{statistics.median(rates['ours']):8.0f} msg/s = {_ratio(rates, 'ours', 'raw'):.2f}x "
+        f"a raw multi-row insert, arrays in binary ({statistics.median(rates['raw']):.0f}/s; "
+        f"target >= 0.5)"
+    )
+    out(
+        f"  = {_ratio(rates, 'ours', 'raw text'):.2f}x the same insert with its arrays in text "
+        f"({statistics.median(rates['raw text']):.0f}/s)"
     )
 
 
@@ -370,11 +544,17 @@ def _report_backlog(big: int, out: Callable[..., None]) -> None:
 
 
 def _report_soak(cycles: int, out: Callable[..., None]) -> None:
-    start, end = soak(cycles)
-    out(f"soak: {cycles:,} claim+ack cycles, then VACUUM (bytes, start -> end):")
+    start, tenth, end = soak(cycles)
+    out(
+        f"soak: {cycles:,} claim+ack cycles, VACUUM as autovacuum would, then VACUUM "
+        f"(bytes: start, after {cycles // 10:,}, end):"
+    )
     for rel in sorted(start):
         ratio = end.get(rel, 0) / start[rel] if start[rel] else float("nan")
-        out(f"  {rel:22s} {start[rel]:10,d} -> {end.get(rel, 0):10,d}  ({ratio:.2f}x; target <= 2)")
+        out(
+            f"  {rel:22s} {start[rel]:10,d} {tenth.get(rel, 0):10,d} {end.get(rel, 0):10,d}"
+            f"  ({ratio:.2f}x; target <= 2)"
+        )
 
 
 if __name__ == "__main__":

@@ -14,30 +14,46 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.pq import ConnStatus, TransactionStatus
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import AsyncTransportBase, EventCodec, check_wait
+from transports_core.backend import AsyncTransportBase, Claimed, check_wait
 
 from . import _ops
 from . import _sql as sql
 from ._errors import Call, postgres_errors
-from ._sync import DOOMED, LISTEN_TICK, RECHECK, RECHECK_INJECTED_CLOCK, watch
+from ._sync import (
+    LISTEN_TICK,
+    Configured,
+    bind,
+    check_alive,
+    pool_arguments,
+    watch,
+)
 from ._url import PostgresOptions
 
 E = TypeVar("E")
+TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 T = TypeVar("T")
 
-AConn = psycopg.AsyncConnection[Any]
 
+class AConn(psycopg.AsyncConnection[Any]):
+    """The sync twin's `Conn`, for the async pool."""
 
-def _bind(stmt: _ops.Stmt) -> dict[str, Any]:
-    return dict(zip(stmt.statement.names, stmt.params, strict=True))
+    _single: psycopg.AsyncCursor[Any] | None = None
+
+    def single(self) -> psycopg.AsyncCursor[Any]:
+        cursor = self._single
+        if cursor is None or cursor.closed:
+            cursor = self._single = self.cursor()
+        return cursor
 
 
 async def _result(cursor: psycopg.AsyncCursor[Any]) -> _ops.Result:
-    rows = await cursor.fetchall() if cursor.description else []
+    # The status, not `description`, which builds a column object per column.
+    result = cursor.pgresult
+    rows = await cursor.fetchall() if result and result.status == TUPLES_OK else []
     return _ops.Result(rows, cursor.rowcount)
 
 
@@ -45,9 +61,10 @@ async def run_batch(conn: AConn, schema: str, batch: _ops.Batch, call: Call) -> 
     call.sent = True
     if len(batch) == 1:
         stmt = batch[0]
-        return [await _result(await conn.execute(stmt.statement.render(schema), _bind(stmt)))]
+        cursor = await conn.single().execute(stmt.statement.render(schema), bind(stmt))
+        return [await _result(cursor)]
     async with conn.pipeline():
-        cursors = [await conn.execute(s.statement.render(schema), _bind(s)) for s in batch]
+        cursors = [await conn.execute(s.statement.render(schema), bind(s)) for s in batch]
     return [await _result(cursor) for cursor in cursors]
 
 
@@ -56,11 +73,14 @@ async def perform(
 ) -> T:
     """The sync twin's `perform`, awaited."""
     batch = op.fast(now)
-    if batch is not None:
+    while batch is not None:
         value = op.done(await run_batch(conn, schema, batch, call) if batch else [], now)
         if not isinstance(value, _ops.More):
             return value
-        op = value.then or op
+        if value.then is None:
+            break
+        op = value.then
+        batch = op.fast(now)
     steps = op.steps(now)
     try:
         first = (_ops.Stmt(op.begin), *next(steps))
@@ -84,16 +104,7 @@ async def configure(conn: AConn) -> None:
 
 
 async def alive(conn: AConn) -> None:
-    """See the sync twin's `alive`: no round trip."""
-    pgconn = conn.pgconn
-    if pgconn.status == ConnStatus.OK:
-        # The first read takes the server's goodbye (an error message), the second sees
-        # the closed socket: only then is the connection known to be dead.
-        pgconn.consume_input()
-        pgconn.is_busy()
-        pgconn.consume_input()
-    if pgconn.status != ConnStatus.OK or conn.closed or conn in DOOMED:
-        raise psycopg.OperationalError("the connection was closed while idle")
+    check_alive(conn)
 
 
 class _AsyncWaker:
@@ -115,7 +126,7 @@ class _AsyncWaker:
         event.set()
 
     async def _listen(self, ready: asyncio.Event) -> None:
-        conn: AConn | None = None
+        conn: psycopg.AsyncConnection[Any] | None = None
         try:
             conn = await psycopg.AsyncConnection.connect(self._options.conninfo, autocommit=True)
             await conn.execute(f"LISTEN {sql.quote_ident(self._options.schema)}")
@@ -196,21 +207,12 @@ class _AsyncWaker:
             chore.cancel()
 
 
-class AsyncPostgresTransport(AsyncTransportBase[E]):
+class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
     """A durable transport in one PostgreSQL schema, over psycopg's async pool."""
 
-    _ops = _ops
-
     def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
-        self._options = options
-        self._schema = options.schema
-        self._where = f"{options.display} (schema {options.schema})"
-        self._codec = EventCodec(event_type)
-        self._on_dead = options.on_dead
-        self._claims = _ops.Claims(options.max_attempts, options.on_dead)
-        self._clock = options.clock
-        self._closed = False
-        self._recheck = RECHECK if options.server_clock else RECHECK_INJECTED_CLOCK
+        self._configure(options, event_type)
+        self._ops = self._operations
         self._pool: AsyncConnectionPool[AConn] | None = None
         self._opening: asyncio.Lock | None = None
         self._waker: _AsyncWaker | None = None
@@ -226,15 +228,10 @@ class AsyncPostgresTransport(AsyncTransportBase[E]):
             options = self._options
             pool: AsyncConnectionPool[AConn] = AsyncConnectionPool(
                 options.conninfo,
-                min_size=options.pool_min_size,
-                max_size=options.pool_max_size,
-                timeout=options.pool_timeout,
-                kwargs={"autocommit": True},
+                connection_class=AConn,
                 check=alive,
                 configure=configure,
-                open=False,
-                num_workers=1,
-                name=f"transports-{options.schema}",
+                **pool_arguments(options),
             )
             try:
                 with postgres_errors(self._where, Call("open", writes=False)):
@@ -263,14 +260,14 @@ class AsyncPostgresTransport(AsyncTransportBase[E]):
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
-        op = self._claims(worker_id, visibility, min_priority)
+        op = self._operations.claim(worker_id, visibility, min_priority)
         wait = check_wait(wait)
         claimed = await self._run(op)
         if claimed is None and wait > 0:
             claimed = await self._wait(op, wait)
         return None if claimed is None else claimed.lease(self._codec)
 
-    async def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
+    async def _wait(self, op: _ops.Claim, wait: float) -> Claimed | None:
         deadline = time.monotonic() + wait
         waker = self._waker
         assert waker is not None  # the first claim opened the pool

@@ -2,7 +2,9 @@
 
 An operation checks its arguments when it is built, so bad input never reaches the
 server. It is one slotted type, `Operation`: an optional fast path, `fast`, which is one
-pipelined batch of statements (one round trip), and what to make of its results, `done`;
+pipelined batch of statements (one round trip, and one transaction: the statements of a
+pipeline share the implicit transaction that its closing Sync commits, so a fast path
+writes no BEGIN or COMMIT), and what to make of its results, `done`;
 when there is no fast path or `done` answers `MORE` (not finished), the runner runs
 `steps`, a generator that yields batches and receives their results, inside one
 transaction, and commits once it returns. No I/O, no clock (the runner passes ``now``:
@@ -28,7 +30,9 @@ from transports_core import (
     backend,
 )
 from transports_core.backend import (
+    Claimed,
     EventCodec,
+    ReuseLast,
     buried_reason,
     check_delay,
     check_group_id,
@@ -40,6 +44,7 @@ from transports_core.backend import (
     check_visibility,
     check_worker_id,
     exhausted_reason,
+    queue_stats,
 )
 
 from . import _sql as sql
@@ -66,8 +71,9 @@ Steps = Generator[Batch, list[Result], T]
 
 class More:
     """`Operation.done`'s answer when the fast path did not finish the operation: the
-    runner goes on with the steps of ``then`` (None: of the operation itself). Operations
-    are shared between threads, so what the fast path learnt travels here, not on them."""
+    runner goes on with ``then`` (its fast path if it has one, else its steps), or, when
+    ``then`` is None, with the operation's own steps. Operations are shared between
+    threads, so what the fast path learnt travels here, not on them."""
 
     __slots__ = ("then",)
 
@@ -79,9 +85,6 @@ class More:
 
 
 MORE: Final = More()
-
-_BEGIN: Final = Stmt(sql.BEGIN)
-_COMMIT: Final = Stmt(sql.COMMIT)
 
 
 class Operation(backend.Operation[T]):
@@ -102,20 +105,6 @@ class Operation(backend.Operation[T]):
 
     def steps(self, now: float | None) -> Steps[T]:
         raise NotImplementedError(f"{type(self).__name__} has no steps")
-
-
-class Claimed(NamedTuple):
-    """A leased row, before its event is decoded (outside the transaction)."""
-
-    seq: int
-    group_id: str
-    raw: str
-    worker_id: str
-    attempt: int
-    expires_at: float
-
-    def lease(self, codec: EventCodec[T]) -> Lease[T]:
-        return codec.lease(*self)
 
 
 # --- the schema -----------------------------------------------------------------------------
@@ -211,73 +200,71 @@ class Publish(Operation[int]):
         self.params = (self.group_id, priority, codec.encode(event))
 
     def fast(self, now: float | None) -> Batch:
-        return (
-            _BEGIN,
-            Stmt(sql.LOCK_GROUP, self.params[:2]),
-            Stmt(sql.APPEND, self.params),
-            _COMMIT,
-        )
+        return (Stmt(sql.LOCK_GROUP, self.params[:2]), Stmt(sql.APPEND, self.params))
 
     def done(self, results: list[Result], now: float | None) -> int:
-        seq: int = results[2].rows[0][0]
+        seq: int = results[1].rows[0][0]
         return seq
 
 
 class PublishMany(Operation[list[int]]):
-    """Lock every group of the batch, draw its seqs under those locks, then append it
-    all: two round trips whatever its size."""
+    """Lock (or create) every group of the batch and count it in, then draw the seqs
+    under those locks and store the batch: one round trip, one transaction, whatever its
+    size."""
 
-    __slots__ = ("encoded",)
+    __slots__ = ("appended", "locked")
     call = "publish_many"
 
     def __init__(self, codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> None:
-        self.encoded = codec.encode_items(items)
-
-    def fast(self, now: float | None) -> Batch | None:
-        return () if not self.encoded else None
-
-    def done(self, results: list[Result], now: float | None) -> list[int] | More:
-        return [] if not self.encoded else MORE
-
-    def steps(self, now: float | None) -> Steps[list[int]]:
-        encoded = self.encoded
-        first_priority: dict[str, int] = {}
-        for group_id, _, priority in encoded:
-            first_priority.setdefault(group_id, priority)
-        _, drawn = yield (
-            Stmt(sql.LOCK_GROUPS, (list(first_priority), list(first_priority.values()))),
-            Stmt(sql.DRAW_SEQS, (len(encoded),)),
+        encoded = codec.encode_items(items)
+        # Each group of the batch: its priority (its first message's), its count, and the
+        # place of its first message (1-based).
+        seen: dict[str, list[int]] = {}
+        for place, (group_id, _, priority) in enumerate(encoded, 1):
+            found = seen.get(group_id)
+            if found is None:
+                seen[group_id] = [priority, 1, place]
+            else:
+                found[1] += 1
+        groups = list(seen)
+        self.locked = (
+            groups,
+            [found[0] for found in seen.values()],
+            [found[1] for found in seen.values()],
         )
-        seqs = sorted(row[0] for row in drawn.rows)
-        counts: dict[str, int] = {}
-        firsts: dict[str, int] = {}
-        for (group_id, _, _), seq in zip(encoded, seqs, strict=True):
-            counts[group_id] = counts.get(group_id, 0) + 1
-            firsts.setdefault(group_id, seq)
-        yield (
-            Stmt(
-                sql.APPEND_MANY,
-                (
-                    [item[0] for item in encoded],
-                    seqs,
-                    [item[2] for item in encoded],
-                    [item[1] for item in encoded],
-                ),
-            ),
-            Stmt(sql.COUNT_IN_MANY, (list(counts), list(counts.values()), list(firsts.values()))),
+        self.appended = (
+            [item[1] for item in encoded],
+            [item[0] for item in encoded],
+            [item[2] for item in encoded],
+            groups,
+            [found[2] for found in seen.values()],
         )
-        return seqs
+
+    def fast(self, now: float | None) -> Batch:
+        if not self.locked[0]:
+            return ()
+        return (Stmt(sql.LOCK_GROUPS, self.locked), Stmt(sql.APPEND_MANY, self.appended))
+
+    def done(self, results: list[Result], now: float | None) -> list[int]:
+        return list(results[1].rows[0][0]) if results else []
 
 
 # --- claim --------------------------------------------------------------------------------------
 
 
 class Claim(Operation[Claimed | None]):
-    """Wake lapsed groups and lease the next ready head: one round trip, each statement
-    its own transaction. With ``max_attempts``, a head that has had its deliveries is
-    buried instead (in `steps`, fenced by the lease just taken) and the claim goes on."""
+    """Lease the next ready head: one statement while no lapsed group waits to be woken.
+    Otherwise (or finding nothing), and with ``max_attempts`` when the head has had its
+    deliveries, the claim goes on in `ClaimRest`."""
 
-    __slots__ = ("max_attempts", "min_priority", "on_dead", "visibility", "worker_id")
+    __slots__ = (
+        "lease_commit",
+        "max_attempts",
+        "min_priority",
+        "on_dead",
+        "visibility",
+        "worker_id",
+    )
     call = "claim"
 
     def __init__(
@@ -287,29 +274,32 @@ class Claim(Operation[Claimed | None]):
         min_priority: int,
         max_attempts: int | None = None,
         on_dead: str = "release",
+        lease_commit: str | None = None,
     ) -> None:
         self.worker_id = check_worker_id(worker_id)
         self.visibility = check_visibility(visibility)
         self.min_priority = check_priority(min_priority, "min_priority")
         self.max_attempts = max_attempts
         self.on_dead = on_dead
+        self.lease_commit = lease_commit
 
-    def _claim(self, now: float | None) -> Stmt:
-        return Stmt(sql.CLAIM, (self.min_priority, now, self.worker_id, self.visibility))
+    def _claim(
+        self, now: float | None, statement: Statement = sql.CLAIM, commit: str | None = None
+    ) -> Stmt:
+        return Stmt(statement, (self.min_priority, now, self.worker_id, self.visibility, commit))
 
     def fast(self, now: float | None) -> Batch:
-        return (Stmt(sql.WAKE_LAPSED, (now,)), self._claim(now))
+        # Only the first try may skip the flush: the rest of a claim may bury a message.
+        return (self._claim(now, sql.CLAIM_READY, self.lease_commit),)
 
     def _due(self, row: Sequence[Any]) -> bool:
         # The claim's own increment of attempt is not a delivery.
         return self.max_attempts is not None and row[3] - 1 - row[5] >= self.max_attempts
 
-    def done(self, results: list[Result], now: float | None) -> Claimed | More | None:
-        rows = results[-1].rows
-        if not rows:
-            return None
-        if self._due(rows[0]):
-            return More(ClaimAfterBurial(self, rows[0]))
+    def done(self, results: list[Result], now: float | None) -> Claimed | More:
+        rows = results[0].rows
+        if not rows or self._due(rows[0]):
+            return More(ClaimRest(self, rows[0] if rows else None))
         return self._claimed(rows[0])
 
     def _claimed(self, row: Sequence[Any]) -> Claimed:
@@ -317,19 +307,36 @@ class Claim(Operation[Claimed | None]):
         return Claimed(seq, group_id, raw, self.worker_id, attempt, expires_at)
 
 
-class ClaimAfterBurial(Operation[Claimed | None]):
-    """The rest of a `Claim` whose fast path leased a head due for burial."""
+class ClaimRest(Operation[Claimed | None]):
+    """The rest of a `Claim` whose first try found nothing (``row`` None: wake the lapsed
+    groups and claim again) or leased a head due for burial (bury it, fenced by the lease
+    just taken, and claim again)."""
 
     __slots__ = ("claim", "row")
     call = "claim"
 
-    def __init__(self, claim: Claim, row: Sequence[Any]) -> None:
+    def __init__(self, claim: Claim, row: Sequence[Any] | None) -> None:
         self.claim, self.row = claim, row
+
+    def fast(self, now: float | None) -> Batch | None:
+        # Found nothing: wake and claim again, one round trip, one transaction.
+        if self.row is None:
+            return (Stmt(sql.WAKE_LAPSED, (now,)), self.claim._claim(now))
+        return None
+
+    def done(self, results: list[Result], now: float | None) -> Claimed | More | None:
+        rows = results[-1].rows
+        if not rows:
+            return None
+        if self.claim._due(rows[0]):
+            return More(ClaimRest(self.claim, rows[0]))
+        return self.claim._claimed(rows[0])
 
     def steps(self, now: float | None) -> Steps[Claimed | None]:
         claim, row = self.claim, self.row
-        assert claim.max_attempts is not None
-        while True:
+        assert row is not None  # the fast path took the other case
+        while claim._due(row):
+            assert claim.max_attempts is not None
             seq, group_id, _, attempt, _, base, before = row
             delivered = attempt - 1
             last: Literal["lapsed", "nacked"] = (
@@ -342,8 +349,7 @@ class ClaimAfterBurial(Operation[Claimed | None]):
             if not result.rows:
                 return None
             row = result.rows[0]
-            if not claim._due(row):
-                return claim._claimed(row)
+        return claim._claimed(row)
 
 
 def _bury(
@@ -361,32 +367,6 @@ def _bury(
     else:
         yield (Stmt(sql.ACK, fence),)
     return True
-
-
-class Claims:
-    """Builds the `Claim` for each call of one transport's ``claim``, and keeps the last
-    while the arguments are the very same objects (identity, so nothing escapes its
-    checks). The op holds only checked arguments, so threads may share it."""
-
-    __slots__ = ("_last", "max_attempts", "on_dead")
-
-    def __init__(self, max_attempts: int | None, on_dead: str) -> None:
-        self.max_attempts = max_attempts
-        self.on_dead = on_dead
-        self._last: tuple[object, object, object, Claim] | None = None
-
-    def __call__(self, worker_id: str, visibility: float, min_priority: int) -> Claim:
-        last = self._last
-        if (
-            last is not None
-            and last[0] is worker_id
-            and last[1] is visibility
-            and last[2] is min_priority
-        ):
-            return last[3]
-        op = Claim(worker_id, visibility, min_priority, self.max_attempts, self.on_dead)
-        self._last = (worker_id, visibility, min_priority, op)
-        return op
 
 
 class NextDue(Operation[float | None]):
@@ -443,47 +423,61 @@ class _Settle(Operation[T]):
 
 
 class Ack(_Settle[None]):
-    """Lock the group first, then remove the head in a fresh statement (whose snapshot
-    includes a publish to the group that committed meanwhile): one round trip."""
+    """One statement, which takes no lock first (`sql.ACK_AT_ONCE`); when a publish to the
+    group commits while it runs and its snapshot cannot tell the next head, it changes
+    nothing and the steps ack again: lock the group first, then remove the head in a fresh
+    statement, whose snapshot includes that publish."""
 
     __slots__ = ()
     call = "ack"
 
     def fast(self, now: float | None) -> Batch:
-        return (_BEGIN, Stmt(sql.LOCK_LEASE, self.fence), Stmt(sql.ACK, self.fence), _COMMIT)
+        return (Stmt(sql.ACK_AT_ONCE, self.fence),)
 
-    def done(self, results: list[Result], now: float | None) -> None:
-        self._held(results[2].rows[0][0])
+    def done(self, results: list[Result], now: float | None) -> More | None:
+        removed, _, held = results[0].rows[0]
+        if removed == 0 and held:
+            return MORE
+        self._held(removed)
+        return None
+
+    def steps(self, now: float | None) -> Steps[None]:
+        _, removed = yield (Stmt(sql.LOCK_LEASE, self.fence), Stmt(sql.ACK, self.fence))
+        self._held(removed.rows[0][0])
 
 
 class Nack(_Settle[None]):
-    __slots__ = ("delay",)
+    __slots__ = ("delay", "lease_commit")
     call = "nack"
 
-    def __init__(self, lease: Lease[Any], delay: float) -> None:
+    def __init__(self, lease: Lease[Any], delay: float, lease_commit: str | None = None) -> None:
         super().__init__(lease)
         self.delay = check_delay(delay)
+        self.lease_commit = lease_commit
 
     def fast(self, now: float | None) -> Batch:
         if self.delay > 0:  # park: the group stays held until the delay has passed
-            return (Stmt(sql.RELEASE, (*self.fence, sql.PARKED, now, self.delay)),)
-        return (Stmt(sql.FREE, self.fence),)
+            params = (*self.fence, sql.PARKED, now, self.delay, self.lease_commit)
+            return (Stmt(sql.RELEASE, params),)
+        return (Stmt(sql.FREE, (*self.fence, self.lease_commit)),)
 
     def done(self, results: list[Result], now: float | None) -> None:
-        self._held(results[0].rows[0][0])
+        (result,) = results
+        self._held(result.rows[0][0] if result.rows else result.rowcount)
 
 
 class Extend(_Settle[Lease[T]]):
-    __slots__ = ("visibility",)
+    __slots__ = ("lease_commit", "visibility")
     call = "extend"
     lease: Lease[T]
 
-    def __init__(self, lease: Lease[T], visibility: float) -> None:
+    def __init__(self, lease: Lease[T], visibility: float, lease_commit: str | None = None) -> None:
         super().__init__(lease)
         self.visibility = check_visibility(visibility)
+        self.lease_commit = lease_commit
 
     def fast(self, now: float | None) -> Batch:
-        return (Stmt(sql.EXTEND, (*self.fence, now, self.visibility)),)
+        return (Stmt(sql.EXTEND, (*self.fence, now, self.visibility, self.lease_commit)),)
 
     def done(self, results: list[Result], now: float | None) -> Lease[T]:
         rows = results[0].rows
@@ -533,16 +527,9 @@ class Stats(_Read[QueueStats]):
             p: (int(ready), int(leased), int(parked)) for p, ready, leased, parked in live.rows
         }
         dead = {p: int(n) for p, n in dead_rows.rows}
-        by_priority = tuple(
+        return queue_stats(
             PriorityStats(p, *counts.get(p, (0, 0, 0)), dead=dead.get(p, 0))
             for p in sorted(counts.keys() | dead.keys())
-        )
-        return QueueStats(
-            ready=sum(p.ready for p in by_priority),
-            in_flight=sum(p.in_flight for p in by_priority),
-            parked=sum(p.parked for p in by_priority),
-            dead=sum(p.dead for p in by_priority),
-            by_priority=by_priority,
         )
 
 
@@ -606,6 +593,15 @@ class HeldGroups(_Read[list[HeldGroup]]):
         ]
 
 
+def _dead_letter(seq: int) -> Steps[tuple[str, bool] | None]:
+    """The dead letter ``seq``, locked: its group and whether it holds it; None if gone."""
+    (found,) = yield (Stmt(sql.DEAD_LETTER, (seq,)),)
+    if not found.rows:
+        return None
+    group_id, _, held = found.rows[0]
+    return group_id, bool(held)
+
+
 class Requeue(Operation[bool]):
     __slots__ = ("seq",)
     call = "requeue"
@@ -615,10 +611,10 @@ class Requeue(Operation[bool]):
 
     def steps(self, now: float | None) -> Steps[bool]:
         seq = self.seq
-        (found,) = yield (Stmt(sql.DEAD_LETTER, (seq,)),)
-        if not found.rows:
+        found = yield from _dead_letter(seq)
+        if found is None:
             return False
-        group_id, _, held = found.rows[0]
+        group_id, held = found
         if held:
             yield (Stmt(sql.UNHOLD_GROUP, (group_id, seq)), Stmt(sql.FORGET_DEAD_LETTER, (seq,)))
             return True
@@ -646,10 +642,10 @@ class Discard(Operation[bool]):
 
     def steps(self, now: float | None) -> Steps[bool]:
         seq = self.seq
-        (found,) = yield (Stmt(sql.DEAD_LETTER, (seq,)),)
-        if not found.rows:
+        found = yield from _dead_letter(seq)
+        if found is None:
             return False
-        group_id, _, held = found.rows[0]
+        group_id, held = found
         if held:  # its row in `messages` goes too, which frees the group
             yield (Stmt(sql.LOCK_GROUP_ROW, (group_id,)),)
             yield (Stmt(sql.DROP_HELD_HEAD, (group_id, seq)),)
@@ -674,3 +670,41 @@ class PurgeGroup(Operation[int]):
         )
         # A held dead letter is in both tables; count it once.
         return len({row[0] for row in messages.rows} | {row[0] for row in dead.rows})
+
+
+class Operations:
+    """The builders of one transport's operations: this module's, with the transport's
+    options bound into those that take them, by the names `TransportBase` calls, and
+    ``claim``, which keeps a worker's repeated `Claim` (see `ReuseLast`).
+
+    ``lease_commit``: None to flush every commit, or ``'off'``, the `synchronous_commit`
+    of the transactions that only move a lease (see `sql._LEASE_COMMIT`)."""
+
+    __slots__ = ("claim", "lease_commit")
+
+    def __init__(self, max_attempts: int | None, on_dead: str, lease_commit: str | None) -> None:
+        self.lease_commit = lease_commit
+        self.claim: ReuseLast[[str, float, int], Claim] = ReuseLast(
+            lambda worker_id, visibility, min_priority: Claim(
+                worker_id, visibility, min_priority, max_attempts, on_dead, lease_commit
+            )
+        )
+
+    def Nack(self, lease: Lease[Any], delay: float, /) -> Nack:
+        return Nack(lease, delay, self.lease_commit)
+
+    def Extend(self, lease: Lease[T], visibility: float, /) -> Extend[T]:
+        return Extend(lease, visibility, self.lease_commit)
+
+    # The others take no option: the module's own classes.
+    Publish = Publish
+    PublishMany = PublishMany
+    Ack = Ack
+    Bury = Bury
+    Stats = Stats
+    Groups = Groups
+    DeadLetters = DeadLetters
+    HeldGroups = HeldGroups
+    Requeue = Requeue
+    Discard = Discard
+    PurgeGroup = PurgeGroup

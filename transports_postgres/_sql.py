@@ -20,17 +20,24 @@ from typing import Final
 from transports_core.backend import RESERVED_PREFIX
 
 # Stored in `meta`: a schema with another version is refused (or, one day, migrated).
-SCHEMA_VERSION: Final = 1
+# 2: the free groups' index is on the `free` column (1 had no released queues).
+SCHEMA_VERSION: Final = 2
 # Written beside the version, so that a schema holding someone else's `meta` is refused too.
 OWNER: Final = "durable-transports"
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+# A parameter cast to an array type (``:name::text[]``): psycopg sends it in binary.
+_ARRAY = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)(?=::\w+\[\])")
 
 
 @dataclass(frozen=True, slots=True)
 class Statement:
     """A statement as data: ``text`` and the ``names`` of its parameters, in the order an
-    operation binds them. Raises ``ValueError`` unless the names are exactly the text's."""
+    operation binds them. Raises ``ValueError`` unless the names are exactly the text's.
+
+    An array parameter (``:name::text[]``, the cast written beside it) is sent in binary:
+    in text, psycopg quotes and escapes every element on the client, which for a batch of
+    events costs more than the server's whole insert."""
 
     text: str
     names: tuple[str, ...] = ()
@@ -48,6 +55,7 @@ class Statement:
         if text is None:
             text = self.text.replace("%", "%%").replace("{s}", quote_ident(schema))
             text = text.replace("{channel}", quote_literal(schema))
+            text = _ARRAY.sub(lambda match: f"%({match[1]})b", text)
             text = _NAMED.sub(lambda match: f"%({match[1]})s", text)
             self._rendered[schema] = text
         return text
@@ -71,6 +79,16 @@ HELD: Final = float("inf")
 # The transaction's "now": the injected clock's reading, else the server's clock, which is
 # one clock for every host. date_part gives double precision (extract gives numeric).
 _NOW = "coalesce(:now::float8, date_part('epoch', statement_timestamp()))"
+
+# A transaction that only moves a lease (a claim, nack or extend) commits without waiting
+# for its WAL to reach the disk when the transport is opened with lease_commit=async
+# (:lease_commit is then 'off'): the next flushed commit, from any session, or the WAL
+# writer a moment later, writes it. NULL (the default, flush) leaves the session's own
+# synchronous_commit alone. In the FROM list of the statement, so it runs once.
+_LEASE_COMMIT = (
+    "(SELECT CASE WHEN :lease_commit::text IS NOT NULL "
+    "THEN set_config('synchronous_commit', :lease_commit::text, true) END) AS lease_commit"
+)
 
 BEGIN: Final = Statement("BEGIN")
 # Admin reads: one consistent snapshot, and never a write.
@@ -132,6 +150,10 @@ CREATE TABLE {s}.messages (
     # One row per group with messages. `locked_by` is the worker holding the head's lease,
     # PARKED, or NULL; `lock_expiry` when that lease or park ends (HELD: a held dead
     # letter); `busy_until` is lock_expiry while it runs, NULL once free or lapsed.
+    # `free` says the same as busy_until IS NULL, in a form the planner can judge without
+    # statistics: it takes half the rows of a boolean to match (of an IS NULL, one in
+    # two hundred, which makes it sort the free groups rather than read the front of
+    # their index).
     Statement(
         """
 CREATE TABLE {s}.groups (
@@ -143,15 +165,13 @@ CREATE TABLE {s}.groups (
     locked_by       text,
     lock_expiry     float8,
     busy_until      float8,
-    last_claimed_at float8   NOT NULL DEFAULT 0
+    last_claimed_at float8   NOT NULL DEFAULT 0,
+    free            boolean  GENERATED ALWAYS AS (busy_until IS NULL) STORED
 )"""
     ),
     # The free groups in round-robin order (0: never claimed, so first): a claim reads the
     # front of this index and nothing else.
-    Statement(
-        "CREATE INDEX groups_ready ON {s}.groups (last_claimed_at, head_seq) "
-        "WHERE busy_until IS NULL"
-    ),
+    Statement("CREATE INDEX groups_ready ON {s}.groups (last_claimed_at, head_seq) WHERE free"),
     # The busy groups by when they come free: the wake-up and a waiting claim's timer.
     Statement("CREATE INDEX groups_busy ON {s}.groups (busy_until) WHERE busy_until IS NOT NULL"),
     Statement(
@@ -246,75 +266,87 @@ SELECT seq, CASE WHEN depth = 1 AND {_ANY_WAITER} THEN {_NOTIFY} END FROM g
     ("group_id", "priority", "event"),
 )
 
-# publish_many: lock every group of the batch (in group order, so two batches never
-# deadlock), then draw the batch's seqs under those locks.
+# publish_many, first: lock every group of the batch, in group order (so two batches never
+# deadlock), creating the new ones, and count the batch in. A new group gets its head
+# once its seqs are drawn; head_seq 0 marks it until then (seqs start at 1).
 LOCK_GROUPS: Final = Statement(
     """
 INSERT INTO {s}.groups (group_id, priority, head_seq, depth)
-SELECT g, p, 0, 0 FROM unnest(:group_ids::text[], :priorities::smallint[]) AS b (g, p)
+SELECT g, p, 0, n
+  FROM unnest(:group_ids::text[], :priorities::smallint[], :counts::integer[]) AS b (g, p, n)
  ORDER BY g
-ON CONFLICT (group_id) DO UPDATE SET depth = {s}.groups.depth WHERE false
+ON CONFLICT (group_id) DO UPDATE SET depth = {s}.groups.depth + excluded.depth
 """,
-    ("group_ids", "priorities"),
+    ("group_ids", "priorities", "counts"),
 )
-DRAW_SEQS: Final = Statement(
-    "SELECT nextval('{s}.seqs') FROM generate_series(1, :count)", ("count",)
-)
+# Then, in a fresh statement under those locks: a seq for each message of the batch, the
+# k-th smallest drawn for its k-th message, whatever order the sequence was read in (so
+# a group's seq order is the batch's order); the messages stored; each new group's head
+# set to the seq of its first message (:firsts, its place in the batch), and a blocked
+# claim woken. The seqs come back in the batch's order. Every group of the batch has its
+# row by now, locked: the new ones (head_seq 0, each looked up by its key) go through an
+# INSERT that only ever conflicts, and so finds each row through the key; an UPDATE
+# joined to the batch would trade that for a scan of the whole table when the planner
+# has no statistics.
 APPEND_MANY: Final = Statement(
-    """
-INSERT INTO {s}.messages (group_id, seq, priority, event)
-SELECT * FROM unnest(:group_ids::text[], :seqs::bigint[], :priorities::smallint[],
-                     :events::text[])
-""",
-    ("group_ids", "seqs", "priorities", "events"),
-)
-# Each group of the batch: how many it gained and its first seq (the head of a new one).
-COUNT_IN_MANY: Final = Statement(
     f"""
-WITH g AS (
-    UPDATE {{s}}.groups g
-       SET depth = g.depth + b.n,
-           head_seq = CASE WHEN g.depth = 0 THEN b.first ELSE g.head_seq END
-      FROM unnest(:group_ids::text[], :counts::integer[], :firsts::bigint[]) AS b (g, n, first)
-     WHERE g.group_id = b.g
-    RETURNING g.depth = b.n AS created
+WITH s AS (
+    SELECT array_agg(seq ORDER BY seq) AS seqs
+      FROM (SELECT nextval('{{s}}.seqs') AS seq
+              FROM generate_series(1, cardinality(:events::text[]))) drawn
+), m AS (
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event)
+    SELECT b.g, s.seqs[b.n], b.p, b.e
+      FROM s, unnest(:group_ids::text[], :priorities::smallint[], :events::text[])
+              WITH ORDINALITY AS b (g, p, e, n)
+), h AS (
+    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
+    SELECT f.g, 0, s.seqs[f.i], 0
+      FROM s, unnest(:groups::text[], :firsts::integer[]) AS f (g, i)
+     WHERE (SELECT head_seq FROM {{s}}.groups WHERE group_id = f.g) = 0
+    ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq
+    RETURNING 1
 )
-SELECT CASE WHEN bool_or(created) AND {_ANY_WAITER} THEN {_NOTIFY} END FROM g
+SELECT s.seqs, (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM h) AND {_ANY_WAITER})
+  FROM s
 """,
-    ("group_ids", "counts", "firsts"),
+    ("events", "group_ids", "priorities", "groups", "firsts"),
 )
 
 # --- claim ------------------------------------------------------------------------------------
 
 # At most this many groups are woken per claim: a bound the planner sees (so a generic
 # plan seeks the index rather than hashing the table), and the next claim wakes the rest.
-# The rows are updated by their ctid, locked and so stable: a TID scan, no join.
 WAKE_BATCH: Final = 64
 
 # Lapsed leases and ended parks make their groups free again. Only busy_until changes: the
 # lease columns stay, so the lapsed worker's ack, nack or extend still matches until the
 # group is claimed again. Groups another claimer is waking are skipped, not waited for.
+# The locked rows are updated by their key, an index seek: matched by ctid instead, the
+# planner scans the whole table for every claim, lapsed groups or none.
 WAKE_LAPSED: Final = Statement(
     f"""
 UPDATE {{s}}.groups SET busy_until = NULL
- WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM {{s}}.groups WHERE busy_until < {_NOW}
+ WHERE group_id = ANY (ARRAY(
+    SELECT group_id FROM {{s}}.groups WHERE busy_until < {_NOW}
      ORDER BY busy_until LIMIT {WAKE_BATCH}
        FOR NO KEY UPDATE SKIP LOCKED))
 """,
     ("now",),
 )
 
-# The oldest-served free group at or above the floor, locked, or skipped if another
-# claimer holds it: exclusivity is the row lock, never a unique violation or an advisory
-# lock. Its head is leased and the group goes to the back of the round-robin. What comes
-# back: the lease, the head's event and requeue base, and who held the group before (a
-# worker whose lease lapsed, or not), for the dead-letter reason.
-CLAIM: Final = Statement(
-    f"""
+
+def _claim(guard: str) -> Statement:
+    # The oldest-served free group at or above the floor, locked, or skipped if another
+    # claimer holds it: exclusivity is the row lock, never a unique violation or an
+    # advisory lock. Its head is leased and the group goes to the back of the round-robin.
+    # What comes back: the lease, the head's event and requeue base, and who held the group
+    # before (a worker whose lease lapsed, or not), for the dead-letter reason.
+    return Statement(
+        f"""
 WITH c AS (
     SELECT group_id, locked_by FROM {{s}}.groups
-     WHERE busy_until IS NULL AND priority >= :min_priority
+     WHERE free AND priority >= :min_priority{guard}
      ORDER BY last_claimed_at, head_seq
      LIMIT 1
      FOR NO KEY UPDATE SKIP LOCKED
@@ -322,12 +354,22 @@ WITH c AS (
 UPDATE {{s}}.groups g
    SET locked_by = :worker_id, lock_expiry = t.now + :visibility,
        busy_until = t.now + :visibility, attempt = g.attempt + 1, last_claimed_at = t.now
-  FROM c, t, {{s}}.messages m
+  FROM c, t, {{s}}.messages m, {_LEASE_COMMIT}
  WHERE g.group_id = c.group_id AND m.group_id = g.group_id AND m.seq = g.head_seq
 RETURNING g.head_seq, g.group_id, m.event, g.attempt, g.lock_expiry, m.base, c.locked_by
 """,
-    ("min_priority", "now", "worker_id", "visibility"),
+        ("min_priority", "now", "worker_id", "visibility", "lease_commit"),
+    )
+
+
+# A claim's first try, one statement: only while no lapsed lease or ended park waits to
+# be woken (the first entry of groups_busy), since a woken group may come before every
+# free one in the round-robin. Finding nothing, the claim wakes the lapsed groups, then
+# runs CLAIM.
+CLAIM_READY: Final = _claim(
+    f"\n       AND coalesce((SELECT min(busy_until) FROM {{s}}.groups), 'Infinity') >= {_NOW}"
 )
+CLAIM: Final = _claim("")
 
 # --- settle -------------------------------------------------------------------------------------
 
@@ -341,6 +383,11 @@ FENCE_NAMES: Final = ("group_id", "seq", "worker_id", "attempt")
 
 # First lock the group, fenced: a publish to it that is committing now finishes first.
 LOCK_LEASE: Final = Statement(f"SELECT 1 FROM {{s}}.groups WHERE {_FENCE} FOR UPDATE", FENCE_NAMES)
+
+
+# An acked head's group moves to its next message (`nxt`), free, with the deliveries it had.
+_TO_NEXT = """SET head_seq = nxt.seq, attempt = nxt.attempt, depth = g.depth - 1,
+           locked_by = NULL, lock_expiry = NULL, busy_until = NULL"""
 
 
 def _remove_head(holds: str, names: tuple[str, ...]) -> Statement:
@@ -361,9 +408,7 @@ WITH lease AS (
      WHERE group_id = :group_id AND seq > :seq AND EXISTS (SELECT 1 FROM lease)
      ORDER BY seq LIMIT 1
 ), moved AS (
-    UPDATE {{s}}.groups g
-       SET head_seq = nxt.seq, attempt = nxt.attempt, depth = g.depth - 1,
-           locked_by = NULL, lock_expiry = NULL, busy_until = NULL
+    UPDATE {{s}}.groups g {_TO_NEXT}
       FROM nxt
      WHERE g.group_id = :group_id
     RETURNING 1
@@ -383,41 +428,75 @@ SELECT (SELECT count(*) FROM gone),
 
 ACK: Final = _remove_head(_FENCE, FENCE_NAMES)
 
-# A nack frees the head at once (locked_by NULL) or parks it until :lock_expiry.
-RELEASE: Final = Statement(
+# An ack's first try, one statement that takes no lock beforehand. Its UPDATE or DELETE of
+# the group row waits for a publish that holds the row, then works on the row as that
+# publish committed it: PostgreSQL evaluates the WHERE and SET of a row it had to wait
+# for again, on the row's newest version. The statement's snapshot, older, can miss only
+# that publish's message, whose seq is above all the group had: the next head it finds is
+# the right one. Finding none, it drops the group only if the row still has one message;
+# otherwise it changes nothing and says whether the lease was held when it began, and the
+# ack runs again as LOCK_LEASE then ACK.
+ACK_AT_ONCE: Final = Statement(
     f"""
-WITH r AS (
-    UPDATE {{s}}.groups SET locked_by = :locked_by, lock_expiry = {_NOW} + :delay,
-           busy_until = {_NOW} + :delay
-     WHERE {_FENCE}
+WITH nxt AS (
+    SELECT seq, attempt FROM {{s}}.messages
+     WHERE group_id = :group_id AND seq > :seq
+     ORDER BY seq LIMIT 1
+), moved AS (
+    UPDATE {{s}}.groups g {_TO_NEXT}
+      FROM nxt
+     WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+    RETURNING 1
+), dropped AS (
+    DELETE FROM {{s}}.groups
+     WHERE {_FENCE} AND depth = 1 AND NOT EXISTS (SELECT 1 FROM nxt)
+    RETURNING 1
+), gone AS (
+    DELETE FROM {{s}}.messages
+     WHERE group_id = :group_id AND seq = :seq
+       AND EXISTS (SELECT 1 FROM moved UNION ALL SELECT 1 FROM dropped)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM r),
-       (SELECT {_NOTIFY} WHERE :delay = 0 AND EXISTS (SELECT 1 FROM r) AND {_ANY_WAITER})
+SELECT g.n, (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM moved) AND {_ANY_WAITER}),
+       CASE WHEN g.n = 0 THEN EXISTS (SELECT 1 FROM {{s}}.groups WHERE {_FENCE}) END
+  FROM (SELECT count(*) AS n FROM gone) g
 """,
-    (*FENCE_NAMES, "locked_by", "now", "delay"),
+    FENCE_NAMES,
+)
+
+# A nack with a delay parks the head until then, holding the group.
+RELEASE: Final = Statement(
+    f"""
+UPDATE {{s}}.groups g SET locked_by = :locked_by, lock_expiry = {_NOW} + :delay,
+       busy_until = {_NOW} + :delay
+  FROM {_LEASE_COMMIT}
+ WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+""",
+    (*FENCE_NAMES, "locked_by", "now", "delay", "lease_commit"),
 )
 # A nack with no delay frees the group: lock_expiry and busy_until go NULL.
 FREE: Final = Statement(
     f"""
 WITH r AS (
-    UPDATE {{s}}.groups SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL
-     WHERE {_FENCE}
+    UPDATE {{s}}.groups g SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL
+      FROM {_LEASE_COMMIT}
+     WHERE g.{_FENCE.replace(" AND ", " AND g.")}
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM r),
        (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM r) AND {_ANY_WAITER})
 """,
-    FENCE_NAMES,
+    (*FENCE_NAMES, "lease_commit"),
 )
 
 EXTEND: Final = Statement(
     f"""
-UPDATE {{s}}.groups SET lock_expiry = {_NOW} + :visibility, busy_until = {_NOW} + :visibility
- WHERE {_FENCE}
-RETURNING lock_expiry
+UPDATE {{s}}.groups g SET lock_expiry = {_NOW} + :visibility, busy_until = {_NOW} + :visibility
+  FROM {_LEASE_COMMIT}
+ WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+RETURNING g.lock_expiry
 """,
-    (*FENCE_NAMES, "now", "visibility"),
+    (*FENCE_NAMES, "now", "visibility", "lease_commit"),
 )
 
 # --- dead letters -----------------------------------------------------------------------------

@@ -14,14 +14,14 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg.pq import ConnStatus
 from psycopg_pool import ConnectionPool
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import EventCodec, TransportBase, check_wait
+from transports_core.backend import Claimed, EventCodec, TransportBase, check_wait
 
 from . import _ops
 from . import _sql as sql
@@ -29,9 +29,22 @@ from ._errors import Call, postgres_errors
 from ._url import PostgresOptions
 
 E = TypeVar("E")
+TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 T = TypeVar("T")
 
-Conn = psycopg.Connection[Any]
+
+class Conn(psycopg.Connection[Any]):
+    """A pooled connection that keeps one cursor for the batches of one statement (most
+    calls): a new cursor per statement costs about as much as reading its row."""
+
+    _single: psycopg.Cursor[Any] | None = None
+
+    def single(self) -> psycopg.Cursor[Any]:
+        cursor = self._single
+        if cursor is None or cursor.closed:
+            cursor = self._single = self.cursor()
+        return cursor
+
 
 # A blocked claim looks again at least this often (seconds), in case a notification was
 # missed in the moment a waiter registers; with an injected clock, time moves without
@@ -42,12 +55,15 @@ RECHECK_INJECTED_CLOCK = 0.05
 LISTEN_TICK = 0.5
 
 
-def _bind(stmt: _ops.Stmt) -> dict[str, Any]:
+def bind(stmt: _ops.Stmt) -> dict[str, Any]:
+    """A statement's parameter values by name (both twins)."""
     return dict(zip(stmt.statement.names, stmt.params, strict=True))
 
 
 def _result(cursor: psycopg.Cursor[Any]) -> _ops.Result:
-    rows = cursor.fetchall() if cursor.description else []
+    # The status, not `description`, which builds a column object per column.
+    result = cursor.pgresult
+    rows = cursor.fetchall() if result and result.status == TUPLES_OK else []
     return _ops.Result(rows, cursor.rowcount)
 
 
@@ -56,20 +72,23 @@ def run_batch(conn: Conn, schema: str, batch: _ops.Batch, call: Call) -> list[_o
     call.sent = True
     if len(batch) == 1:
         stmt = batch[0]
-        return [_result(conn.execute(stmt.statement.render(schema), _bind(stmt)))]
+        return [_result(conn.single().execute(stmt.statement.render(schema), bind(stmt)))]
     with conn.pipeline():
-        cursors = [conn.execute(s.statement.render(schema), _bind(s)) for s in batch]
+        cursors = [conn.execute(s.statement.render(schema), bind(s)) for s in batch]
     return [_result(cursor) for cursor in cursors]
 
 
 def perform(conn: Conn, schema: str, op: _ops.Operation[T], now: float | None, call: Call) -> T:
     """Run ``op``: its fast path, then (if not finished) its steps in one transaction."""
     batch = op.fast(now)
-    if batch is not None:
+    while batch is not None:
         value = op.done(run_batch(conn, schema, batch, call) if batch else [], now)
         if not isinstance(value, _ops.More):
             return value
-        op = value.then or op
+        if value.then is None:
+            break
+        op = value.then
+        batch = op.fast(now)
     steps = op.steps(now)
     try:
         results = run_batch(conn, schema, (_ops.Stmt(op.begin), *next(steps)), call)[1:]
@@ -109,10 +128,10 @@ def configure(conn: Conn) -> None:
     watch(conn)
 
 
-def alive(conn: Conn) -> None:
-    """The pool's check on lending a connection, without a round trip: read whatever the
-    server sent while it sat idle (a termination, say), so that a dead connection is
-    replaced before a call is sent down it, not after."""
+def check_alive(conn: psycopg.BaseConnection[Any]) -> None:
+    """The pools' check on lending a connection (both twins'), without a round trip and
+    without blocking: read whatever the server sent while it sat idle (a termination,
+    say), so that a dead connection is replaced before a call is sent down it, not after."""
     pgconn = conn.pgconn
     if pgconn.status == ConnStatus.OK:
         # The first read takes the server's goodbye (an error message), the second sees
@@ -122,6 +141,20 @@ def alive(conn: Conn) -> None:
         pgconn.consume_input()
     if pgconn.status != ConnStatus.OK or conn.closed or conn in DOOMED:
         raise psycopg.OperationalError("the connection was closed while idle")
+
+
+def pool_arguments(options: PostgresOptions) -> dict[str, Any]:
+    """What both twins' pools are built with, but the connection class and callbacks:
+    autocommit, since the operations write their own BEGIN (or none: see `_ops`)."""
+    return {
+        "min_size": options.pool_min_size,
+        "max_size": options.pool_max_size,
+        "timeout": options.pool_timeout,
+        "kwargs": {"autocommit": True},
+        "open": False,
+        "num_workers": 1,
+        "name": f"transports-{options.schema}",
+    }
 
 
 class _Waker:
@@ -144,7 +177,7 @@ class _Waker:
             self._cond.notify_all()
 
     def _listen(self, ready: threading.Event) -> None:
-        conn: Conn | None = None
+        conn: psycopg.Connection[Any] | None = None
         try:
             conn = psycopg.connect(self._options.conninfo, autocommit=True)
             conn.execute(f"LISTEN {sql.quote_ident(self._options.schema)}")
@@ -219,32 +252,38 @@ class _Waker:
         thread.join(LISTEN_TICK * 4)
 
 
-class PostgresTransport(TransportBase[E]):
-    """A durable transport in one PostgreSQL schema, over a psycopg connection pool."""
+class Configured(Generic[E]):
+    """What both twins take from their options, by the same names."""
 
-    _ops = _ops
+    _codec: EventCodec[E]
+    _on_dead: str
 
-    def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
+    def _configure(self, options: PostgresOptions, event_type: object) -> None:
         self._options = options
         self._schema = options.schema
         self._where = f"{options.display} (schema {options.schema})"
         self._codec = EventCodec(event_type)
         self._on_dead = options.on_dead
-        self._claims = _ops.Claims(options.max_attempts, options.on_dead)
+        self._operations = _ops.Operations(
+            options.max_attempts, options.on_dead, options.lease_synchronous_commit
+        )
         self._clock = options.clock
         self._closed = False
         self._recheck = RECHECK if options.server_clock else RECHECK_INJECTED_CLOCK
+
+
+class PostgresTransport(Configured[E], TransportBase[E]):
+    """A durable transport in one PostgreSQL schema, over a psycopg connection pool."""
+
+    def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
+        self._configure(options, event_type)
+        self._ops = self._operations
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             options.conninfo,
-            min_size=options.pool_min_size,
-            max_size=options.pool_max_size,
-            timeout=options.pool_timeout,
-            kwargs={"autocommit": True},
-            check=alive,
+            connection_class=Conn,
+            check=check_alive,
             configure=configure,
-            open=False,
-            num_workers=1,
-            name=f"transports-{options.schema}",
+            **pool_arguments(options),
         )
         self._waker = _Waker(options)
         call = Call("open", writes=False)
@@ -267,14 +306,14 @@ class PostgresTransport(TransportBase[E]):
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
-        op = self._claims(worker_id, visibility, min_priority)
+        op = self._operations.claim(worker_id, visibility, min_priority)
         wait = check_wait(wait)
         claimed = self._run(op)
         if claimed is None and wait > 0:
             claimed = self._wait(op, wait)
         return None if claimed is None else claimed.lease(self._codec)
 
-    def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
+    def _wait(self, op: _ops.Claim, wait: float) -> Claimed | None:
         deadline = time.monotonic() + wait
         waker = self._waker
         try:

@@ -30,6 +30,8 @@ DEFAULT_SCHEMA = "durable_transports"
 _SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 OnDead = Literal["release", "hold"]
+LeaseCommit = Literal["flush", "async"]
+LEASE_COMMITS = ("flush", "async")
 
 
 def _no_clock() -> None:
@@ -47,6 +49,10 @@ class PostgresOptions:
     ``pool_timeout``: seconds a call waits for a free connection before failing.
     ``max_attempts``: deliveries before the claim that would deliver again buries it
     instead; None (default): never. ``on_dead``: ``release`` (default) or ``hold``.
+    ``lease_commit``: ``flush`` (default): every commit waits for its WAL flush, as the
+    session's ``synchronous_commit`` says. ``async``: a claim, nack or extend, which only
+    moves a lease, commits without waiting; a server crash may then undo it (see
+    docs/postgres.md, "Durability").
     ``clock``: seconds since the epoch, for tests (keyword only); by default every
     timestamp is the server's clock, one clock for every host.
     """
@@ -59,11 +65,17 @@ class PostgresOptions:
     pool_timeout: float = 30.0
     max_attempts: int | None = None
     on_dead: OnDead = "release"
+    lease_commit: LeaseCommit = "flush"
     clock: Callable[[], float | None] = field(default=_no_clock)
 
     @property
     def server_clock(self) -> bool:
         return self.clock is _no_clock
+
+    @property
+    def lease_synchronous_commit(self) -> str | None:
+        """The ``synchronous_commit`` of lease-only transactions: None keeps the session's."""
+        return "off" if self.lease_commit == "async" else None
 
 
 def _schema(value: object) -> str:
@@ -102,6 +114,12 @@ def _seconds(name: str) -> Callable[[object], float]:
     return check
 
 
+def _lease_commit(value: object) -> LeaseCommit:
+    if isinstance(value, str) and value.lower() in LEASE_COMMITS:
+        return cast(LeaseCommit, value.lower())
+    raise ValueError(f"lease_commit must be one of {', '.join(LEASE_COMMITS)}, got {value!r}")
+
+
 def _clock(value: object) -> Callable[[], float]:
     if not callable(value):
         raise TypeError(f"clock must be a callable returning epoch seconds, got {value!r}")
@@ -115,6 +133,7 @@ _FROM_URL: dict[str, Callable[[object], object]] = {
     "pool_timeout": _seconds("pool_timeout"),
     "max_attempts": check_max_attempts,
     "on_dead": check_on_dead,
+    "lease_commit": _lease_commit,
 }
 _FROM_KWARGS: dict[str, Callable[[object], object]] = {**_FROM_URL, "clock": _clock}
 

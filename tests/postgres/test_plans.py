@@ -17,13 +17,16 @@ PER_GROUP = 10
 
 # Each statement, and parameter values of the right types for the EXPLAIN.
 HOT = {
-    "claim": (sql.CLAIM, (0, None, "w", 30.0)),
+    "claim_ready": (sql.CLAIM_READY, (0, None, "w", 30.0, None)),
+    "claim": (sql.CLAIM, (0, None, "w", 30.0, None)),
     "wake": (sql.WAKE_LAPSED, (None,)),
     "next_due": (sql.NEXT_DUE, (None,)),
     "lock_lease": (sql.LOCK_LEASE, ("g1", 1, "w", 1)),
+    "ack_at_once": (sql.ACK_AT_ONCE, ("g1", 1, "w", 1)),
     "ack": (sql.ACK, ("g1", 1, "w", 1)),
-    "nack": (sql.FREE, ("g1", 1, "w", 1)),
-    "extend": (sql.EXTEND, ("g1", 1, "w", 1, None, 30.0)),
+    "nack": (sql.FREE, ("g1", 1, "w", 1, None)),
+    "park": (sql.RELEASE, ("g1", 1, "w", 1, sql.PARKED, None, 30.0, None)),
+    "extend": (sql.EXTEND, ("g1", 1, "w", 1, None, 30.0, None)),
     "publish_lock": (sql.LOCK_GROUP, ("g1", 0)),
     "publish": (sql.APPEND, ("g1", 0, "{}")),
 }
@@ -32,7 +35,7 @@ HOT = {
 def _positional(stmt: sql.Statement, schema: str) -> str:
     text = stmt.render(schema)
     for number, name in enumerate(stmt.names, 1):
-        text = text.replace(f"%({name})s", f"${number}")
+        text = text.replace(f"%({name})s", f"${number}").replace(f"%({name})b", f"${number}")
     return text.replace("%%", "%")
 
 
@@ -75,4 +78,72 @@ def test_hot_statements_use_index_seeks_only_as_generic_plans(
         seeks = re.findall(r"Index (?:Only )?Scan(?: Backward)? using (\w+)", plan)
         assert seeks or "Conflict Arbiter Indexes" in plan, f"{name}:\n{plan}"
     assert "groups_ready" in plans["claim"], plans["claim"]
+    assert "groups_ready" in plans["claim_ready"], plans["claim_ready"]
+    assert "groups_busy" in plans["claim_ready"], plans["claim_ready"]
     assert "groups_busy" in plans["wake"], plans["wake"]
+
+
+def test_a_fresh_queue_claims_off_the_front_of_its_index_before_any_statistics(
+    queue: Transport[Event], raw: psycopg.Connection[Any], schema_url: tuple[str, str]
+) -> None:
+    # A few groups and many claims, as a new queue sees before autovacuum first analyzes
+    # it: the planner knows nothing of the free groups but the statement's own words.
+    schema = schema_url[1]
+    queue.publish_many([(f"g{n % 50}", Event(n=n), 0) for n in range(1000)])
+    for _ in range(500):
+        lease = queue.claim("w", 60)
+        assert lease is not None
+        queue.ack(lease)
+    (analyzed,) = raw.execute(
+        "SELECT coalesce(last_analyze, last_autoanalyze) FROM pg_stat_user_tables "
+        "WHERE schemaname = %s AND relname = 'groups'",
+        (schema,),
+    ).fetchone() or (None,)
+    assert analyzed is None
+    raw.execute("SET plan_cache_mode = force_generic_plan")
+    raw.execute("BEGIN")
+    try:
+        plan = _plan(raw, schema, "claim_ready")
+    finally:
+        raw.execute("ROLLBACK")
+    # Not every free group read (a bitmap or sequential scan) and sorted.
+    assert "Sort" not in plan, plan
+    assert "Bitmap" not in plan, plan
+    assert re.search(r"Index Scan using groups_ready", plan), plan
+
+
+# publish_many's two statements, for a batch of two groups (one message each).
+BATCH = {
+    "lock_groups": (sql.LOCK_GROUPS, (["g1", "new"], [0, 0], [1, 1])),
+    "append_many": (sql.APPEND_MANY, (["{}", "{}"], ["g1", "new"], [0, 0], ["g1", "new"], [1, 2])),
+}
+
+
+@pytest.mark.parametrize("analyzed", [True, False], ids=["analyzed", "never-analyzed"])
+def test_a_batch_finds_its_groups_by_key_whatever_the_statistics(
+    queue: Transport[Event],
+    raw: psycopg.Connection[Any],
+    schema_url: tuple[str, str],
+    analyzed: bool,
+) -> None:
+    # Many groups already: a scan of the groups table per batch would cost per group.
+    schema = schema_url[1]
+    queue.publish_many([(f"g{g}", Event(n=g), 0) for g in range(GROUPS)])
+    if analyzed:
+        raw.execute(f'ANALYZE "{schema}".groups')
+        raw.execute(f'ANALYZE "{schema}".messages')
+    raw.execute("SET plan_cache_mode = force_generic_plan")
+    raw.execute("BEGIN")
+    try:
+        plans = {}
+        for name, (stmt, params) in BATCH.items():
+            raw.execute(f"PREPARE probe_{name} AS {_positional(stmt, schema)}")
+            args = ", ".join(psycopg.sql.quote(p) for p in params)
+            rows = raw.execute(f"EXPLAIN EXECUTE probe_{name}({args})")
+            plans[name] = "\n".join(row[0] for row in rows)
+    finally:
+        raw.execute("ROLLBACK")
+    for name, plan in plans.items():
+        assert "Seq Scan on groups" not in plan, f"{name}:\n{plan}"
+        assert "Seq Scan on messages" not in plan, f"{name}:\n{plan}"
+        assert "Conflict Arbiter Indexes: groups_pkey" in plan, f"{name}:\n{plan}"

@@ -7,14 +7,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 import pytest
 
-from transports_core import Event, Lease, Transport, open_transport
+from transports_core import Event, Lease, LeaseLost, Transport, TransportAdmin, open_transport
+from transports_core.conformance import ManualClock
 from transports_postgres import _sql as sql
-from transports_postgres._ops import Ack, Result
+from transports_postgres._ops import Ack, Claim, Result, Steps, Stmt
 from transports_postgres._sync import PostgresTransport
 
 Conn = psycopg.Connection[Any]
@@ -66,39 +67,79 @@ def _open_publish(schema_url: tuple[str, str], group: str, n: int) -> Conn:
 
 
 class OneStatementAck(Ack):
-    """The ack this backend must not be: one statement, no lock taken first."""
+    """The ack this backend must not be: one statement, no lock taken first, and no look
+    at the group row as the publish committed it."""
 
     __slots__ = ()
 
     def fast(self, now: float | None) -> tuple[Any, ...]:
-        from transports_postgres._ops import Stmt
-
         return (Stmt(sql.ACK, self.fence),)
 
     def done(self, results: list[Result], now: float | None) -> None:
         self._held(results[0].rows[0][0])
 
 
-@pytest.mark.parametrize("naive", [False, True], ids=["lock-first", "one-statement"])
-def test_ack_sees_a_publish_to_its_group_committing_meanwhile(
-    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str], naive: bool
-) -> None:
-    assert isinstance(queue, PostgresTransport)
-    queue.publish("g", Event(n=1))
-    lease = queue.claim("w", 60)
-    assert lease is not None
-    publisher = _open_publish(schema_url, "g", 2)
+class AtOnceWithoutRetry(Ack):
+    """The backend's first try at an ack, taken for the whole ack: when the race leaves it
+    unable to tell the next head, it changes nothing, and nothing acks again."""
+
+    __slots__ = ()
+
+    def done(self, results: list[Result], now: float | None) -> None:
+        self._held(results[0].rows[0][0])
+
+
+class CountingAck(Ack):
+    """The backend's ack, noting whether it had to ack again, locking first."""
+
+    __slots__ = ()
+    retried: ClassVar[list[bool]] = []
+
+    def steps(self, now: float | None) -> Steps[None]:
+        CountingAck.retried.append(True)
+        return super().steps(now)
+
+
+ACKS: dict[str, type[Ack]] = {
+    "ack": CountingAck,
+    "one-statement": OneStatementAck,
+    "at-once-without-retry": AtOnceWithoutRetry,
+}
+
+
+def _ack_racing_a_publish(
+    queue: PostgresTransport[Event], raw: Conn, schema_url: tuple[str, str], op: Ack, n: int
+) -> object:
+    """Run ``op`` while a publish of ``Event(n=n)`` to its group holds the group row; the
+    publish commits once the ack waits for that row. What the ack returned or raised."""
+    publisher = _open_publish(schema_url, op.lease.group_id, n)
     try:
-        op = OneStatementAck(lease) if naive else Ack(lease)
         thread, out = _in_thread(lambda: queue._run(op))
         _blocked_on_lock(raw, "groups")
         publisher.execute("COMMIT")
         thread.join(20)
     finally:
         publisher.close()
-    assert out == [None]
+    (outcome,) = out
+    return outcome
+
+
+@pytest.mark.parametrize("ack", list(ACKS))
+def test_ack_sees_a_publish_to_its_group_committing_meanwhile(
+    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str], ack: str
+) -> None:
+    # The group has only the acked message when the ack begins: its snapshot cannot see
+    # the next one.
+    assert isinstance(queue, PostgresTransport)
+    queue.publish("g", Event(n=1))
+    lease = queue.claim("w", 60)
+    assert lease is not None
+    CountingAck.retried.clear()
+    outcome = _ack_racing_a_publish(queue, raw, schema_url, ACKS[ack](lease), 2)
     nxt = queue.claim("w", 60)
-    if naive:
+    if ack != "at-once-without-retry":
+        assert outcome is None
+    if ack == "one-statement":
         # The race is real: the one-statement ack deleted the group row from a snapshot
         # older than the publish, and the new message is stranded without a group.
         assert nxt is None
@@ -107,29 +148,105 @@ def test_ack_sees_a_publish_to_its_group_committing_meanwhile(
             f'(SELECT 1 FROM "{schema_url[1]}".groups g WHERE g.group_id = m.group_id)'
         ).fetchone()
         assert orphans == (1,)
+    elif ack == "at-once-without-retry":
+        # It saw the race and changed nothing: the lease looks lost, and the message
+        # it acked is still the head.
+        assert isinstance(outcome, LeaseLost)
+        assert nxt is None
+        assert queue.groups()[0].head_seq == lease.seq
     else:
+        assert CountingAck.retried == [True]
         assert nxt is not None
         assert nxt.event.n == 2
 
 
-def test_two_publishers_to_one_group_commit_in_seq_order(
+def test_an_ack_whose_snapshot_has_the_next_head_needs_no_second_try(
     queue: Transport[Event], raw: Conn, schema_url: tuple[str, str]
 ) -> None:
+    assert isinstance(queue, PostgresTransport)
+    queue.publish("g", Event(n=1))
+    queue.publish("g", Event(n=2))
+    lease = queue.claim("w", 60)
+    assert lease is not None
+    CountingAck.retried.clear()
+    assert _ack_racing_a_publish(queue, raw, schema_url, CountingAck(lease), 3) is None
+    # Acked at once, on the group row as the publish committed it: three messages,
+    # one acked, two left in order.
+    assert CountingAck.retried == []
+    (info,) = queue.groups()
+    assert info.depth == 2
+    events = []
+    for _ in range(2):
+        nxt = _claim(queue)
+        events.append(nxt.event.n)
+        queue.ack(nxt)
+    assert events == [2, 3]
+    assert queue.claim("w", 60) is None
+
+
+class ClaimWithoutWaking(Claim):
+    """A claim that takes a ready group without first looking for lapsed ones."""
+
+    __slots__ = ()
+
+    def fast(self, now: float | None) -> tuple[Any, ...]:
+        return (self._claim(now),)
+
+
+@pytest.mark.parametrize("wakes", [True, False], ids=["claim", "claim-without-waking"])
+def test_a_lapsed_group_keeps_its_turn_before_groups_served_after_it(
+    queue_url: str, wakes: bool
+) -> None:
+    clock = ManualClock()
+    with open_transport(queue_url, clock=clock) as queue:
+        assert isinstance(queue, PostgresTransport)
+        for group in "abc":
+            queue.publish(group, Event(n=1))
+            queue.publish(group, Event(n=2))
+        first = _claim(queue)  # a, whose lease will lapse
+        served = _claim(queue)  # b, served after a
+        assert (first.group_id, served.group_id) == ("a", "b")
+        queue.ack(served)
+        clock.advance(120)
+        order = []
+        for _ in range(3):
+            op = Claim("w", 60, 0) if wakes else ClaimWithoutWaking("w", 60, 0)
+            claimed = queue._run(op)
+            assert claimed is not None
+            order.append(claimed.group_id)
+    # c was never served; a was served before b: a lapsed lease keeps its group's turn.
+    assert order == (["c", "a", "b"] if wakes else ["c", "b", "a"])
+
+
+def _publish_behind_a_publisher(
+    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str], publish: Callable[[], object]
+) -> tuple[int, object]:
+    """Run ``publish`` while another publisher holds group g and has drawn no seq yet;
+    that one draws (Event(n=1)) and commits only once ``publish`` waits for the group.
+    Its seq, and what ``publish`` returned."""
     url, schema = schema_url
     queue.publish("warm", Event(n=0))  # the schema exists
     first = psycopg.connect(url, autocommit=True)
     try:
         first.execute("BEGIN")
-        _run(first, schema, sql.LOCK_GROUP, "g", 0)  # holds the group, has no seq yet
-        thread, out = _in_thread(lambda: queue.publish("g", Event(n=2)))
+        _run(first, schema, sql.LOCK_GROUP, "g", 0)
+        thread, out = _in_thread(publish)
         _blocked_on_lock(raw, "groups")
-        # The second publisher is waiting for the group: only now does the first draw.
         ((first_seq, _),) = _run(first, schema, sql.APPEND, "g", 0, Event(n=1).model_dump_json())
         first.execute("COMMIT")
         thread.join(20)
     finally:
         first.close()
-    (second_seq,) = out
+    (returned,) = out
+    return int(first_seq), returned
+
+
+def test_two_publishers_to_one_group_commit_in_seq_order(
+    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str]
+) -> None:
+    first_seq, second_seq = _publish_behind_a_publisher(
+        queue, raw, schema_url, lambda: queue.publish("g", Event(n=2))
+    )
     assert isinstance(second_seq, int)
     assert first_seq < second_seq
     queue.ack(_claim(queue))  # "warm"
@@ -137,6 +254,53 @@ def test_two_publishers_to_one_group_commit_in_seq_order(
     queue.ack(leases[0])
     leases.append(_claim(queue))
     assert [lease.event.n for lease in leases] == [1, 2]
+
+
+def test_a_batch_draws_its_seqs_under_the_locks_of_its_groups(
+    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str]
+) -> None:
+    batch = [("h", Event(n=10), 0), ("g", Event(n=2), 0), ("h", Event(n=11), 0)]
+    first_seq, seqs = _publish_behind_a_publisher(
+        queue, raw, schema_url, lambda: queue.publish_many(batch)
+    )
+    assert isinstance(seqs, list)
+    assert seqs == sorted(seqs)
+    assert first_seq < min(seqs)
+    queue.ack(_claim(queue))  # "warm"
+    order = []
+    while (lease := queue.claim("w", 60)) is not None:
+        order.append((lease.group_id, lease.event.n))
+        queue.ack(lease)
+    assert [n for group, n in order if group == "g"] == [1, 2]
+    assert [n for group, n in order if group == "h"] == [10, 11]
+
+
+def test_batches_locking_the_same_groups_in_opposite_orders_never_deadlock(
+    queue_url: str,
+) -> None:
+    groups = [f"g{n:02d}" for n in range(20)]
+    errors: list[BaseException] = []
+
+    def publish(order: list[str]) -> None:
+        try:
+            with open_transport(queue_url) as queue:
+                for n in range(30):
+                    queue.publish_many([(group, Event(n=n), 0) for group in order])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=publish, args=(order,))
+        for order in (groups, groups[::-1], groups[::2] + groups[1::2])
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == []
+    with open_transport(queue_url) as queue:
+        assert isinstance(queue, TransportAdmin)
+        assert queue.stats().ready == 3 * 30 * len(groups)
 
 
 def _claim(queue: Transport[Event]) -> Lease[Event]:

@@ -8,6 +8,7 @@ import contextlib
 import multiprocessing
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -15,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from transports_core import Event, OutcomeUnknown, TransportAdmin, TransportError, open_transport
@@ -152,3 +154,73 @@ def test_a_crash_and_restart_under_load_loses_nothing_that_returned(
     assert not missing, f"published and returned, never acked: {sorted(missing)}"
     assert (stats.ready, stats.in_flight, stats.parked) == (0, 0, 0)
     assert len(published) >= MESSAGES - maybe
+
+
+def _server_pids(server: PrivateServer) -> tuple[int, list[int]]:
+    """The postmaster's pid and those of every other process of the server."""
+    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+    children = subprocess.run(
+        ["pgrep", "-P", str(postmaster)], capture_output=True, text=True, check=True
+    )
+    return postmaster, [int(pid) for pid in children.stdout.split()]
+
+
+def _walwriter(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lease_commit", ["flush", "async"])
+def test_a_power_cut_keeps_a_flushed_claim_and_undoes_an_async_one(
+    private_server: PrivateServer, lease_commit: str
+) -> None:
+    url = f"{private_server.url}?schema=cut&pool_min_size=0&pool_max_size=1"
+    with open_transport(url, lease_commit=lease_commit) as queue:
+        queue.publish("g", Event(n=1))
+        # The WAL writer stopped: what no commit has flushed stays in the server's memory.
+        writer = _walwriter(private_server.url)
+        os.kill(writer, signal.SIGSTOP)
+        try:
+            lease = queue.claim("w", 600)
+            assert lease is not None
+            # The power cut: every process of the server dies at once, its memory with it.
+            postmaster, children = _server_pids(private_server)
+            for pid in (postmaster, *children):
+                os.kill(pid, signal.SIGKILL)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(writer, signal.SIGCONT)
+    _wait_gone(postmaster)
+    private_server.pg_ctl("start")
+    with open_transport(url) as queue:
+        assert isinstance(queue, TransportAdmin)
+        stats = queue.stats()
+        if lease_commit == "flush":
+            # The claim returned, so it was on disk: the lease is still held.
+            assert (stats.ready, stats.in_flight) == (0, 1)
+            queue.ack(lease)
+        else:
+            # The claim was undone: the message is due again, as if its lease had lapsed,
+            # and the same worker claiming it gets the very same lease back.
+            assert (stats.ready, stats.in_flight) == (1, 0)
+            again = queue.claim("w", 600)
+            assert again is not None
+            assert (again.seq, again.attempt) == (lease.seq, lease.attempt)
+            queue.ack(again)
+        assert queue.stats().ready == 0
+
+
+def _wait_gone(pid: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} did not die")

@@ -16,17 +16,20 @@ def test_defaults_and_plain_url() -> None:
     assert options.max_attempts is None
     assert options.on_dead == "release"
     assert options.server_clock
+    # Every commit flushed, leases too, unless asked otherwise.
+    assert (options.lease_commit, options.lease_synchronous_commit) == ("flush", None)
 
 
 def test_our_options_are_taken_out_and_libpq_ones_kept() -> None:
     options = parse_url(
         "postgres://u@h/db?sslmode=disable&schema=orders&pool_max_size=3"
-        "&max_attempts=5&on_dead=HOLD&application_name=x",
+        "&max_attempts=5&on_dead=HOLD&application_name=x&lease_commit=async",
         {},
     )
     assert options.conninfo == "postgres://u@h/db?sslmode=disable&application_name=x"
     assert (options.schema, options.pool_max_size) == ("orders", 3)
     assert (options.max_attempts, options.on_dead) == (5, "hold")
+    assert (options.lease_commit, options.lease_synchronous_commit) == ("async", "off")
 
 
 @pytest.mark.parametrize(
@@ -63,6 +66,8 @@ def test_keywords_are_typed_and_cannot_repeat_the_url() -> None:
         ("postgresql://h/db?pool_timeout=-1", {}, "pool_timeout must be"),
         ("postgresql://h/db?max_attempts=0", {}, "max_attempts must be"),
         ("postgresql://h/db?on_dead=drop", {}, "on_dead must be"),
+        ("postgresql://h/db?lease_commit=off", {}, "lease_commit must be one of flush, async"),
+        ("postgresql://h/db", {"lease_commit": False}, "lease_commit must be one of"),
         ("postgresql://h/db", {"nosuch": 1}, "unknown PostgreSQL option 'nosuch'"),
         ("postgresql://h/db", {"clock": 5}, "clock must be a callable"),
     ],
