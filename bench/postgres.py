@@ -197,10 +197,10 @@ def _procrastinate_app(url: str) -> Any:
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
 
-    @app.task(name="noop", queue="bench")
     def noop(n: int) -> None:
         """The same work as our worker's: nothing, then done."""
 
+    app.task(name="noop", queue="bench")(noop)
     return app
 
 
