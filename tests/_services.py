@@ -37,15 +37,29 @@ class Service:
     """A server the tests need, and how to reach one."""
 
     name: str  # for messages: "PostgreSQL"
-    variable: str  # the environment variable that names its URL
-    url_form: str  # what such a URL looks like, for messages
-    local_url: str  # the default local address
     image: str  # the image testcontainers starts: "postgres:15"
+    local_url: str  # the default local address
     # Whether a server answers at a URL: None if it does, else why not (no password in it).
     answers: Callable[[str], str | None]
     # Start a container of an image (testcontainers is installed and Docker answers):
     # the server's URL, and how to stop the container.
     start_container: Callable[[str], tuple[str, Callable[[], None]]]
+
+    @property
+    def variable(self) -> str:
+        """The environment variable that names its URL, after the image: postgres:15 ->
+        ``TRANSPORTS_POSTGRES_URL``."""
+        return f"TRANSPORTS_{self.image.partition(':')[0].upper()}_URL"
+
+    @property
+    def url_form(self) -> str:
+        """What such a URL looks like, for messages: the local one's scheme and parts."""
+        parts = urlsplit(self.local_url)
+        return f"{parts.scheme}://{'USER@' if parts.username else ''}HOST:PORT/DB"
+
+    def url(self) -> str:
+        """`server_url` of this service."""
+        return server_url(self)
 
     @property
     def how(self) -> str:
