@@ -126,38 +126,6 @@ def test_claim_serves_the_group_claimed_longest_ago(
     assert order == ["a0", "b0", "c0", "a1", "b1", "c1", "a2", "b2", "c2"]
 
 
-def test_claim_keeps_fifo_within_a_group(
-    transport: SqliteTransport[Any], clock: ManualClock
-) -> None:
-    seqs = [transport.publish("g", Event(i=i)) for i in range(5)]
-    leases = _drain(transport, clock)
-    assert [lease.seq for lease in leases] == seqs
-    assert [lease.event.i for lease in leases] == list(range(5))
-
-
-def test_claim_returns_none_on_an_empty_queue(transport: SqliteTransport[Any]) -> None:
-    assert transport.claim("w", 30) is None
-
-
-def test_claim_leases_one_message_per_group_at_a_time(
-    transport: SqliteTransport[Any],
-) -> None:
-    transport.publish("g", Event(i=1))
-    transport.publish("g", Event(i=2))
-    transport.publish("h", Event(i=3))
-    first = transport.claim("w1", 30)
-    assert first is not None
-    assert first.group_id == "g"
-    other = transport.claim("w2", 30)
-    assert other is not None
-    assert other.group_id == "h"
-    assert transport.claim("w3", 30) is None, "g's second message was delivered while g busy"
-    transport.ack(first)
-    after = transport.claim("w3", 30)
-    assert after is not None
-    assert (after.group_id, after.event.i) == ("g", 2)
-
-
 def test_claim_returns_the_lease_fields(
     transport: SqliteTransport[Any], clock: ManualClock
 ) -> None:
@@ -176,64 +144,6 @@ def test_lapsed_lease_counts_as_free(transport: SqliteTransport[Any], clock: Man
     second = transport.claim("w2", visibility=10)
     assert second is not None
     assert (second.seq, second.worker_id, second.attempt) == (first.seq, "w2", 2)
-
-
-# nack
-
-
-def test_nack_with_delay_holds_the_group_until_the_delay_elapses(
-    transport: SqliteTransport[Any], clock: ManualClock
-) -> None:
-    transport.publish("g", Event(i=1))
-    transport.publish("g", Event(i=2))
-    transport.publish("h", Event(i=3))
-    lease = transport.claim("w", 30)
-    assert lease is not None
-    assert lease.group_id == "g"
-    transport.nack(lease, delay=60)
-    clock.advance(1)
-    other = transport.claim("w", 30)
-    assert other is not None
-    assert other.group_id == "h", "a parked group must not hold back the others"
-    transport.ack(other)
-    clock.advance(58)
-    assert transport.claim("w", 30) is None, "the parked group was released early"
-    clock.advance(2)
-    again = transport.claim("w", 30)
-    assert again is not None
-    assert (again.seq, again.attempt, again.event.i) == (lease.seq, 2, 1)
-
-
-def test_nack_without_delay_frees_the_message_at_once(
-    transport: SqliteTransport[Any],
-) -> None:
-    transport.publish("g", Event(i=1))
-    lease = transport.claim("w1", 30)
-    assert lease is not None
-    transport.nack(lease)
-    again = transport.claim("w2", 30)
-    assert again is not None
-    assert (again.seq, again.worker_id, again.attempt) == (lease.seq, "w2", 2)
-
-
-def test_attempt_counts_deliveries(transport: SqliteTransport[Any], clock: ManualClock) -> None:
-    transport.publish("g", Event(i=1))
-    attempts = []
-    for settle in ("nack", "park", "lapse", "ack"):
-        lease = transport.claim("w", visibility=5)
-        assert lease is not None
-        attempts.append(lease.attempt)
-        if settle == "nack":
-            transport.nack(lease)
-        elif settle == "park":
-            transport.nack(lease, delay=3)
-            clock.advance(4)
-        elif settle == "lapse":
-            clock.advance(6)
-        else:
-            transport.ack(lease)
-    assert attempts == [1, 2, 3, 4]
-    assert transport.claim("w", 5) is None
 
 
 # ack and extend
