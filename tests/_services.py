@@ -21,15 +21,19 @@ import functools
 import importlib
 import importlib.util
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import pytest
 
 from transports_core import redact_url
 
-__all__ = ["Found", "Service", "look_up", "server_url", "with_query"]
+T = TypeVar("T")
+
+__all__ = ["Found", "Service", "look_up", "scratch_fixture", "server_url", "with_query"]
 
 
 @dataclass(frozen=True)
@@ -156,3 +160,14 @@ def with_query(url: str, **query: object) -> str:
     """``url`` with ``query`` added to its query string (``?schema=t_1&pool_max_size=4``)."""
     pairs = "&".join(f"{key}={value}" for key, value in query.items())
     return f"{url}{'&' if urlsplit(url).query else '?'}{pairs}"
+
+
+def scratch_fixture(name: str, scratch: Callable[[], AbstractContextManager[T]]) -> Any:
+    """The pytest fixture ``name``: what ``scratch()`` enters (a schema, a queue of the
+    test's own), left, so removed, when the test ends."""
+
+    def fixture() -> Iterator[T]:
+        with scratch() as value:
+            yield value
+
+    return pytest.fixture(fixture, name=name)
