@@ -5,17 +5,11 @@ lapses need no sleeping."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
-from transports_core import (
-    Event,
-    LeaseLost,
-    RequeueRefused,
-    TransportAdmin,
-    open_transport,
-)
+from tests._handles import handles
+from transports_core import Event, LeaseLost, RequeueRefused, TransportAdmin
 from transports_core.backend import buried_reason, exhausted_reason
 from transports_core.conformance import ManualClock
 from transports_postgres import PostgresTransport
@@ -30,18 +24,12 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def opener(queue_url: str, clock: ManualClock) -> Iterator[Opener]:
-    opened: list[PostgresTransport[Event]] = []
+    with handles(queue_url, PostgresTransport, clock=clock) as open_:
+        yield open_
 
-    def open_(**options: Any) -> PostgresTransport[Event]:
-        transport = open_transport(queue_url, clock=clock, **options)
-        assert isinstance(transport, PostgresTransport)
-        assert isinstance(transport, TransportAdmin)
-        opened.append(transport)
-        return transport
 
-    yield open_
-    for transport in opened:
-        transport.close()
+def test_the_transport_offers_the_admin_interface(opener: Opener) -> None:
+    assert isinstance(opener(), TransportAdmin)
 
 
 def test_lapsed_deliveries_exhaust_and_release_the_group(
