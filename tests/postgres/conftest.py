@@ -16,6 +16,12 @@ schema_url = scratch_fixture("schema_url", lambda: fresh_schema("tp"))
 
 
 @pytest.fixture
+def schema(schema_url: tuple[str, str]) -> str:
+    """The name of the test's own schema."""
+    return schema_url[1]
+
+
+@pytest.fixture
 def queue_url(schema_url: tuple[str, str]) -> str:
     url, schema = schema_url
     return with_schema(url, schema, pool_min_size=0, pool_max_size=4)

@@ -34,9 +34,8 @@ async def _until(predicate: Any, what: str, timeout: float = 20) -> None:
 
 
 def test_cancelling_a_blocked_claim_leases_nothing_and_stops_waiting(
-    queue_url: str, raw: psycopg.Connection[Any], schema_url: tuple[str, str]
+    queue_url: str, raw: psycopg.Connection[Any], schema: str
 ) -> None:
-    schema = schema_url[1]
 
     async def scenario() -> None:
         async with open_async_transport(queue_url) as queue:

@@ -75,12 +75,11 @@ def test_an_empty_schema_is_adopted(
 def test_a_foreign_schema_is_refused_and_left_alone(
     queue_url: str,
     raw: psycopg.Connection[Any],
-    schema_url: tuple[str, str],
+    schema: str,
     found: list[str],
     refusal: str,
     tables: list[str],
 ) -> None:
-    schema = schema_url[1]
     raw.execute(f'CREATE SCHEMA "{schema}"')
     for statement in found:
         raw.execute(statement.format(s=f'"{schema}"'))
