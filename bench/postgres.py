@@ -20,14 +20,15 @@ import signal
 import statistics
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
 
 from transports_core import Event, open_transport
+
+from ._scratch import scratch
 
 LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/test"
 Conn = psycopg.Connection[Any]
@@ -44,14 +45,13 @@ def server() -> str:
     return base + (f"?{SESSION[0]}" if SESSION else "")
 
 
-@contextmanager
-def schema(prefix: str) -> Iterator[str]:
-    name = f"bench_{prefix}_{uuid.uuid4().hex[:8]}"
-    try:
-        yield name
-    finally:
-        with psycopg.connect(server(), autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+def _drop_schema(name: str) -> None:
+    with psycopg.connect(server(), autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def schema(prefix: str) -> AbstractContextManager[str]:
+    return scratch(f"bench_{prefix}_", _drop_schema)
 
 
 def queue_url(name: str, **query: object) -> str:
@@ -397,6 +397,12 @@ def main(argv: list[str] | None = None) -> int:
         "when commits do not wait for the disk (never how to run a queue)",
     )
     parser.add_argument("--verbose", action="store_true", help="print every round's figures")
+    parser.add_argument(
+        "--soak-groups", type=int, default=100, help="groups the soak cycles over (100)"
+    )
+    parser.add_argument(
+        "--soak-cycles", type=int, help="claim+ack cycles of the soak (20,000; 200,000 --big)"
+    )
     args = parser.parse_args(argv)
     global VERBOSE
     VERBOSE = args.verbose
@@ -414,8 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only == "publish_many":
         _report_publish_many(rounds, out)
         return 0
+    cycles = args.soak_cycles or (200_000 if args.big else 20_000)
     if args.only == "soak":
-        _report_soak(200_000 if args.big else 20_000, out)
+        _report_soak(cycles, args.soak_groups, out)
         return 0
     if args.only == "scaling":
         _report_scaling(n, rounds, out)
@@ -428,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     _report_scaling(n, rounds, out)
     _report_publish_many(rounds, out)
     _report_backlog(1_000_000 if args.big else 100_000, out)
-    _report_soak(200_000 if args.big else 20_000, out)
+    _report_soak(cycles, args.soak_groups, out)
     return 0
 
 
@@ -543,11 +550,11 @@ def _report_backlog(big: int, out: Callable[..., None]) -> None:
         )
 
 
-def _report_soak(cycles: int, out: Callable[..., None]) -> None:
-    start, tenth, end = soak(cycles)
+def _report_soak(cycles: int, groups: int, out: Callable[..., None]) -> None:
+    start, tenth, end = soak(cycles, groups)
     out(
-        f"soak: {cycles:,} claim+ack cycles, VACUUM as autovacuum would, then VACUUM "
-        f"(bytes: start, after {cycles // 10:,}, end):"
+        f"soak: {cycles:,} claim+ack cycles over {groups:,} groups, VACUUM as autovacuum "
+        f"would, then VACUUM (bytes: start, after {cycles // 10:,}, end):"
     )
     for rel in sorted(start):
         ratio = end.get(rel, 0) / start[rel] if start[rel] else float("nan")
