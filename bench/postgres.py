@@ -349,10 +349,14 @@ def claim_latency(size: int, groups: int, n: int) -> float:
 SOAK_VACUUM_EVERY = 1000
 
 
-def soak(cycles: int, groups: int = 100) -> list[dict[str, int]]:
-    """Claim+ack ``cycles`` times (each publishing one more), vacuuming as autovacuum
-    would, then VACUUM: sizes in bytes of every table and index at the start, after a
-    tenth of the cycles (and a VACUUM), and at the end."""
+def soak(
+    cycles: int, groups: int = 100, vacuum_every: int = SOAK_VACUUM_EVERY
+) -> tuple[list[dict[str, int]], tuple[int, int]]:
+    """Claim+ack ``cycles`` times (each publishing one more), vacuuming every
+    ``vacuum_every`` cycles as autovacuum would, then VACUUM: sizes in bytes of every table
+    and index at the start, after a tenth of the cycles (and a VACUUM), and at the end;
+    and at the end, how many pages of the groups table hold a live row, and the last
+    such page (VACUUM gives back only the empty pages after it)."""
     query = (
         "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c "
         "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
@@ -375,10 +379,12 @@ def soak(cycles: int, groups: int = 100) -> list[dict[str, int]]:
                 transport.publish(lease.group_id, Event(n=i))
                 if i + 1 == cycles // 10:
                     taken.append(sizes())
-                elif i % SOAK_VACUUM_EVERY == SOAK_VACUUM_EVERY - 1:
+                elif i % vacuum_every == vacuum_every - 1:
                     conn.execute(f'VACUUM "{name}".groups, "{name}".messages')
             taken.append(sizes())
-    return taken
+            pages = f'SELECT DISTINCT (ctid::text::point)[0] FROM "{name}".groups'
+            live = [int(page) for (page,) in conn.execute(pages).fetchall()]
+    return taken, (len(live), max(live))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -403,6 +409,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--soak-cycles", type=int, help="claim+ack cycles of the soak (20,000; 200,000 --big)"
     )
+    parser.add_argument(
+        "--soak-vacuum-every",
+        type=int,
+        default=SOAK_VACUUM_EVERY,
+        help=f"cycles between the soak's VACUUMs ({SOAK_VACUUM_EVERY:,})",
+    )
     args = parser.parse_args(argv)
     global VERBOSE
     VERBOSE = args.verbose
@@ -422,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cycles = args.soak_cycles or (200_000 if args.big else 20_000)
     if args.only == "soak":
-        _report_soak(cycles, args.soak_groups, out)
+        _report_soak(cycles, args.soak_groups, args.soak_vacuum_every, out)
         return 0
     if args.only == "scaling":
         _report_scaling(n, rounds, out)
@@ -435,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     _report_scaling(n, rounds, out)
     _report_publish_many(rounds, out)
     _report_backlog(1_000_000 if args.big else 100_000, out)
-    _report_soak(cycles, args.soak_groups, out)
+    _report_soak(cycles, args.soak_groups, args.soak_vacuum_every, out)
     return 0
 
 
@@ -550,11 +562,11 @@ def _report_backlog(big: int, out: Callable[..., None]) -> None:
         )
 
 
-def _report_soak(cycles: int, groups: int, out: Callable[..., None]) -> None:
-    start, tenth, end = soak(cycles, groups)
+def _report_soak(cycles: int, groups: int, vacuum_every: int, out: Callable[..., None]) -> None:
+    (start, tenth, end), (live_pages, last_page) = soak(cycles, groups, vacuum_every)
     out(
-        f"soak: {cycles:,} claim+ack cycles over {groups:,} groups, VACUUM as autovacuum "
-        f"would, then VACUUM (bytes: start, after {cycles // 10:,}, end):"
+        f"soak: {cycles:,} claim+ack cycles over {groups:,} groups, VACUUM every "
+        f"{vacuum_every:,} cycles, then VACUUM (bytes: start, after {cycles // 10:,}, end):"
     )
     for rel in sorted(start):
         ratio = end.get(rel, 0) / start[rel] if start[rel] else float("nan")
@@ -562,6 +574,7 @@ def _report_soak(cycles: int, groups: int, out: Callable[..., None]) -> None:
             f"  {rel:22s} {start[rel]:10,d} {tenth.get(rel, 0):10,d} {end.get(rel, 0):10,d}"
             f"  ({ratio:.2f}x; target <= 2)"
         )
+    out(f"  groups: live rows on {live_pages} pages at the end, the last on page {last_page}")
 
 
 if __name__ == "__main__":
