@@ -1,4 +1,6 @@
-"""Each operation of the contract, on a real SQLite file, with time moved by a fake clock."""
+"""Each operation of the contract, on a real SQLite file, with time moved by a fake clock:
+what the file holds after it, and exact lease times. (The contract's behaviour itself is
+the conformance suite's, which runs on a SQLite file: ``conformance/test_sqlite.py``.)"""
 
 from __future__ import annotations
 
@@ -29,12 +31,6 @@ def _drain(t: SqliteTransport[Any], clock: ManualClock) -> list[Lease[Any]]:
 # publish
 
 
-def test_publish_returns_increasing_seqs(transport: SqliteTransport[Any]) -> None:
-    seqs = [transport.publish(f"g{i % 3}", Event(i=i)) for i in range(9)]
-    assert seqs == sorted(set(seqs))
-    assert len(seqs) == 9
-
-
 def test_seqs_are_never_reused_after_ack_or_reopen(
     open_db: OpenDb, clock: ManualClock, db_path: Path
 ) -> None:
@@ -53,25 +49,6 @@ def test_publish_stores_the_event_json(transport: SqliteTransport[Any], db_path:
     ]
 
 
-def test_first_publish_sets_group_priority(transport: SqliteTransport[Any]) -> None:
-    transport.publish("g", Event(i=1), priority=3)
-    transport.publish("g", Event(i=2), priority=0)
-    first = transport.claim("w", 30, min_priority=3)
-    assert first is not None
-    assert first.event.i == 1
-    transport.ack(first)
-    second = transport.claim("w", 30, min_priority=3)
-    assert second is not None
-    assert second.event.i == 2, "the second publish lowered the group's priority"
-
-
-def test_later_publish_does_not_raise_group_priority(transport: SqliteTransport[Any]) -> None:
-    transport.publish("g", Event(i=1), priority=0)
-    transport.publish("g", Event(i=2), priority=4)
-    assert transport.claim("w", 30, min_priority=1) is None
-    assert transport.claim("w", 30, min_priority=0) is not None
-
-
 def test_drained_group_takes_priority_of_next_publish(
     transport: SqliteTransport[Any], db_path: Path
 ) -> None:
@@ -86,44 +63,7 @@ def test_drained_group_takes_priority_of_next_publish(
     assert again.event.i == 2
 
 
-def test_min_priority_floor_skips_lower_groups_only(transport: SqliteTransport[Any]) -> None:
-    for priority in range(5):
-        transport.publish(f"p{priority}", Event(p=priority), priority=priority)
-    served = []
-    while (lease := transport.claim("w", 30, min_priority=2)) is not None:
-        served.append(lease.group_id)
-        transport.ack(lease)
-    assert sorted(served) == ["p2", "p3", "p4"]
-
-
-# claim order
-
-
-def test_claim_serves_never_claimed_groups_first_in_order_of_oldest_message(
-    transport: SqliteTransport[Any], clock: ManualClock
-) -> None:
-    transport.publish("a", Event(n="a1"))
-    transport.publish("a", Event(n="a2"))
-    transport.publish("b", Event(n="b1"))
-    first = transport.claim("w", 30)
-    assert first is not None
-    assert first.event.n == "a1"
-    transport.ack(first)
-    clock.advance(1)
-    # "c" is newer than "a2", but "c" has never been served and "a" has.
-    transport.publish("c", Event(n="c1"))
-    order = [lease.event.n for lease in _drain(transport, clock)]
-    assert order == ["b1", "c1", "a2"]
-
-
-def test_claim_serves_the_group_claimed_longest_ago(
-    transport: SqliteTransport[Any], clock: ManualClock
-) -> None:
-    for n in range(3):
-        for group in "abc":
-            transport.publish(group, Event(n=f"{group}{n}"))
-    order = [lease.event.n for lease in _drain(transport, clock)]
-    assert order == ["a0", "b0", "c0", "a1", "b1", "c1", "a2", "b2", "c2"]
+# claim
 
 
 def test_claim_returns_the_lease_fields(
@@ -175,11 +115,6 @@ def test_extend_renews_the_lease(transport: SqliteTransport[Any], clock: ManualC
 
 
 # lifecycle
-
-
-def test_close_is_idempotent(transport: SqliteTransport[Any]) -> None:
-    transport.close()
-    transport.close()
 
 
 def test_with_block_closes(db_path: Path) -> None:
