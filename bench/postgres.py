@@ -20,14 +20,15 @@ import signal
 import statistics
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
 
 from transports_core import Event, open_transport
+
+from ._scratch import scratch
 
 LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/test"
 Conn = psycopg.Connection[Any]
@@ -44,14 +45,13 @@ def server() -> str:
     return base + (f"?{SESSION[0]}" if SESSION else "")
 
 
-@contextmanager
-def schema(prefix: str) -> Iterator[str]:
-    name = f"bench_{prefix}_{uuid.uuid4().hex[:8]}"
-    try:
-        yield name
-    finally:
-        with psycopg.connect(server(), autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+def _drop_schema(name: str) -> None:
+    with psycopg.connect(server(), autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def schema(prefix: str) -> AbstractContextManager[str]:
+    return scratch(f"bench_{prefix}_", _drop_schema)
 
 
 def queue_url(name: str, **query: object) -> str:
@@ -345,14 +345,20 @@ def claim_latency(size: int, groups: int, n: int) -> float:
 
 
 # The soak's stand-in for autovacuum (off on the shared server): a VACUUM of both tables
-# this often, about when the groups table's own threshold (1,000 dead rows) would fire.
+# every this many cycles. Each cycle leaves three dead group rows (claim, ack, publish), so
+# the table's threshold (1,000 dead rows) would fire about every 333 cycles, at most once
+# per autovacuum_naptime (1 min) though.
 SOAK_VACUUM_EVERY = 1000
 
 
-def soak(cycles: int, groups: int = 100) -> list[dict[str, int]]:
-    """Claim+ack ``cycles`` times (each publishing one more), vacuuming as autovacuum
-    would, then VACUUM: sizes in bytes of every table and index at the start, after a
-    tenth of the cycles (and a VACUUM), and at the end."""
+def soak(
+    cycles: int, groups: int = 100, vacuum_every: int = SOAK_VACUUM_EVERY
+) -> tuple[list[dict[str, int]], tuple[int, int]]:
+    """Claim+ack ``cycles`` times (each publishing one more), vacuuming every
+    ``vacuum_every`` cycles as autovacuum would, then VACUUM: sizes in bytes of every table
+    and index at the start, after a tenth of the cycles (and a VACUUM), and at the end;
+    and at the end, how many pages of the groups table hold a live row, and the last
+    such page (VACUUM gives back only the empty pages after it)."""
     query = (
         "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c "
         "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
@@ -375,10 +381,12 @@ def soak(cycles: int, groups: int = 100) -> list[dict[str, int]]:
                 transport.publish(lease.group_id, Event(n=i))
                 if i + 1 == cycles // 10:
                     taken.append(sizes())
-                elif i % SOAK_VACUUM_EVERY == SOAK_VACUUM_EVERY - 1:
+                elif i % vacuum_every == vacuum_every - 1:
                     conn.execute(f'VACUUM "{name}".groups, "{name}".messages')
             taken.append(sizes())
-    return taken
+            pages = f'SELECT DISTINCT (ctid::text::point)[0] FROM "{name}".groups'
+            live = [int(page) for (page,) in conn.execute(pages).fetchall()]
+    return taken, (len(live), max(live))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -397,6 +405,18 @@ def main(argv: list[str] | None = None) -> int:
         "when commits do not wait for the disk (never how to run a queue)",
     )
     parser.add_argument("--verbose", action="store_true", help="print every round's figures")
+    parser.add_argument(
+        "--soak-groups", type=int, default=100, help="groups the soak cycles over (100)"
+    )
+    parser.add_argument(
+        "--soak-cycles", type=int, help="claim+ack cycles of the soak (20,000; 200,000 --big)"
+    )
+    parser.add_argument(
+        "--soak-vacuum-every",
+        type=int,
+        default=SOAK_VACUUM_EVERY,
+        help=f"cycles between the soak's VACUUMs ({SOAK_VACUUM_EVERY:,})",
+    )
     args = parser.parse_args(argv)
     global VERBOSE
     VERBOSE = args.verbose
@@ -414,8 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only == "publish_many":
         _report_publish_many(rounds, out)
         return 0
+    cycles = args.soak_cycles or (200_000 if args.big else 20_000)
     if args.only == "soak":
-        _report_soak(200_000 if args.big else 20_000, out)
+        _report_soak(cycles, args.soak_groups, args.soak_vacuum_every, out)
         return 0
     if args.only == "scaling":
         _report_scaling(n, rounds, out)
@@ -428,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     _report_scaling(n, rounds, out)
     _report_publish_many(rounds, out)
     _report_backlog(1_000_000 if args.big else 100_000, out)
-    _report_soak(200_000 if args.big else 20_000, out)
+    _report_soak(cycles, args.soak_groups, args.soak_vacuum_every, out)
     return 0
 
 
@@ -543,11 +564,11 @@ def _report_backlog(big: int, out: Callable[..., None]) -> None:
         )
 
 
-def _report_soak(cycles: int, out: Callable[..., None]) -> None:
-    start, tenth, end = soak(cycles)
+def _report_soak(cycles: int, groups: int, vacuum_every: int, out: Callable[..., None]) -> None:
+    (start, tenth, end), (live_pages, last_page) = soak(cycles, groups, vacuum_every)
     out(
-        f"soak: {cycles:,} claim+ack cycles, VACUUM as autovacuum would, then VACUUM "
-        f"(bytes: start, after {cycles // 10:,}, end):"
+        f"soak: {cycles:,} claim+ack cycles over {groups:,} groups, VACUUM every "
+        f"{vacuum_every:,} cycles, then VACUUM (bytes: start, after {cycles // 10:,}, end):"
     )
     for rel in sorted(start):
         ratio = end.get(rel, 0) / start[rel] if start[rel] else float("nan")
@@ -555,6 +576,7 @@ def _report_soak(cycles: int, out: Callable[..., None]) -> None:
             f"  {rel:22s} {start[rel]:10,d} {tenth.get(rel, 0):10,d} {end.get(rel, 0):10,d}"
             f"  ({ratio:.2f}x; target <= 2)"
         )
+    out(f"  groups: live rows on {live_pages} pages at the end, the last on page {last_page}")
 
 
 if __name__ == "__main__":

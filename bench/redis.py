@@ -23,7 +23,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from typing import Any
 
@@ -31,6 +31,8 @@ import redis
 
 from transports_core import Event, Transport, TransportError, open_transport
 from transports_redis._scripts import NOTHING
+
+from ._scratch import scratch
 
 LOCAL_URL = "redis://127.0.0.1:6379/0"
 EVENT = Event(kind="order.created", order=12345, amount=99.5)
@@ -52,13 +54,8 @@ def drop(prefix: str) -> None:
     raw.close()
 
 
-@contextmanager
-def queue(prefix: str) -> Iterator[str]:
-    name = f"bench-{prefix}-{uuid.uuid4().hex[:8]}"
-    try:
-        yield name
-    finally:
-        drop(f"dt:{{{name}}}:")
+def queue(prefix: str) -> AbstractContextManager[str]:
+    return scratch(f"bench-{prefix}-", lambda name: drop(f"dt:{{{name}}}:"))
 
 
 def url(name: str) -> str:

@@ -21,15 +21,19 @@ import functools
 import importlib
 import importlib.util
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import pytest
 
 from transports_core import redact_url
 
-__all__ = ["Found", "Service", "look_up", "server_url", "with_query"]
+T = TypeVar("T")
+
+__all__ = ["Found", "Service", "look_up", "scratch_fixture", "server_url", "with_query"]
 
 
 @dataclass(frozen=True)
@@ -37,15 +41,29 @@ class Service:
     """A server the tests need, and how to reach one."""
 
     name: str  # for messages: "PostgreSQL"
-    variable: str  # the environment variable that names its URL
-    url_form: str  # what such a URL looks like, for messages
-    local_url: str  # the default local address
     image: str  # the image testcontainers starts: "postgres:15"
+    local_url: str  # the default local address
     # Whether a server answers at a URL: None if it does, else why not (no password in it).
     answers: Callable[[str], str | None]
     # Start a container of an image (testcontainers is installed and Docker answers):
     # the server's URL, and how to stop the container.
     start_container: Callable[[str], tuple[str, Callable[[], None]]]
+
+    @property
+    def variable(self) -> str:
+        """The environment variable that names its URL, after the image: postgres:15 ->
+        ``TRANSPORTS_POSTGRES_URL``."""
+        return f"TRANSPORTS_{self.image.partition(':')[0].upper()}_URL"
+
+    @property
+    def url_form(self) -> str:
+        """What such a URL looks like, for messages: the local one's scheme and parts."""
+        parts = urlsplit(self.local_url)
+        return f"{parts.scheme}://{'USER@' if parts.username else ''}HOST:PORT/DB"
+
+    def url(self) -> str:
+        """`server_url` of this service."""
+        return server_url(self)
 
     @property
     def how(self) -> str:
@@ -142,3 +160,14 @@ def with_query(url: str, **query: object) -> str:
     """``url`` with ``query`` added to its query string (``?schema=t_1&pool_max_size=4``)."""
     pairs = "&".join(f"{key}={value}" for key, value in query.items())
     return f"{url}{'&' if urlsplit(url).query else '?'}{pairs}"
+
+
+def scratch_fixture(name: str, scratch: Callable[[], AbstractContextManager[T]]) -> Any:
+    """The pytest fixture ``name``: what ``scratch()`` enters (a schema, a queue of the
+    test's own), left, so removed, when the test ends."""
+
+    def fixture() -> Iterator[T]:
+        with scratch() as value:
+            yield value
+
+    return pytest.fixture(fixture, name=name)

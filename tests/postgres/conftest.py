@@ -7,28 +7,24 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from transports_core import Event, Transport, open_transport
+from tests._services import scratch_fixture
 
 from .server import fresh_schema, with_schema
 
+# (server URL, schema name): the schema is dropped when the test ends.
+schema_url = scratch_fixture("schema_url", lambda: fresh_schema("tp"))
+
 
 @pytest.fixture
-def schema_url() -> Iterator[tuple[str, str]]:
-    """(server URL, schema name): the schema is dropped when the test ends."""
-    with fresh_schema("tp") as pair:
-        yield pair
+def schema(schema_url: tuple[str, str]) -> str:
+    """The name of the test's own schema."""
+    return schema_url[1]
 
 
 @pytest.fixture
 def queue_url(schema_url: tuple[str, str]) -> str:
     url, schema = schema_url
     return with_schema(url, schema, pool_min_size=0, pool_max_size=4)
-
-
-@pytest.fixture
-def queue(queue_url: str) -> Iterator[Transport[Event]]:
-    with open_transport(queue_url) as transport:
-        yield transport
 
 
 @pytest.fixture

@@ -33,20 +33,9 @@ def _start_container(image: str) -> tuple[str, Callable[[], None]]:
     return str(container.get_connection_url()), container.stop
 
 
-SERVICE = _services.Service(
-    name="PostgreSQL",
-    variable="TRANSPORTS_POSTGRES_URL",
-    url_form="postgresql://USER@HOST:PORT/DB",
-    local_url=LOCAL_URL,
-    image="postgres:15",
-    answers=_answers,
-    start_container=_start_container,
-)
-
-
-def server_url() -> str:
-    """The server's URL (no schema), or skip (fail under CI) when none answers."""
-    return _services.server_url(SERVICE)
+SERVICE = _services.Service("PostgreSQL", "postgres:15", LOCAL_URL, _answers, _start_container)
+# The server's URL, or skip (fail under CI) when none answers.
+server_url = SERVICE.url
 
 
 def with_schema(url: str, schema: str, **query: object) -> str:

@@ -1,38 +1,19 @@
-"""The async twin: the same public surface as the sync one, and what only tasks can do to
-a blocked claim (cancel it, close the transport under it)."""
+"""The async twin: what only tasks can do to a blocked claim (cancel it, close the
+transport under it). Its surface is checked against the sync one in ``tests/test_twins.py``."""
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 from typing import Any
 
 import psycopg
 import pytest
 
 from transports_core import (
-    AsyncTransport,
-    AsyncTransportAdmin,
     Event,
-    Transport,
-    TransportAdmin,
     open_async_transport,
 )
-from transports_postgres import AsyncPostgresTransport, PostgresTransport
-
-
-def _public(cls: type) -> set[str]:
-    return {name for name in dir(cls) if not name.startswith("_")}
-
-
-def test_twins_have_the_protocols_methods_with_equal_signatures() -> None:
-    assert _public(PostgresTransport) == _public(Transport) | _public(TransportAdmin)
-    assert _public(AsyncPostgresTransport) == _public(AsyncTransport) | _public(AsyncTransportAdmin)
-    for name in _public(PostgresTransport):
-        sync = getattr(PostgresTransport, name)
-        twin = getattr(AsyncPostgresTransport, name)
-        assert inspect.signature(sync) == inspect.signature(twin), name
-        assert inspect.iscoroutinefunction(twin), name
+from transports_postgres import AsyncPostgresTransport
 
 
 def _waiters(raw: psycopg.Connection[Any], schema: str) -> int:
@@ -53,9 +34,8 @@ async def _until(predicate: Any, what: str, timeout: float = 20) -> None:
 
 
 def test_cancelling_a_blocked_claim_leases_nothing_and_stops_waiting(
-    queue_url: str, raw: psycopg.Connection[Any], schema_url: tuple[str, str]
+    queue_url: str, raw: psycopg.Connection[Any], schema: str
 ) -> None:
-    schema = schema_url[1]
 
     async def scenario() -> None:
         async with open_async_transport(queue_url) as queue:

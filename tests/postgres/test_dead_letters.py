@@ -1,21 +1,15 @@
 """Dead letters on PostgreSQL: max_attempts with both on_dead policies, bury, the shared
-reason texts, requeue (and its refusal), discard and purge. Time is a manual clock, so
-lapses need no sleeping."""
+reason texts, discard and purge. Time is a manual clock, so lapses need no sleeping.
+(Requeue and its refusal are the conformance suite's admin scenarios.)"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
-from transports_core import (
-    Event,
-    LeaseLost,
-    RequeueRefused,
-    TransportAdmin,
-    open_transport,
-)
+from tests._handles import handles
+from transports_core import Event, LeaseLost, TransportAdmin
 from transports_core.backend import buried_reason, exhausted_reason
 from transports_core.conformance import ManualClock
 from transports_postgres import PostgresTransport
@@ -30,18 +24,12 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def opener(queue_url: str, clock: ManualClock) -> Iterator[Opener]:
-    opened: list[PostgresTransport[Event]] = []
+    with handles(queue_url, PostgresTransport, clock=clock) as open_:
+        yield open_
 
-    def open_(**options: Any) -> PostgresTransport[Event]:
-        transport = open_transport(queue_url, clock=clock, **options)
-        assert isinstance(transport, PostgresTransport)
-        assert isinstance(transport, TransportAdmin)
-        opened.append(transport)
-        return transport
 
-    yield open_
-    for transport in opened:
-        transport.close()
+def test_the_transport_offers_the_admin_interface(opener: Opener) -> None:
+    assert isinstance(opener(), TransportAdmin)
 
 
 def test_lapsed_deliveries_exhaust_and_release_the_group(
@@ -113,45 +101,6 @@ def test_bury_is_fenced_like_ack_and_follows_on_dead(opener: Opener, clock: Manu
     nxt = queue.claim("w", 5)
     assert nxt is not None
     assert nxt.event.n == 2
-
-
-def test_requeue_is_refused_while_a_worker_holds_the_group(
-    opener: Opener, clock: ManualClock
-) -> None:
-    queue = opener()
-    seq = queue.publish("g", Event(n=1))
-    queue.publish("g", Event(n=2))
-    first = queue.claim("w", 5)
-    assert first is not None
-    queue.bury(first, "poison")
-    holder = queue.claim("w2", 5)
-    assert holder is not None
-    clock.advance(10)  # lapsed but not re-claimed: still refused
-    with pytest.raises(RequeueRefused) as refused:
-        queue.requeue(seq)
-    assert (refused.value.holder, refused.value.group_id) == ("w2", "g")
-    queue.ack(holder)
-    assert queue.requeue(seq)  # the group is empty now: it comes back as a new group
-    back = queue.claim("w", 5)
-    assert back is not None
-    assert (back.seq, back.attempt) == (seq, 2)
-    assert not queue.requeue(seq)  # no longer a dead letter
-    assert not queue.discard(seq)
-
-
-def test_requeue_puts_a_dead_letter_back_before_later_messages(opener: Opener) -> None:
-    queue = opener()
-    seq = queue.publish("g", Event(n=1))
-    queue.publish("g", Event(n=2))
-    lease = queue.claim("w", 5)
-    assert lease is not None
-    queue.bury(lease, "retry later")
-    assert queue.requeue(seq)  # the group's head (n=2) is free: the dead letter goes first
-    order = []
-    while (next_lease := queue.claim("w", 5)) is not None:
-        order.append(next_lease.event.n)
-        queue.ack(next_lease)
-    assert order == [1, 2]
 
 
 def test_discard_frees_a_held_group_and_purge_removes_everything(opener: Opener) -> None:

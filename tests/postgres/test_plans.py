@@ -41,9 +41,8 @@ def _positional(stmt: sql.Statement, schema: str) -> str:
 
 @pytest.fixture
 def loaded(
-    queue: Transport[Event], raw: psycopg.Connection[Any], schema_url: tuple[str, str]
+    queue: Transport[Event], raw: psycopg.Connection[Any], schema: str
 ) -> str:
-    schema = schema_url[1]
     queue.publish_many(
         [(f"g{g}", Event(n=n), g % 5) for n in range(PER_GROUP) for g in range(GROUPS)]
     )
@@ -84,11 +83,10 @@ def test_hot_statements_use_index_seeks_only_as_generic_plans(
 
 
 def test_a_fresh_queue_claims_off_the_front_of_its_index_before_any_statistics(
-    queue: Transport[Event], raw: psycopg.Connection[Any], schema_url: tuple[str, str]
+    queue: Transport[Event], raw: psycopg.Connection[Any], schema: str
 ) -> None:
     # A few groups and many claims, as a new queue sees before autovacuum first analyzes
     # it: the planner knows nothing of the free groups but the statement's own words.
-    schema = schema_url[1]
     queue.publish_many([(f"g{n % 50}", Event(n=n), 0) for n in range(1000)])
     for _ in range(500):
         lease = queue.claim("w", 60)
@@ -123,11 +121,10 @@ BATCH = {
 def test_a_batch_finds_its_groups_by_key_whatever_the_statistics(
     queue: Transport[Event],
     raw: psycopg.Connection[Any],
-    schema_url: tuple[str, str],
+    schema: str,
     analyzed: bool,
 ) -> None:
     # Many groups already: a scan of the groups table per batch would cost per group.
-    schema = schema_url[1]
     queue.publish_many([(f"g{g}", Event(n=g), 0) for g in range(GROUPS)])
     if analyzed:
         raw.execute(f'ANALYZE "{schema}".groups')

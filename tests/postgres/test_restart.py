@@ -5,7 +5,6 @@ root (to run them as the ``postgres`` user); skipped with the reason otherwise."
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import shutil
 import signal
@@ -19,6 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests._children import until_stopped
 from transports_core import Event, OutcomeUnknown, TransportAdmin, TransportError, open_transport
 
 from . import _workers
@@ -110,19 +110,10 @@ def test_a_crash_and_restart_under_load_loses_nothing_that_returned(
     private_server: PrivateServer, tmp_path: Path
 ) -> None:
     url = f"{private_server.url}?schema=restart&pool_min_size=0&pool_max_size=2&pool_timeout=20"
-    stop = tmp_path / "stop"
-    journals = [tmp_path / f"w{i}" for i in range(WORKERS)]
-    spawn = multiprocessing.get_context("spawn")
     published: set[int] = set()
     maybe: int = 0
     with open_transport(url) as queue:
-        children = [
-            spawn.Process(target=_workers.resilient, args=(url, f"w{i}", str(j), str(stop)))
-            for i, j in enumerate(journals)
-        ]
-        for child in children:
-            child.start()
-        try:
+        with until_stopped(_workers.resilient, url, tmp_path, WORKERS) as journals:
             for n in range(MESSAGES):
                 if n == MESSAGES // 2:
                     # A crash: no shutdown checkpoint, recovery replays the WAL.
@@ -136,14 +127,6 @@ def test_a_crash_and_restart_under_load_loses_nothing_that_returned(
                         break
                     except TransportError:
                         time.sleep(0.1)
-            stop.touch()
-            for child in children:
-                child.join(120)
-                assert child.exitcode == 0
-        finally:
-            for child in children:
-                if child.is_alive():
-                    child.kill()
         assert isinstance(queue, TransportAdmin)
         stats = queue.stats()
     lines = [line.split() for j in journals if j.exists() for line in j.read_text().splitlines()]

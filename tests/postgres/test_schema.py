@@ -57,27 +57,35 @@ def test_an_empty_schema_is_adopted(
         assert queue.publish("g", Event(n=1)) == 1
 
 
+@pytest.mark.parametrize(
+    ("found", "refusal", "tables"),
+    [
+        (["CREATE TABLE {s}.invoices (id int)"], "not a durable-transports queue", ["invoices"]),
+        (
+            [
+                "CREATE TABLE {s}.meta (key text, value text)",
+                "INSERT INTO {s}.meta VALUES ('owner', 'someone-else')",
+            ],
+            "belongs to something else",
+            ["meta"],
+        ),
+    ],
+    ids=["foreign-tables", "foreign-meta"],
+)
 def test_a_foreign_schema_is_refused_and_left_alone(
-    queue_url: str, raw: psycopg.Connection[Any], schema_url: tuple[str, str]
+    queue_url: str,
+    raw: psycopg.Connection[Any],
+    schema: str,
+    found: list[str],
+    refusal: str,
+    tables: list[str],
 ) -> None:
-    schema = schema_url[1]
     raw.execute(f'CREATE SCHEMA "{schema}"')
-    raw.execute(f'CREATE TABLE "{schema}".invoices (id int)')
-    with pytest.raises(TransportError, match="not a durable-transports queue"):
+    for statement in found:
+        raw.execute(statement.format(s=f'"{schema}"'))
+    with pytest.raises(TransportError, match=refusal):
         open_transport(queue_url)
-    assert _tables(raw, schema) == ["invoices"]
-
-
-def test_a_foreign_meta_table_is_refused(
-    queue_url: str, raw: psycopg.Connection[Any], schema_url: tuple[str, str]
-) -> None:
-    schema = schema_url[1]
-    raw.execute(f'CREATE SCHEMA "{schema}"')
-    raw.execute(f'CREATE TABLE "{schema}".meta (key text, value text)')
-    raw.execute(f"INSERT INTO \"{schema}\".meta VALUES ('owner', 'someone-else')")
-    with pytest.raises(TransportError, match="belongs to something else"):
-        open_transport(queue_url)
-    assert _tables(raw, schema) == ["meta"]
+    assert _tables(raw, schema) == tables
 
 
 def test_another_schema_version_is_refused_naming_both(

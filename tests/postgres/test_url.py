@@ -53,28 +53,38 @@ def test_keywords_are_typed_and_cannot_repeat_the_url() -> None:
 
 
 @pytest.mark.parametrize(
-    ("url", "options", "message"),
+    ("url", "message"),
     [
-        ("mysql://h/db", {}, "malformed PostgreSQL URL"),
-        ("postgresql://h/db#frag", {}, "fragment"),
-        ("postgresql://h/db?nosuch=1", {}, "nosuch"),
-        ("postgresql://h/db?schema=1bad", {}, "schema must be a plain identifier"),
-        ("postgresql://h/db?schema=pg_mine", {}, "reserved by PostgreSQL"),
-        ("postgresql://h/db?schema=a&schema=b", {}, "given twice"),
-        ("postgresql://h/db?pool_max_size=0", {}, "pool_max_size must be"),
-        ("postgresql://h/db?pool_min_size=5&pool_max_size=2", {}, "must not exceed"),
-        ("postgresql://h/db?pool_timeout=-1", {}, "pool_timeout must be"),
-        ("postgresql://h/db?max_attempts=0", {}, "max_attempts must be"),
-        ("postgresql://h/db?on_dead=drop", {}, "on_dead must be"),
-        ("postgresql://h/db?lease_commit=off", {}, "lease_commit must be one of flush, async"),
-        ("postgresql://h/db", {"lease_commit": False}, "lease_commit must be one of"),
-        ("postgresql://h/db", {"nosuch": 1}, "unknown PostgreSQL option 'nosuch'"),
-        ("postgresql://h/db", {"clock": 5}, "clock must be a callable"),
+        ("mysql://h/db", "malformed PostgreSQL URL"),
+        ("postgresql://h/db#frag", "fragment"),
+        ("postgresql://h/db?nosuch=1", "nosuch"),
+        ("postgresql://h/db?schema=1bad", "schema must be a plain identifier"),
+        ("postgresql://h/db?schema=pg_mine", "reserved by PostgreSQL"),
+        ("postgresql://h/db?schema=a&schema=b", "given twice"),
+        ("postgresql://h/db?pool_max_size=0", "pool_max_size must be"),
+        ("postgresql://h/db?pool_min_size=5&pool_max_size=2", "must not exceed"),
+        ("postgresql://h/db?pool_timeout=-1", "pool_timeout must be"),
+        ("postgresql://h/db?max_attempts=0", "max_attempts must be"),
+        ("postgresql://h/db?on_dead=drop", "on_dead must be"),
+        ("postgresql://h/db?lease_commit=off", "lease_commit must be one of flush, async"),
     ],
 )
-def test_bad_input_is_a_clear_error(url: str, options: dict[str, object], message: str) -> None:
+def test_a_bad_url_is_a_clear_error(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_url(url, {})
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"lease_commit": False}, "lease_commit must be one of"),
+        ({"nosuch": 1}, "unknown PostgreSQL option 'nosuch'"),
+        ({"clock": 5}, "clock must be a callable"),
+    ],
+)
+def test_a_bad_keyword_is_a_clear_error(options: dict[str, object], message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
-        parse_url(url, options)
+        parse_url("postgresql://h/db", options)
 
 
 def test_a_password_is_never_shown() -> None:

@@ -7,27 +7,17 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from transports_core import Event, Transport, open_transport
+from tests._services import scratch_fixture
 
 from .server import fresh_queue, with_queue
 
-
-@pytest.fixture
-def server_queue() -> Iterator[tuple[str, str]]:
-    """(server URL, queue name): checked and deleted when the test ends."""
-    with fresh_queue("tr") as pair:
-        yield pair
+# (server URL, queue name): checked and deleted when the test ends.
+server_queue = scratch_fixture("server_queue", lambda: fresh_queue("tr"))
 
 
 @pytest.fixture
 def queue_url(server_queue: tuple[str, str]) -> str:
     return with_queue(*server_queue)
-
-
-@pytest.fixture
-def queue(queue_url: str) -> Iterator[Transport[Event]]:
-    with open_transport(queue_url) as transport:
-        yield transport
 
 
 @pytest.fixture

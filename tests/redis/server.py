@@ -46,20 +46,9 @@ def _start_container(image: str) -> tuple[str, Callable[[], None]]:
     return f"redis://{host}:{port}/0", container.stop
 
 
-SERVICE = _services.Service(
-    name="Redis",
-    variable="TRANSPORTS_REDIS_URL",
-    url_form="redis://HOST:PORT/DB",
-    local_url=LOCAL_URL,
-    image="redis:7",
-    answers=_answers,
-    start_container=_start_container,
-)
-
-
-def server_url() -> str:
-    """The server's URL (no query), or skip (fail under CI) when none answers."""
-    return _services.server_url(SERVICE)
+SERVICE = _services.Service("Redis", "redis:7", LOCAL_URL, _answers, _start_container)
+# The server's URL, or skip (fail under CI) when none answers.
+server_url = SERVICE.url
 
 
 def with_queue(url: str, queue: str, **query: object) -> str:

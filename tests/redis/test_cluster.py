@@ -15,8 +15,10 @@ from transports_redis import RedisTransport
 from . import _workers
 from ._cluster import local_cluster, owner, slot_of
 from .server import PrivateServer
-from .test_processes import GROUPS, PER_GROUP, WORKERS
 
+GROUPS = 12
+PER_GROUP = 25
+WORKERS = 4
 QUEUES = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot")
 
 

@@ -4,12 +4,12 @@ from is lost, nothing an ack returned from comes back, and the structures are so
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from pathlib import Path
 
 import pytest
 
+from tests._children import until_stopped
 from transports_core import open_transport
 from transports_redis import RedisTransport
 
@@ -23,16 +23,7 @@ PROCESSES = 3
 def test_a_sigkilled_aof_server_loses_nothing_that_returned(tmp_path: Path) -> None:
     with private_server() as server:
         url = with_queue(server.url, "durable")
-        stop = tmp_path / "stop"
-        journals = [tmp_path / f"c{i}.journal" for i in range(PROCESSES)]
-        spawn = multiprocessing.get_context("spawn")
-        children = [
-            spawn.Process(target=_workers.churn, args=(url, f"c{i}", str(j), str(stop)))
-            for i, j in enumerate(journals)
-        ]
-        for child in children:
-            child.start()
-        try:
+        with until_stopped(_workers.churn, url, tmp_path, PROCESSES) as journals:
             # Every child is at work (a child still starting when the server goes down
             # could not even open its transport), and 300 calls have returned.
             for journal in journals:
@@ -43,11 +34,6 @@ def test_a_sigkilled_aof_server_loses_nothing_that_returned(tmp_path: Path) -> N
             server.start()
             written = _count_lines(journals)
             _until_lines(journals, written + 300)
-        finally:
-            stop.touch()
-            for child in children:
-                child.join(60)
-        assert all(child.exitcode == 0 for child in children)
 
         published: dict[int, str] = {}
         acked: set[int] = set()

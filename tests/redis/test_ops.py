@@ -4,7 +4,6 @@ declares its keys and arguments once."""
 
 from __future__ import annotations
 
-import inspect
 import re
 from typing import Any
 
@@ -13,7 +12,6 @@ import redis.exceptions as rex
 
 from transports_core import Event, Lease, LeaseLost, RequeueRefused, TransportError
 from transports_core.backend import Claimed, EventCodec, exhausted_reason
-from transports_redis import AsyncRedisTransport, RedisTransport
 from transports_redis import _ops as ops
 from transports_redis import _scripts as scripts
 from transports_redis._errors import ASKING, Exchange, Node, recover
@@ -88,15 +86,6 @@ def test_every_script_names_its_keys_and_arguments_once() -> None:
             assert name in script.args, (script.name, name)
         for name in re.findall(r"\bK\.(\w+)", body + scripts.HELPERS):
             assert name in scripts.QUEUE_KEYS, (script.name, name)
-
-
-def test_the_twins_have_the_same_methods_and_signatures() -> None:
-    public = [n for n in dir(RedisTransport) if not n.startswith("_")]
-    assert public == [n for n in dir(AsyncRedisTransport) if not n.startswith("_")]
-    for name in public:
-        sync, other = getattr(RedisTransport, name), getattr(AsyncRedisTransport, name)
-        assert inspect.signature(sync) == inspect.signature(other), name
-        assert inspect.iscoroutinefunction(other), name
 
 
 def _plan(source: str | None = "return 1", patience: float = 0.05) -> tuple[Any, list[Node]]:

@@ -51,38 +51,48 @@ def test_keywords_are_typed_and_cannot_repeat_the_url() -> None:
 
 
 @pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://h", "malformed Redis URL"),
+        ("redis:/h", "malformed Redis URL"),
+        ("redis://", "names no host"),
+        ("redis://h:notaport", "malformed Redis URL"),
+        ("redis://h/zero", "database number"),
+        ("redis://h#frag", "fragment"),
+        ("unix://", "socket path"),
+        ("redis://h?nosuch=1", "nosuch"),
+        ("redis://h?queue=a&queue=b", "given twice"),
+        ("redis://h?queue=a{b}", "without braces"),
+        ("redis://h?queue=", "queue must be"),
+        ("redis://h?max_attempts=0", "max_attempts"),
+        ("redis://h?on_dead=keep", "on_dead"),
+        ("redis://h?socket_timeout=-1", "socket_timeout"),
+        ("redis://h?socket_timeout=inf", "socket_timeout"),
+        ("redis://h?maxmemory_policy=ignore", "maxmemory_policy"),
+        ("redis://h?db=1", "as its path"),
+        ("rediss://h?ssl_ca_certs=/no/such.pem", "ssl_ca_certs must name a readable file"),
+        ("rediss://h?ssl_cert_reqs=always", "ssl_cert_reqs must be"),
+        ("rediss://h?ssl_check_hostname=yes", "ssl_check_hostname must be true or false"),
+        ("rediss://h?ssl_cert_reqs=none&ssl_check_hostname=true", "needs ssl_cert_reqs"),
+        ("redis://h?ssl_cert_reqs=none", "need a rediss:// \\(TLS\\) URL"),
+        ("unix:///s?ssl_cert_reqs=none", "need a rediss://"),
+    ],
+)
+def test_bad_urls_are_named(url: str, message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        parse_url(url, {})
+
+
+@pytest.mark.parametrize(
     ("url", "options", "message"),
     [
-        ("http://h", {}, "malformed Redis URL"),
-        ("redis:/h", {}, "malformed Redis URL"),
-        ("redis://", {}, "names no host"),
-        ("redis://h:notaport", {}, "malformed Redis URL"),
-        ("redis://h/zero", {}, "database number"),
-        ("redis://h#frag", {}, "fragment"),
-        ("unix://", {}, "socket path"),
-        ("redis://h?nosuch=1", {}, "nosuch"),
-        ("redis://h?queue=a&queue=b", {}, "given twice"),
-        ("redis://h?queue=a{b}", {}, "without braces"),
-        ("redis://h?queue=", {}, "queue must be"),
-        ("redis://h?max_attempts=0", {}, "max_attempts"),
-        ("redis://h?on_dead=keep", {}, "on_dead"),
-        ("redis://h?socket_timeout=-1", {}, "socket_timeout"),
-        ("redis://h?socket_timeout=inf", {}, "socket_timeout"),
-        ("redis://h?maxmemory_policy=ignore", {}, "maxmemory_policy"),
-        ("redis://h?db=1", {}, "as its path"),
         ("redis://h", {"queue": 3}, "queue must be"),
         ("redis://h", {"max_attempts": True}, "max_attempts"),
         ("redis://h", {"clock": 5}, "clock"),
-        ("rediss://h?ssl_ca_certs=/no/such.pem", {}, "ssl_ca_certs must name a readable file"),
-        ("rediss://h?ssl_cert_reqs=always", {}, "ssl_cert_reqs must be"),
-        ("rediss://h?ssl_check_hostname=yes", {}, "ssl_check_hostname must be true or false"),
-        ("rediss://h?ssl_cert_reqs=none&ssl_check_hostname=true", {}, "needs ssl_cert_reqs"),
-        ("redis://h?ssl_cert_reqs=none", {}, "need a rediss:// \\(TLS\\) URL"),
-        ("unix:///s?ssl_cert_reqs=none", {}, "need a rediss://"),
         ("rediss://h", {"ssl_password": 5}, "ssl_password must be a string"),
     ],
 )
-def test_bad_urls_and_options_are_named(url: str, options: dict[str, object], message: str) -> None:
+def test_bad_keywords_are_named(url: str, options: dict[str, object], message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         parse_url(url, options)
 

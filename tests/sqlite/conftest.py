@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from transports_core import Event, open_transport
+from tests._handles import handles
+from transports_core import Event
 from transports_core.conformance import ManualClock
 from transports_sqlite import SqliteTransport
 
@@ -27,18 +28,8 @@ def db_path(tmp_path: Path) -> Path:
 def open_db(db_path: Path, clock: ManualClock) -> Iterator[OpenDb]:
     """Opens (another) transport on ``db_path`` through the public URL entry point, driven
     by the fake ``clock`` unless told otherwise; every one is closed at teardown."""
-    opened: list[SqliteTransport[Any]] = []
-
-    def open_(*, event_type: object = Event, **options: object) -> SqliteTransport[Any]:
-        options.setdefault("clock", clock)
-        transport = open_transport(f"sqlite:///{db_path}", event_type=event_type, **options)
-        assert isinstance(transport, SqliteTransport)
-        opened.append(transport)
-        return transport
-
-    yield open_
-    for transport in opened:
-        transport.close()
+    with handles(f"sqlite:///{db_path}", SqliteTransport, event_type=Event, clock=clock) as open_:
+        yield open_
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""Each operation of the contract, on a real SQLite file, with time moved by a fake clock."""
+"""Each operation of the contract, on a real SQLite file, with time moved by a fake clock:
+what the file holds after it, and exact lease times. (The contract's behaviour itself is
+the conformance suite's, which runs on a SQLite file: ``conformance/test_sqlite.py``.)"""
 
 from __future__ import annotations
 
@@ -29,12 +31,6 @@ def _drain(t: SqliteTransport[Any], clock: ManualClock) -> list[Lease[Any]]:
 # publish
 
 
-def test_publish_returns_increasing_seqs(transport: SqliteTransport[Any]) -> None:
-    seqs = [transport.publish(f"g{i % 3}", Event(i=i)) for i in range(9)]
-    assert seqs == sorted(set(seqs))
-    assert len(seqs) == 9
-
-
 def test_seqs_are_never_reused_after_ack_or_reopen(
     open_db: OpenDb, clock: ManualClock, db_path: Path
 ) -> None:
@@ -53,25 +49,6 @@ def test_publish_stores_the_event_json(transport: SqliteTransport[Any], db_path:
     ]
 
 
-def test_first_publish_sets_group_priority(transport: SqliteTransport[Any]) -> None:
-    transport.publish("g", Event(i=1), priority=3)
-    transport.publish("g", Event(i=2), priority=0)
-    first = transport.claim("w", 30, min_priority=3)
-    assert first is not None
-    assert first.event.i == 1
-    transport.ack(first)
-    second = transport.claim("w", 30, min_priority=3)
-    assert second is not None
-    assert second.event.i == 2, "the second publish lowered the group's priority"
-
-
-def test_later_publish_does_not_raise_group_priority(transport: SqliteTransport[Any]) -> None:
-    transport.publish("g", Event(i=1), priority=0)
-    transport.publish("g", Event(i=2), priority=4)
-    assert transport.claim("w", 30, min_priority=1) is None
-    assert transport.claim("w", 30, min_priority=0) is not None
-
-
 def test_drained_group_takes_priority_of_next_publish(
     transport: SqliteTransport[Any], db_path: Path
 ) -> None:
@@ -86,76 +63,7 @@ def test_drained_group_takes_priority_of_next_publish(
     assert again.event.i == 2
 
 
-def test_min_priority_floor_skips_lower_groups_only(transport: SqliteTransport[Any]) -> None:
-    for priority in range(5):
-        transport.publish(f"p{priority}", Event(p=priority), priority=priority)
-    served = []
-    while (lease := transport.claim("w", 30, min_priority=2)) is not None:
-        served.append(lease.group_id)
-        transport.ack(lease)
-    assert sorted(served) == ["p2", "p3", "p4"]
-
-
-# claim order
-
-
-def test_claim_serves_never_claimed_groups_first_in_order_of_oldest_message(
-    transport: SqliteTransport[Any], clock: ManualClock
-) -> None:
-    transport.publish("a", Event(n="a1"))
-    transport.publish("a", Event(n="a2"))
-    transport.publish("b", Event(n="b1"))
-    first = transport.claim("w", 30)
-    assert first is not None
-    assert first.event.n == "a1"
-    transport.ack(first)
-    clock.advance(1)
-    # "c" is newer than "a2", but "c" has never been served and "a" has.
-    transport.publish("c", Event(n="c1"))
-    order = [lease.event.n for lease in _drain(transport, clock)]
-    assert order == ["b1", "c1", "a2"]
-
-
-def test_claim_serves_the_group_claimed_longest_ago(
-    transport: SqliteTransport[Any], clock: ManualClock
-) -> None:
-    for n in range(3):
-        for group in "abc":
-            transport.publish(group, Event(n=f"{group}{n}"))
-    order = [lease.event.n for lease in _drain(transport, clock)]
-    assert order == ["a0", "b0", "c0", "a1", "b1", "c1", "a2", "b2", "c2"]
-
-
-def test_claim_keeps_fifo_within_a_group(
-    transport: SqliteTransport[Any], clock: ManualClock
-) -> None:
-    seqs = [transport.publish("g", Event(i=i)) for i in range(5)]
-    leases = _drain(transport, clock)
-    assert [lease.seq for lease in leases] == seqs
-    assert [lease.event.i for lease in leases] == list(range(5))
-
-
-def test_claim_returns_none_on_an_empty_queue(transport: SqliteTransport[Any]) -> None:
-    assert transport.claim("w", 30) is None
-
-
-def test_claim_leases_one_message_per_group_at_a_time(
-    transport: SqliteTransport[Any],
-) -> None:
-    transport.publish("g", Event(i=1))
-    transport.publish("g", Event(i=2))
-    transport.publish("h", Event(i=3))
-    first = transport.claim("w1", 30)
-    assert first is not None
-    assert first.group_id == "g"
-    other = transport.claim("w2", 30)
-    assert other is not None
-    assert other.group_id == "h"
-    assert transport.claim("w3", 30) is None, "g's second message was delivered while g busy"
-    transport.ack(first)
-    after = transport.claim("w3", 30)
-    assert after is not None
-    assert (after.group_id, after.event.i) == ("g", 2)
+# claim
 
 
 def test_claim_returns_the_lease_fields(
@@ -176,64 +84,6 @@ def test_lapsed_lease_counts_as_free(transport: SqliteTransport[Any], clock: Man
     second = transport.claim("w2", visibility=10)
     assert second is not None
     assert (second.seq, second.worker_id, second.attempt) == (first.seq, "w2", 2)
-
-
-# nack
-
-
-def test_nack_with_delay_holds_the_group_until_the_delay_elapses(
-    transport: SqliteTransport[Any], clock: ManualClock
-) -> None:
-    transport.publish("g", Event(i=1))
-    transport.publish("g", Event(i=2))
-    transport.publish("h", Event(i=3))
-    lease = transport.claim("w", 30)
-    assert lease is not None
-    assert lease.group_id == "g"
-    transport.nack(lease, delay=60)
-    clock.advance(1)
-    other = transport.claim("w", 30)
-    assert other is not None
-    assert other.group_id == "h", "a parked group must not hold back the others"
-    transport.ack(other)
-    clock.advance(58)
-    assert transport.claim("w", 30) is None, "the parked group was released early"
-    clock.advance(2)
-    again = transport.claim("w", 30)
-    assert again is not None
-    assert (again.seq, again.attempt, again.event.i) == (lease.seq, 2, 1)
-
-
-def test_nack_without_delay_frees_the_message_at_once(
-    transport: SqliteTransport[Any],
-) -> None:
-    transport.publish("g", Event(i=1))
-    lease = transport.claim("w1", 30)
-    assert lease is not None
-    transport.nack(lease)
-    again = transport.claim("w2", 30)
-    assert again is not None
-    assert (again.seq, again.worker_id, again.attempt) == (lease.seq, "w2", 2)
-
-
-def test_attempt_counts_deliveries(transport: SqliteTransport[Any], clock: ManualClock) -> None:
-    transport.publish("g", Event(i=1))
-    attempts = []
-    for settle in ("nack", "park", "lapse", "ack"):
-        lease = transport.claim("w", visibility=5)
-        assert lease is not None
-        attempts.append(lease.attempt)
-        if settle == "nack":
-            transport.nack(lease)
-        elif settle == "park":
-            transport.nack(lease, delay=3)
-            clock.advance(4)
-        elif settle == "lapse":
-            clock.advance(6)
-        else:
-            transport.ack(lease)
-    assert attempts == [1, 2, 3, 4]
-    assert transport.claim("w", 5) is None
 
 
 # ack and extend
@@ -265,11 +115,6 @@ def test_extend_renews_the_lease(transport: SqliteTransport[Any], clock: ManualC
 
 
 # lifecycle
-
-
-def test_close_is_idempotent(transport: SqliteTransport[Any]) -> None:
-    transport.close()
-    transport.close()
 
 
 def test_with_block_closes(db_path: Path) -> None:

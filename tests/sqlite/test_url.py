@@ -82,23 +82,6 @@ def test_unknown_keyword_option_is_named_with_the_known_ones() -> None:
     )
 
 
-def test_clock_cannot_come_from_the_url() -> None:
-    with pytest.raises(ValueError, match="unknown SQLite option 'clock'"):
-        parse_url("sqlite:///q.db?clock=time", {})
-
-
-def test_option_given_twice_in_the_query() -> None:
-    with pytest.raises(ValueError, match="'synchronous' is given twice"):
-        parse_url("sqlite:///q.db?synchronous=off&synchronous=full", {})
-
-
-def test_option_given_in_the_query_and_as_a_keyword() -> None:
-    with pytest.raises(
-        ValueError, match="'busy_timeout' is given both in the URL and as a keyword"
-    ):
-        parse_url("sqlite:///q.db?busy_timeout=1", {"busy_timeout": 1})
-
-
 @pytest.mark.parametrize(
     ("url", "options", "error", "names"),
     [
@@ -114,9 +97,24 @@ def test_option_given_in_the_query_and_as_a_keyword() -> None:
         ("sqlite:///q.db", {"busy_timeout": True}, ValueError, "got True"),
         ("sqlite:///q.db", {"busy_timeout": 2.5}, ValueError, "got 2.5"),
         ("sqlite:///q.db", {"clock": 3}, TypeError, "clock must be a callable"),
+        ("sqlite:///q.db?clock=time", {}, ValueError, "unknown SQLite option 'clock'"),
+        (
+            "sqlite:///q.db?synchronous=off&synchronous=full",
+            {},
+            ValueError,
+            "'synchronous' is given twice",
+        ),
+        (
+            "sqlite:///q.db?busy_timeout=1",
+            {"busy_timeout": 1},
+            ValueError,
+            "'busy_timeout' is given both in the URL and as a keyword",
+        ),
+        ("sqlite:///", {}, ValueError, "names no file"),
+        ("sqlite:///q.db#part", {}, ValueError, "fragment"),
     ],
 )
-def test_bad_option_values_are_named(
+def test_bad_urls_and_option_values_are_named(
     url: str, options: dict[str, Any], error: type[Exception], names: str
 ) -> None:
     with pytest.raises(error) as info:
@@ -141,16 +139,6 @@ def test_malformed_url_lists_the_valid_forms(url: str) -> None:
     for form in ("sqlite:///relative/path.db", "sqlite:////absolute/path.db", "sqlite:///:memory:"):
         assert form in str(info.value)
     assert "secret" not in str(info.value)
-
-
-def test_url_naming_no_file_is_refused() -> None:
-    with pytest.raises(ValueError, match="names no file"):
-        parse_url("sqlite:///", {})
-
-
-def test_url_with_a_fragment_is_refused() -> None:
-    with pytest.raises(ValueError, match="fragment"):
-        parse_url("sqlite:///q.db#part", {})
 
 
 def test_open_transport_reports_bad_options_before_touching_the_file(tmp_path: Path) -> None:
