@@ -6,7 +6,32 @@ import os
 import time
 from pathlib import Path
 
+import psycopg
+
 from transports_core import open_transport
+
+VISIBILITY = 60.0
+SERVER_NOW = "SELECT date_part('epoch', clock_timestamp())"
+
+
+def drain(url: str, worker_id: str, journal: str, idle_wait: float) -> None:
+    """Claim and ack until a claim waits ``idle_wait`` s in vain. Journal, per message:
+    ``seq group n attempt claimed_at acking_at`` on the server's clock (the lease's start,
+    and a reading just before the ack is sent)."""
+    lines = []
+    clock = psycopg.connect(url.partition("?")[0], autocommit=True)
+    with open_transport(url) as transport:
+        while (lease := transport.claim(worker_id, VISIBILITY, wait=idle_wait)) is not None:
+            claimed_at = lease.expires_at - VISIBILITY
+            row = clock.execute(SERVER_NOW).fetchone()
+            assert row is not None
+            lines.append(
+                f"{lease.seq} {lease.group_id} {lease.event.n} {lease.attempt} "
+                f"{claimed_at!r} {row[0]!r}\n"
+            )
+            transport.ack(lease)
+    clock.close()
+    Path(journal).write_text("".join(lines))
 
 
 def hold(url: str, ready: str) -> None:

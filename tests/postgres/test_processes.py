@@ -1,22 +1,64 @@
-"""A worker SIGKILLed while it holds a lease, and server connections terminated under the
-transport: nothing lost, nothing doubled. (Several processes draining one queue is the
-conformance suite's contention-processes scenario.)"""
+"""Several OS processes on one queue, journaled on the server's clock (the conformance
+suite's contention scenario journals on the host's), a worker SIGKILLed while it holds a lease, and
+server connections terminated under the transport: nothing lost, nothing doubled."""
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import signal
 import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from transports_core import Event, OutcomeUnknown, Transport, TransportError, open_transport
 
 from . import _workers
+
+PROCESSES = 4
+GROUPS = 12
+PER_GROUP = 25
+
+
+@pytest.mark.slow
+def test_processes_lose_nothing_keep_order_and_never_share_a_group(
+    queue: Transport[Event], queue_url: str, tmp_path: Path
+) -> None:
+    published: dict[int, tuple[str, int]] = {}
+    items = [(f"g{g}", Event(n=n), 0) for n in range(PER_GROUP) for g in range(GROUPS)]
+    for (group, event, _), seq in zip(items, queue.publish_many(items), strict=True):
+        published[seq] = (group, event.n)
+    spawn = multiprocessing.get_context("spawn")
+    journals = [tmp_path / f"w{i}.journal" for i in range(PROCESSES)]
+    children = [
+        spawn.Process(target=_workers.drain, args=(queue_url, f"w{i}", str(journal), 2.0))
+        for i, journal in enumerate(journals)
+    ]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(120)
+        assert child.exitcode == 0
+    rows = [line.split() for journal in journals for line in journal.read_text().splitlines()]
+    seen = [int(row[0]) for row in rows]
+    assert sorted(seen) == sorted(published), "lost or doubled messages"
+    by_group: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    for seq_text, group, n, attempt, claimed_at, acking_at in rows:
+        assert published[int(seq_text)] == (group, int(n))
+        assert attempt == "1"
+        by_group[group].append((float(claimed_at), float(acking_at), int(n)))
+    for group, spans in by_group.items():
+        spans.sort()
+        assert [n for *_, n in spans] == list(range(PER_GROUP)), f"{group} out of order"
+        for (_, end, _), (start, _, _) in itertools.pairwise(spans):
+            assert end <= start, f"{group}: two live leases at once ({end} > {start})"
+    assert len({row[0] for row in rows}) == len(rows)
 
 
 def test_a_sigkilled_lease_holder_loses_nothing(
