@@ -8,8 +8,6 @@ connection part is handed to redis-py without its query. Imports no driver.
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +20,7 @@ from transports_core.backend import (
     check_max_attempts,
     check_on_dead,
     redact_url,
+    seconds_option,
 )
 
 URL_FORMS = (
@@ -109,23 +108,6 @@ def _queue(value: object) -> str:
     return value
 
 
-def _seconds(name: str) -> Callable[[object], float]:
-    def check(value: object) -> float:
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                value = float(value)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value <= 0
-        ):
-            raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
-        return float(value)
-
-    return check
-
-
 def _db(value: object) -> int:
     if isinstance(value, str) and value.isascii() and value.isdigit():
         value = int(value)
@@ -181,8 +163,8 @@ OPTIONS = OptionTable(
     {
         "queue": _queue,
         "db": _db,
-        "socket_timeout": _seconds("socket_timeout"),
-        "connect_timeout": _seconds("connect_timeout"),
+        "socket_timeout": seconds_option("socket_timeout"),
+        "connect_timeout": seconds_option("connect_timeout"),
         "max_attempts": check_max_attempts,
         "on_dead": _on_dead,
         "maxmemory_policy": _maxmemory,
