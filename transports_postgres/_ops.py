@@ -19,7 +19,6 @@ from typing import Any, ClassVar, Final, Literal, NamedTuple, TypeVar
 from transports_core import (
     DeadLetter,
     GroupInfo,
-    GroupState,
     HeldGroup,
     Lease,
     LeaseLost,
@@ -43,7 +42,10 @@ from transports_core.backend import (
     check_seq,
     check_visibility,
     check_worker_id,
+    dead_letter,
     exhausted_reason,
+    group_info,
+    held_group,
     queue_stats,
 )
 
@@ -533,26 +535,6 @@ class Stats(_Read[QueueStats]):
         )
 
 
-def _group_info(row: Sequence[Any], now: float) -> GroupInfo:
-    group_id, priority, head_seq, last_claimed_at, locked_by, lock_expiry, depth = row
-    state: GroupState
-    if lock_expiry == sql.HELD:
-        state, depth = "held", depth - 1
-    elif locked_by is None or lock_expiry < now:
-        state = "ready"
-    else:
-        state = "parked" if locked_by == sql.PARKED else "in_flight"
-    return GroupInfo(
-        group_id=group_id,
-        priority=priority,
-        depth=depth,
-        head_seq=head_seq,
-        state=state,
-        busy_until=lock_expiry if state in ("parked", "in_flight") else None,
-        last_claimed_at=last_claimed_at or None,
-    )
-
-
 class Groups(_Read[list[GroupInfo]]):
     __slots__ = ("limit",)
     call = "groups"
@@ -563,7 +545,7 @@ class Groups(_Read[list[GroupInfo]]):
     def steps(self, now: float | None) -> Steps[list[GroupInfo]]:
         clock, rows = yield (Stmt(sql.SERVER_NOW, (now,)), Stmt(sql.DEEPEST_GROUPS, (self.limit,)))
         at = clock.rows[0][0]
-        return [_group_info(row, at) for row in rows.rows]
+        return [group_info(row, at, parked=sql.PARKED, held=sql.HELD) for row in rows.rows]
 
 
 class DeadLetters(_Read[list[DeadLetter]]):
@@ -575,10 +557,7 @@ class DeadLetters(_Read[list[DeadLetter]]):
 
     def steps(self, now: float | None) -> Steps[list[DeadLetter]]:
         (result,) = yield (Stmt(sql.LIST_DEAD_LETTERS, (self.limit,)),)
-        return [
-            DeadLetter(seq, group_id, priority, event, attempts, reason, dead_at, bool(held))
-            for seq, group_id, priority, event, attempts, reason, dead_at, held in result.rows
-        ]
+        return list(map(dead_letter, result.rows))
 
 
 class HeldGroups(_Read[list[HeldGroup]]):
@@ -587,10 +566,7 @@ class HeldGroups(_Read[list[HeldGroup]]):
 
     def steps(self, now: float | None) -> Steps[list[HeldGroup]]:
         (result,) = yield (Stmt(sql.LIST_HELD_GROUPS),)
-        return [
-            HeldGroup(group_id=group_id, seq=seq, waiting=waiting, since=dead_at)
-            for group_id, seq, dead_at, waiting in result.rows
-        ]
+        return list(map(held_group, result.rows))
 
 
 def _dead_letter(seq: int) -> Steps[tuple[str, bool] | None]:

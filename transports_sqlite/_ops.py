@@ -21,7 +21,6 @@ from typing import Any, Final, Literal, NamedTuple, TypeVar
 from transports_core import (
     DeadLetter,
     GroupInfo,
-    GroupState,
     HeldGroup,
     Lease,
     LeaseLost,
@@ -31,6 +30,7 @@ from transports_core import (
     TransportError,
 )
 from transports_core.backend import (
+    Claimed,
     EventCodec,
     Operation,
     buried_reason,
@@ -43,7 +43,11 @@ from transports_core.backend import (
     check_seq,
     check_visibility,
     check_worker_id,
+    dead_letter,
     exhausted_reason,
+    group_info,
+    held_group,
+    queue_stats,
 )
 
 from . import _sql as sql
@@ -151,20 +155,6 @@ class Plan(Op[T]):
 
     def steps(self, now: float) -> Steps[T]:
         return self._steps(now)
-
-
-class Claimed(NamedTuple):
-    """A leased row, before its event is decoded (outside the transaction)."""
-
-    seq: int
-    group_id: str
-    raw: str
-    worker_id: str
-    attempt: int
-    expires_at: float
-
-    def lease(self, codec: EventCodec[T]) -> Lease[T]:
-        return codec.lease(*self)
 
 
 def _is_empty(path: str, identity: Result) -> bool:
@@ -358,37 +348,6 @@ class Claim(Op[Claimed | None]):
             return self._claimed(found, now) if found else None
 
 
-class Claims:
-    """Builds the `Claim` for each call of one transport's ``claim``, and keeps the last.
-
-    A worker asks with the same arguments every time, usually the very same objects
-    (literals, or values set once), so while they are identical the checked op is used
-    again (building and checking it anew is a tenth of a claim+ack in memory). Identity,
-    not equality, so that no argument escapes its checks: ``True ==
-    1 == 1.0``, but only the int is a priority. The op holds only checked arguments, and
-    the last is swapped in one assignment, so threads may share this."""
-
-    __slots__ = ("_last", "max_attempts", "on_dead")
-
-    def __init__(self, max_attempts: int | None, on_dead: str) -> None:
-        self.max_attempts = max_attempts
-        self.on_dead = on_dead
-        self._last: tuple[object, object, object, Claim] | None = None
-
-    def __call__(self, worker_id: str, visibility: float, min_priority: int) -> Claim:
-        last = self._last
-        if (
-            last is not None
-            and last[0] is worker_id
-            and last[1] is visibility
-            and last[2] is min_priority
-        ):
-            return last[3]
-        op = Claim(worker_id, visibility, min_priority, self.max_attempts, self.on_dead)
-        self._last = (worker_id, visibility, min_priority, op)
-        return op
-
-
 def _bury(
     now: float, group_id: str, seq: int, delivered: int, reason: str, on_dead: str
 ) -> Steps[None]:
@@ -572,53 +531,18 @@ def checkpoint_due(wal_bytes: int) -> bool:
 # --- admin: reads run in a deferred (read) transaction, writes under the write lock ------
 
 
-def _priority_stats(priority: int, counts: Sequence[int], dead: int) -> PriorityStats:
-    ready, in_flight, parked = counts
-    return PriorityStats(priority, ready, in_flight, parked, dead)
-
-
 def Stats() -> Op[QueueStats]:
     def steps(now: float) -> Steps[QueueStats]:
-        live = {
-            row[0]: row[1:]
-            for row in (
-                yield Stmt(sql.MESSAGE_COUNTS, {"now": now, "parked": sql.PARKED, "held": sql.HELD})
-            ).rows
-        }
+        markers = {"now": now, "parked": sql.PARKED, "held": sql.HELD}
+        counted = yield Stmt(sql.MESSAGE_COUNTS, markers)
+        live = {p: (ready, in_flight, parked) for p, ready, in_flight, parked in counted.rows}
         dead = dict((yield Stmt(sql.DEAD_COUNTS)).rows)
-        by_priority = tuple(
-            _priority_stats(p, live.get(p, (0, 0, 0)), dead.get(p, 0))
+        return queue_stats(
+            PriorityStats(p, *live.get(p, (0, 0, 0)), dead=dead.get(p, 0))
             for p in sorted(live.keys() | dead.keys())
-        )
-        return QueueStats(
-            ready=sum(p.ready for p in by_priority),
-            in_flight=sum(p.in_flight for p in by_priority),
-            parked=sum(p.parked for p in by_priority),
-            dead=sum(p.dead for p in by_priority),
-            by_priority=by_priority,
         )
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
-
-
-def _group_info(row: Sequence[Any], now: float) -> GroupInfo:
-    group_id, priority, head_seq, last_claimed_at, locked_by, lock_expiry, depth = row
-    state: GroupState
-    if lock_expiry == sql.HELD:
-        state, depth = "held", depth - 1
-    elif locked_by is None or lock_expiry < now:
-        state = "ready"
-    else:
-        state = "parked" if locked_by == sql.PARKED else "in_flight"
-    return GroupInfo(
-        group_id=group_id,
-        priority=priority,
-        depth=depth,
-        head_seq=head_seq,
-        state=state,
-        busy_until=lock_expiry if state in ("parked", "in_flight") else None,
-        last_claimed_at=last_claimed_at or None,
-    )
 
 
 def Groups(limit: int) -> Op[list[GroupInfo]]:
@@ -626,7 +550,7 @@ def Groups(limit: int) -> Op[list[GroupInfo]]:
 
     def steps(now: float) -> Steps[list[GroupInfo]]:
         rows = (yield Stmt(sql.DEEPEST_GROUPS, {"limit": limit})).rows
-        return [_group_info(row, now) for row in rows]
+        return [group_info(row, now, parked=sql.PARKED, held=sql.HELD) for row in rows]
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
@@ -635,22 +559,14 @@ def DeadLetters(limit: int | None) -> Op[list[DeadLetter]]:
     params = {"limit": -1 if limit is None else check_limit(limit)}  # LIMIT -1: no limit
 
     def steps(now: float) -> Steps[list[DeadLetter]]:
-        rows = (yield Stmt(sql.LIST_DEAD_LETTERS, params)).rows
-        return [
-            DeadLetter(seq, group_id, priority, event, attempts, reason, dead_at, bool(held))
-            for seq, group_id, priority, event, attempts, reason, dead_at, held in rows
-        ]
+        return list(map(dead_letter, (yield Stmt(sql.LIST_DEAD_LETTERS, params)).rows))
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
 def HeldGroups() -> Op[list[HeldGroup]]:
     def steps(now: float) -> Steps[list[HeldGroup]]:
-        rows = (yield Stmt(sql.LIST_HELD_GROUPS)).rows
-        return [
-            HeldGroup(group_id=group_id, seq=seq, waiting=waiting, since=dead_at)
-            for group_id, seq, dead_at, waiting in rows
-        ]
+        return list(map(held_group, (yield Stmt(sql.LIST_HELD_GROUPS)).rows))
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
