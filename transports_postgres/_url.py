@@ -18,14 +18,7 @@ from urllib.parse import unquote
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from transports_core.backend import (
-    OptionTable,
-    check_clock,
-    check_max_attempts,
-    check_on_dead,
-    redact_url,
-    seconds_option,
-)
+from transports_core import backend as core
 
 URL_FORMS = (
     "postgresql://user@host:5432/dbname?schema=NAME, "
@@ -112,25 +105,25 @@ def _lease_commit(value: object) -> LeaseCommit:
     raise ValueError(f"lease_commit must be one of {', '.join(LEASE_COMMITS)}, got {value!r}")
 
 
-OPTIONS = OptionTable(
+OPTIONS = core.OptionTable(
     "PostgreSQL",
     {
         "schema": _schema,
         "pool_min_size": _whole("pool_min_size", 0),
         "pool_max_size": _whole("pool_max_size", 1),
-        "pool_timeout": seconds_option("pool_timeout"),
-        "max_attempts": check_max_attempts,
-        "on_dead": check_on_dead,
+        "pool_timeout": core.seconds_option("pool_timeout"),
+        "max_attempts": core.check_max_attempts,
+        "on_dead": core.check_on_dead,
         "lease_commit": _lease_commit,
     },
-    keyword_only={"clock": check_clock},
+    keyword_only={"clock": core.check_clock},
     elsewhere="and libpq's, in the URL",
 )
 
 
 def parse_url(url: str, options: Mapping[str, object]) -> PostgresOptions:
     """Check ``url`` and ``options`` and return the options to open with."""
-    display = redact_url(url)
+    display = core.redact_url(url)
     scheme, sep, rest = url.partition("://")
     if scheme not in ("postgresql", "postgres") or not sep:
         raise ValueError(f"malformed PostgreSQL URL {display!r}; use {URL_FORMS}")

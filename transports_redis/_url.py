@@ -14,14 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 from urllib.parse import parse_qsl, urlsplit
 
-from transports_core.backend import (
-    OptionTable,
-    check_clock,
-    check_max_attempts,
-    check_on_dead,
-    redact_url,
-    seconds_option,
-)
+from transports_core import backend as core
 
 URL_FORMS = (
     "redis://[[user]:password@]host[:port][/db]?queue=NAME, rediss://... (TLS) "
@@ -74,7 +67,7 @@ class RedisOptions:
 
     @property
     def redacted(self) -> str:
-        return redact_url(self.server)
+        return core.redact_url(self.server)
 
     @property
     def tls(self) -> dict[str, Any]:
@@ -123,7 +116,7 @@ def _maxmemory(value: object) -> MaxmemoryCheck:
 
 
 def _on_dead(value: object) -> OnDead:
-    return cast(OnDead, check_on_dead(value))
+    return cast(OnDead, core.check_on_dead(value))
 
 
 def _file(name: str) -> Callable[[object], str]:
@@ -158,14 +151,14 @@ def _passphrase(value: object) -> str:
     return value
 
 
-OPTIONS = OptionTable(
+OPTIONS = core.OptionTable(
     "Redis",
     {
         "queue": _queue,
         "db": _db,
-        "socket_timeout": seconds_option("socket_timeout"),
-        "connect_timeout": seconds_option("connect_timeout"),
-        "max_attempts": check_max_attempts,
+        "socket_timeout": core.seconds_option("socket_timeout"),
+        "connect_timeout": core.seconds_option("connect_timeout"),
+        "max_attempts": core.check_max_attempts,
         "on_dead": _on_dead,
         "maxmemory_policy": _maxmemory,
         "ssl_ca_certs": _file("ssl_ca_certs"),
@@ -175,13 +168,13 @@ OPTIONS = OptionTable(
         "ssl_check_hostname": _flag("ssl_check_hostname"),
     },
     # Never from the URL: a callable, and a secret (messages show a URL with its query).
-    keyword_only={"clock": check_clock, "ssl_password": _passphrase},
+    keyword_only={"clock": core.check_clock, "ssl_password": _passphrase},
 )
 
 
 def parse_url(url: str, options: Mapping[str, object]) -> RedisOptions:
     """Check ``url`` and ``options`` and return the options to open with."""
-    shown = redact_url(url)
+    shown = core.redact_url(url)
     try:
         parts = urlsplit(url)
         port = parts.port

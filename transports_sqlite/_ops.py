@@ -18,37 +18,8 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Final, Literal, NamedTuple, TypeVar
 
-from transports_core import (
-    DeadLetter,
-    GroupInfo,
-    HeldGroup,
-    Lease,
-    LeaseLost,
-    PriorityStats,
-    QueueStats,
-    RequeueRefused,
-    TransportError,
-)
-from transports_core.backend import (
-    Claimed,
-    EventCodec,
-    Operation,
-    buried_reason,
-    check_delay,
-    check_group_id,
-    check_lease,
-    check_limit,
-    check_priority,
-    check_reason,
-    check_seq,
-    check_visibility,
-    check_worker_id,
-    dead_letter,
-    exhausted_reason,
-    group_info,
-    held_group,
-    queue_stats,
-)
+import transports_core as dt
+from transports_core import backend as core
 
 from . import _sql as sql
 
@@ -106,7 +77,7 @@ class NotFinished:
 MORE: Final = NotFinished()
 
 
-class Op(Operation[T]):
+class Op(core.Operation[T]):
     """An operation, checked and ready to run in one transaction, opened with `begin`
     (None: AUTOCOMMIT). An op that only moves a lease is not `durable` (see
     `lease_durability`); one that cannot make a message deliverable does not `wake`
@@ -165,12 +136,12 @@ def _is_empty(path: str, identity: Result) -> bool:
     if (tables, app_id, version) == (0, 0, 0):
         return True
     if app_id != sql.APPLICATION_ID:
-        raise TransportError(
+        raise dt.TransportError(
             f"{path} is a SQLite database of another application "
             f"(application_id {app_id}); refusing to use it as a queue"
         )
     if version != sql.SCHEMA_VERSION:
-        raise TransportError(
+        raise dt.TransportError(
             f"{path} has queue schema version {version}; this version of "
             f"durable-transports knows version {sql.SCHEMA_VERSION}"
         )
@@ -224,10 +195,12 @@ class Publish(Op[int]):
     __slots__ = ("params",)
     begin = AUTOCOMMIT
 
-    def __init__(self, codec: EventCodec[Any], group_id: str, event: object, priority: int) -> None:
+    def __init__(
+        self, codec: core.EventCodec[Any], group_id: str, event: object, priority: int
+    ) -> None:
         self.params = {
-            "group_id": check_group_id(group_id),
-            "priority": check_priority(priority),
+            "group_id": core.check_group_id(group_id),
+            "priority": core.check_priority(priority),
             "event": codec.encode(event),
         }
 
@@ -239,7 +212,9 @@ class Publish(Op[int]):
         return seq
 
 
-def PublishMany(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> Op[list[int]]:
+def PublishMany(
+    codec: core.EventCodec[Any], items: Iterable[tuple[str, Any, int]]
+) -> Op[list[int]]:
     encoded = codec.encode_items(items)
 
     def steps(now: float) -> Steps[list[int]]:
@@ -285,7 +260,7 @@ def PublishMany(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -
 _UNLIMITED = 2**62
 
 
-class Claim(Op[Claimed | None]):
+class Claim(Op[core.Claimed | None]):
     """Lease the next ready head. With ``max_attempts``, a head that has had that many
     deliveries is buried instead (see `_bury`) and the claim goes on to the next one.
 
@@ -307,9 +282,9 @@ class Claim(Op[Claimed | None]):
         max_attempts: int | None = None,
         on_dead: str = "release",
     ) -> None:
-        self.worker_id = check_worker_id(worker_id)
-        self.visibility = check_visibility(visibility)
-        self.min_priority = check_priority(min_priority, "min_priority")
+        self.worker_id = core.check_worker_id(worker_id)
+        self.visibility = core.check_visibility(visibility)
+        self.min_priority = core.check_priority(min_priority, "min_priority")
         self.max_attempts = max_attempts
         self.on_dead = on_dead
 
@@ -322,14 +297,14 @@ class Claim(Op[Claimed | None]):
             "max_attempts": _UNLIMITED if self.max_attempts is None else self.max_attempts,
         }
 
-    def done(self, rows: list[Any], rowcount: int, now: float) -> Claimed | NotFinished:
+    def done(self, rows: list[Any], rowcount: int, now: float) -> core.Claimed | NotFinished:
         return self._claimed(rows, now) if rows else MORE
 
-    def _claimed(self, rows: list[Any], now: float) -> Claimed:
+    def _claimed(self, rows: list[Any], now: float) -> core.Claimed:
         seq, group_id, raw, attempt = rows[0]
-        return Claimed(seq, group_id, raw, self.worker_id, attempt, now + self.visibility)
+        return core.Claimed(seq, group_id, raw, self.worker_id, attempt, now + self.visibility)
 
-    def steps(self, now: float) -> Steps[Claimed | None]:
+    def steps(self, now: float) -> Steps[core.Claimed | None]:
         max_attempts = self.max_attempts
         lease = {"worker_id": self.worker_id, "expires_at": now + self.visibility, "now": now}
         yield Stmt(sql.WAKE_LAPSED, {"now": now})
@@ -341,7 +316,7 @@ class Claim(Op[Claimed | None]):
             group_id, seq, delivered, holder, requeued_at = rows[0]
             if max_attempts is not None and delivered - (requeued_at or 0) >= max_attempts:
                 last: LastDelivery = "nacked" if holder in (None, sql.PARKED) else "lapsed"
-                reason = exhausted_reason(delivered - (requeued_at or 0), max_attempts, last)
+                reason = core.exhausted_reason(delivered - (requeued_at or 0), max_attempts, last)
                 yield from _bury(now, group_id, seq, delivered, reason, self.on_dead)
                 continue
             found = (yield Stmt(sql.CLAIM_GROUP, lease | {"group_id": group_id})).rows
@@ -363,21 +338,21 @@ def _bury(
     yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
 
 
-def Bury(lease: Lease[object], reason: str, on_dead: str) -> Op[None]:
+def Bury(lease: dt.Lease[object], reason: str, on_dead: str) -> Op[None]:
     """Dead-letter the leased head now, fenced like an ack."""
-    lease = check_lease(lease)
-    stored = buried_reason(check_reason(reason))
+    lease = core.check_lease(lease)
+    stored = core.buried_reason(core.check_reason(reason))
     fence = _fence(lease)
 
     def steps(now: float) -> Steps[None]:
         if not (yield Stmt(sql.HOLDS_LEASE, fence)).rows:
-            raise LeaseLost(lease)
+            raise dt.LeaseLost(lease)
         yield from _bury(now, lease.group_id, lease.seq, lease.attempt, stored, on_dead)
 
     return Plan(steps)
 
 
-def _fence(lease: Lease[object]) -> dict[str, Any]:
+def _fence(lease: dt.Lease[object]) -> dict[str, Any]:
     """The values by which a statement matches the current lease (see _LEASE_HOLDER)."""
     return {
         "group_id": lease.group_id,
@@ -393,15 +368,15 @@ class _Settle(Op[T]):
     __slots__ = ("fence", "lease")
     begin = AUTOCOMMIT
 
-    def __init__(self, lease: Lease[Any]) -> None:
-        self.lease = check_lease(lease)
+    def __init__(self, lease: dt.Lease[Any]) -> None:
+        self.lease = core.check_lease(lease)
         self.fence = _fence(lease)
 
     def _held(self, rowcount: int) -> None:
         # The statement changed no row: the lease lapsed and the message was claimed
         # again, or it was settled already.
         if rowcount != 1:
-            raise LeaseLost(self.lease)
+            raise dt.LeaseLost(self.lease)
 
 
 class Ack(_Settle[None]):
@@ -418,9 +393,9 @@ class Nack(_Settle[None]):
     __slots__ = ("delay",)
     durable = False
 
-    def __init__(self, lease: Lease[Any], delay: float) -> None:
+    def __init__(self, lease: dt.Lease[Any], delay: float) -> None:
         super().__init__(lease)
-        self.delay = check_delay(delay)
+        self.delay = core.check_delay(delay)
 
     def first(self, now: float) -> tuple[sql.Statement, Params]:
         if self.delay > 0:  # park: the group stays held until the delay has passed
@@ -448,22 +423,22 @@ class Unclaim(_Settle[None]):
         return None  # settled meanwhile (it lapsed and was taken): nothing to give back
 
 
-class Extend(_Settle[Lease[T]]):
+class Extend(_Settle[dt.Lease[T]]):
     __slots__ = ("visibility",)
     durable = False
-    lease: Lease[T]
+    lease: dt.Lease[T]
 
-    def __init__(self, lease: Lease[T], visibility: float) -> None:
+    def __init__(self, lease: dt.Lease[T], visibility: float) -> None:
         super().__init__(lease)
-        self.visibility = check_visibility(visibility)
+        self.visibility = core.check_visibility(visibility)
 
     def first(self, now: float) -> tuple[sql.Statement, Params]:
         return sql.EXTEND, {**self.fence, "lock_expiry": now + self.visibility}
 
-    def done(self, rows: list[Any], rowcount: int, now: float) -> Lease[T]:
+    def done(self, rows: list[Any], rowcount: int, now: float) -> dt.Lease[T]:
         self._held(rowcount)
         lease = self.lease
-        return Lease(
+        return dt.Lease(
             lease.seq,
             lease.group_id,
             lease.event,
@@ -531,48 +506,48 @@ def checkpoint_due(wal_bytes: int) -> bool:
 # --- admin: reads run in a deferred (read) transaction, writes under the write lock ------
 
 
-def Stats() -> Op[QueueStats]:
-    def steps(now: float) -> Steps[QueueStats]:
+def Stats() -> Op[dt.QueueStats]:
+    def steps(now: float) -> Steps[dt.QueueStats]:
         markers = {"now": now, "parked": sql.PARKED, "held": sql.HELD}
         counted = yield Stmt(sql.MESSAGE_COUNTS, markers)
         live = {p: (ready, in_flight, parked) for p, ready, in_flight, parked in counted.rows}
         dead = dict((yield Stmt(sql.DEAD_COUNTS)).rows)
-        return queue_stats(
-            PriorityStats(p, *live.get(p, (0, 0, 0)), dead=dead.get(p, 0))
+        return core.queue_stats(
+            dt.PriorityStats(p, *live.get(p, (0, 0, 0)), dead=dead.get(p, 0))
             for p in sorted(live.keys() | dead.keys())
         )
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
-def Groups(limit: int) -> Op[list[GroupInfo]]:
-    limit = check_limit(limit)
+def Groups(limit: int) -> Op[list[dt.GroupInfo]]:
+    limit = core.check_limit(limit)
 
-    def steps(now: float) -> Steps[list[GroupInfo]]:
+    def steps(now: float) -> Steps[list[dt.GroupInfo]]:
         rows = (yield Stmt(sql.DEEPEST_GROUPS, {"limit": limit})).rows
-        return [group_info(row, now, parked=sql.PARKED, held=sql.HELD) for row in rows]
+        return [core.group_info(row, now, parked=sql.PARKED, held=sql.HELD) for row in rows]
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
-def DeadLetters(limit: int | None) -> Op[list[DeadLetter]]:
-    params = {"limit": -1 if limit is None else check_limit(limit)}  # LIMIT -1: no limit
+def DeadLetters(limit: int | None) -> Op[list[dt.DeadLetter]]:
+    params = {"limit": -1 if limit is None else core.check_limit(limit)}  # LIMIT -1: no limit
 
-    def steps(now: float) -> Steps[list[DeadLetter]]:
-        return list(map(dead_letter, (yield Stmt(sql.LIST_DEAD_LETTERS, params)).rows))
+    def steps(now: float) -> Steps[list[dt.DeadLetter]]:
+        return list(map(core.dead_letter, (yield Stmt(sql.LIST_DEAD_LETTERS, params)).rows))
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
-def HeldGroups() -> Op[list[HeldGroup]]:
-    def steps(now: float) -> Steps[list[HeldGroup]]:
-        return list(map(held_group, (yield Stmt(sql.LIST_HELD_GROUPS)).rows))
+def HeldGroups() -> Op[list[dt.HeldGroup]]:
+    def steps(now: float) -> Steps[list[dt.HeldGroup]]:
+        return list(map(core.held_group, (yield Stmt(sql.LIST_HELD_GROUPS)).rows))
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
 def Requeue(seq: int) -> Op[bool]:
-    seq = check_seq(seq)
+    seq = core.check_seq(seq)
 
     def steps(now: float) -> Steps[bool]:
         rows = (yield Stmt(sql.DEAD_LETTER, {"seq": seq})).rows
@@ -591,8 +566,8 @@ def Requeue(seq: int) -> Op[bool]:
             if holder:
                 locked_by, head = holder[0]
                 if locked_by == sql.PARKED:  # held by another dead letter at its head
-                    raise RequeueRefused(seq, group_id, None, head)
-                raise RequeueRefused(seq, group_id, locked_by)
+                    raise dt.RequeueRefused(seq, group_id, None, head)
+                raise dt.RequeueRefused(seq, group_id, locked_by)
             yield Stmt(sql.STASH_HEAD_ATTEMPT, message)
             ((after,),) = (yield Stmt(sql.PREDECESSOR, message)).rows
             yield Stmt(sql.RESTORE_MESSAGE, message | {"after": after})
@@ -608,7 +583,7 @@ def Requeue(seq: int) -> Op[bool]:
 
 
 def Discard(seq: int) -> Op[bool]:
-    seq = check_seq(seq)
+    seq = core.check_seq(seq)
 
     def steps(now: float) -> Steps[bool]:
         rows = (yield Stmt(sql.DEAD_LETTER, {"seq": seq})).rows
@@ -625,7 +600,7 @@ def Discard(seq: int) -> Op[bool]:
 
 
 def PurgeGroup(group_id: str) -> Op[int]:
-    params = {"group_id": check_group_id(group_id)}
+    params = {"group_id": core.check_group_id(group_id)}
 
     def steps(now: float) -> Steps[int]:
         # A held dead letter is in both tables; count it once.

@@ -15,13 +15,7 @@ from typing import Literal
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from transports_core import TransportError
-from transports_core.backend import (
-    OptionTable,
-    check_clock,
-    check_max_attempts,
-    check_on_dead,
-    redact_url,
-)
+from transports_core import backend as core
 
 URL_FORMS = "sqlite:///relative/path.db, sqlite:////absolute/path.db or sqlite:///:memory:"
 MEMORY = ":memory:"
@@ -92,16 +86,16 @@ def _file_mode(value: object) -> int:
     return value
 
 
-OPTIONS = OptionTable(
+OPTIONS = core.OptionTable(
     "SQLite",
     {
         "synchronous": _synchronous,
         "busy_timeout": _busy_timeout,
         "file_mode": _file_mode,
-        "max_attempts": check_max_attempts,
-        "on_dead": check_on_dead,
+        "max_attempts": core.check_max_attempts,
+        "on_dead": core.check_on_dead,
     },
-    keyword_only={"clock": check_clock},
+    keyword_only={"clock": core.check_clock},
 )
 
 
@@ -110,12 +104,14 @@ def parse_url(url: str, options: Mapping[str, object]) -> SqliteOptions:
     parts = urlsplit(url)
     # urlsplit reads "sqlite:/q.db" as an empty netloc too; only the "sqlite://" forms exist.
     if not url.startswith("sqlite://") or parts.netloc or not parts.path.startswith("/"):
-        raise ValueError(f"malformed SQLite URL {redact_url(url)!r}; use {URL_FORMS}")
+        raise ValueError(f"malformed SQLite URL {core.redact_url(url)!r}; use {URL_FORMS}")
     path = unquote(parts.path[1:])
     if not path:
-        raise ValueError(f"SQLite URL {redact_url(url)!r} names no file; use {URL_FORMS}")
+        raise ValueError(f"SQLite URL {core.redact_url(url)!r} names no file; use {URL_FORMS}")
     if parts.fragment:
-        raise ValueError(f"SQLite URL {redact_url(url)!r} has a fragment (#...); use {URL_FORMS}")
+        raise ValueError(
+            f"SQLite URL {core.redact_url(url)!r} has a fragment (#...); use {URL_FORMS}"
+        )
     chosen = OPTIONS.choose(url, parse_qsl(parts.query, keep_blank_values=True), options)
     return SqliteOptions(path=path, **chosen)  # type: ignore[arg-type]
 
