@@ -9,7 +9,10 @@ and ``close``, which wait and release in each backend's own way. Each method is 
 of a builder and one of ``_run``, so the hot path (publish, ack) costs no more than a
 method written out in the backend.
 
-Imports only ``_models``, ``_admin`` and ``_codec``; knows nothing of any backend.
+`Settle` is the common part of the operations on a held lease (ack, nack, extend, bury).
+
+Imports only ``_models``, ``_admin``, ``_codec``, ``_errors`` and ``_validate``; knows
+nothing of any backend.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ._admin import DeadLetter, GroupInfo, HeldGroup, QueueStats
 from ._codec import EventCodec
+from ._errors import LeaseLost
 from ._models import Lease
+from ._validate import check_lease
 
 try:
     from typing import Self
@@ -35,6 +40,7 @@ __all__ = [
     "Operation",
     "Operations",
     "ReuseLast",
+    "Settle",
     "TransportBase",
 ]
 
@@ -55,6 +61,33 @@ class Operation(Generic[T]):
     """
 
     __slots__ = ()
+
+
+class Settle(Operation[T]):
+    """An operation on a held lease (ack, nack, extend, bury): it checks ``lease`` when
+    built (`check_lease`), and its reply says whether the lease was still current.
+
+    A backend's settling operations subclass it next to their own root type. Its one
+    slot is ``lease``; a subclass adds its own (it may only add them: one base of a
+    slotted class may have slots)."""
+
+    __slots__ = ("lease",)
+    lease: Lease[Any]
+
+    def __init__(self, lease: Lease[Any]) -> None:
+        self.lease = check_lease(lease)
+
+    def held(self, current: bool) -> None:
+        """Raise `LeaseLost` unless ``current``: the store matched the fenced lease (it
+        changed one row, say). When it did not, the lease lapsed and the message was
+        claimed again, or it was settled already."""
+        if not current:
+            raise LeaseLost(self.lease)
+
+    def renewed(self, expires_at: float) -> Lease[Any]:
+        """The lease, its expiry moved to ``expires_at`` (what extend returns)."""
+        old = self.lease
+        return Lease(old.seq, old.group_id, old.event, old.worker_id, old.attempt, expires_at)
 
 
 class Operations(Protocol):

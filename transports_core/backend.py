@@ -13,7 +13,7 @@ without breaking anyone. It holds:
   every method but ``claim`` and ``close`` over a backend's `Operations` (its builders of
   `Operation` objects) and its runner, and `Closing`/`AsyncClosing` the context-manager
   pair over ``close()``; `ReuseLast` keeps the checked operation of a worker's repeated
-  ``claim``;
+  ``claim``; `Settle`, the root of the operations on a held lease;
 * events: `EventCodec`, which encodes events of one type to JSON text and builds leases
   (raising `EventDecodeError`) from stored text, and `Claimed`, a leased message whose
   event is still that text;
@@ -43,6 +43,7 @@ from ._base import (
     Operation,
     Operations,
     ReuseLast,
+    Settle,
     TransportBase,
 )
 from ._codec import Claimed, EventCodec
@@ -85,6 +86,7 @@ __all__ = [
     "Operations",
     "OptionTable",
     "ReuseLast",
+    "Settle",
     "TransportBase",
     "build_backend",
     "buried_reason",

@@ -382,18 +382,12 @@ def _fence(lease: dt.Lease[object]) -> tuple[str, int, str, int]:
     return (lease.group_id, lease.seq, lease.worker_id, lease.attempt)  # FENCE_NAMES
 
 
-class _Settle(Operation[T]):
-    __slots__ = ("fence", "lease")
+class _Settle(Operation[T], core.Settle[T]):
+    __slots__ = ("fence",)
 
     def __init__(self, lease: dt.Lease[Any]) -> None:
-        self.lease = core.check_lease(lease)
+        super().__init__(lease)
         self.fence = _fence(lease)
-
-    def _held(self, changed: int) -> None:
-        # Nothing matched the fence: the lease lapsed and the message was claimed again,
-        # or it was settled already.
-        if changed != 1:
-            raise dt.LeaseLost(self.lease)
 
 
 class Ack(_Settle[None]):
@@ -412,12 +406,12 @@ class Ack(_Settle[None]):
         removed, _, held = results[0].rows[0]
         if removed == 0 and held:
             return MORE
-        self._held(removed)
+        self.held(removed == 1)
         return None
 
     def steps(self, now: float | None) -> Steps[None]:
         _, removed = yield (Stmt(sql.LOCK_LEASE, self.fence), Stmt(sql.ACK, self.fence))
-        self._held(removed.rows[0][0])
+        self.held(removed.rows[0][0] == 1)
 
 
 class Nack(_Settle[None]):
@@ -437,7 +431,7 @@ class Nack(_Settle[None]):
 
     def done(self, results: list[Result], now: float | None) -> None:
         (result,) = results
-        self._held(result.rows[0][0] if result.rows else result.rowcount)
+        self.held((result.rows[0][0] if result.rows else result.rowcount) == 1)
 
 
 class Extend(_Settle[dt.Lease[T]]):
@@ -457,11 +451,8 @@ class Extend(_Settle[dt.Lease[T]]):
 
     def done(self, results: list[Result], now: float | None) -> dt.Lease[T]:
         rows = results[0].rows
-        self._held(len(rows))
-        lease = self.lease
-        return dt.Lease(
-            lease.seq, lease.group_id, lease.event, lease.worker_id, lease.attempt, rows[0][0]
-        )
+        self.held(len(rows) == 1)
+        return self.renewed(rows[0][0])
 
 
 class Bury(_Settle[None]):
@@ -477,7 +468,7 @@ class Bury(_Settle[None]):
 
     def steps(self, now: float | None) -> Steps[None]:
         buried = yield from _bury(self.fence, self.lease.attempt, self.reason, self.on_dead, now)
-        self._held(int(buried))
+        self.held(buried)
 
 
 # --- admin ------------------------------------------------------------------------------------

@@ -198,21 +198,17 @@ class Claim(Op["core.Claimed | Idle"]):
         return core.Claimed(int(seq), group_id, raw, self.worker_id, int(attempt), number(due))
 
 
-def _fence(lease: dt.Lease[object]) -> tuple[str, int, str, int]:
-    core.check_lease(lease)
-    return (lease.group_id, lease.seq, lease.worker_id, lease.attempt)
+class _Settle(Op[T], core.Settle[T]):
+    """A script fenced by the lease, which replies 0 when the lease is not current."""
 
-
-class _Settle(Op[T]):
-    __slots__ = ("fence", "lease")
+    __slots__ = ("fence",)
 
     def __init__(self, lease: dt.Lease[Any]) -> None:
-        self.fence = _fence(lease)
-        self.lease = lease
+        super().__init__(lease)
+        self.fence = (lease.group_id, lease.seq, lease.worker_id, lease.attempt)
 
     def _held(self, reply: Any) -> None:
-        if reply == 0 or reply == "0":
-            raise dt.LeaseLost(self.lease)
+        self.held(reply != 0 and reply != "0")
 
 
 class Ack(_Settle[None]):
@@ -255,8 +251,7 @@ class Extend(_Settle[dt.Lease[T]]):
 
     def result(self, reply: Any) -> dt.Lease[T]:
         self._held(reply)
-        old = self.lease
-        return dt.Lease(old.seq, old.group_id, old.event, old.worker_id, old.attempt, number(reply))
+        return self.renewed(number(reply))
 
 
 class Bury(_Settle[None]):

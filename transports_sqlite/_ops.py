@@ -362,21 +362,17 @@ def _fence(lease: dt.Lease[object]) -> dict[str, Any]:
     }
 
 
-class _Settle(Op[T]):
-    """ack, nack and extend: one statement fenced by the lease (see _LEASE_HOLDER)."""
+class _Settle(Op[T], core.Settle[T]):
+    """ack, nack and extend: one statement fenced by the lease (see _LEASE_HOLDER), which
+    changes its one row while the lease is current."""
 
-    __slots__ = ("fence", "lease")
+    __slots__ = ("fence",)
     begin = AUTOCOMMIT
 
     def __init__(self, lease: dt.Lease[Any]) -> None:
+        # Settle's own check, inline: every ack builds one, and super() is a call more.
         self.lease = core.check_lease(lease)
         self.fence = _fence(lease)
-
-    def _held(self, rowcount: int) -> None:
-        # The statement changed no row: the lease lapsed and the message was claimed
-        # again, or it was settled already.
-        if rowcount != 1:
-            raise dt.LeaseLost(self.lease)
 
 
 class Ack(_Settle[None]):
@@ -386,7 +382,7 @@ class Ack(_Settle[None]):
         return sql.ACK, self.fence
 
     def done(self, rows: list[Any], rowcount: int, now: float) -> None:
-        self._held(rowcount)
+        self.held(rowcount == 1)
 
 
 class Nack(_Settle[None]):
@@ -407,7 +403,7 @@ class Nack(_Settle[None]):
         return sql.RELEASE, {**self.fence, "locked_by": None, "lock_expiry": None}
 
     def done(self, rows: list[Any], rowcount: int, now: float) -> None:
-        self._held(rowcount)
+        self.held(rowcount == 1)
 
 
 class Unclaim(_Settle[None]):
@@ -436,16 +432,8 @@ class Extend(_Settle[dt.Lease[T]]):
         return sql.EXTEND, {**self.fence, "lock_expiry": now + self.visibility}
 
     def done(self, rows: list[Any], rowcount: int, now: float) -> dt.Lease[T]:
-        self._held(rowcount)
-        lease = self.lease
-        return dt.Lease(
-            lease.seq,
-            lease.group_id,
-            lease.event,
-            lease.worker_id,
-            lease.attempt,
-            now + self.visibility,
-        )
+        self.held(rowcount == 1)
+        return self.renewed(now + self.visibility)
 
 
 class Relax(NamedTuple):
