@@ -72,31 +72,18 @@ async def perform(
     conn: AConn, schema: str, op: _ops.Operation[T], now: float | None, call: Call
 ) -> T:
     """The sync twin's `perform`, awaited."""
-    batch = op.fast(now)
-    while batch is not None:
-        value = op.done(await run_batch(conn, schema, batch, call) if batch else [], now)
-        if not isinstance(value, _ops.More):
-            return value
-        if value.then is None:
-            break
-        op = value.then
-        batch = op.fast(now)
-    steps = op.steps(now)
+    flow = _ops.drive(op, now)
     try:
-        first = (_ops.Stmt(op.begin), *next(steps))
-        results = (await run_batch(conn, schema, first, call))[1:]
-        try:
-            while True:
-                results = await run_batch(conn, schema, steps.send(results), call)
-        except StopIteration as stop:
-            value = stop.value
-        await run_batch(conn, schema, (_ops.Stmt(sql.COMMIT),), call)
+        batch = next(flow)
+        while True:
+            batch = flow.send(await run_batch(conn, schema, batch, call))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
     except Exception:
         if conn.info.transaction_status != TransactionStatus.IDLE and not conn.closed:
             with contextlib.suppress(psycopg.Error):
                 await conn.execute("ROLLBACK")
         raise
-    return value  # type: ignore[no-any-return]
 
 
 async def configure(conn: AConn) -> None:

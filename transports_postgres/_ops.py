@@ -79,6 +79,32 @@ class Operation(core.Operation[T]):
         raise NotImplementedError(f"{type(self).__name__} has no steps")
 
 
+def drive(op: Operation[T], now: float | None) -> Steps[T]:
+    """The whole run of ``op``, the decisions both runners share: it yields the batches
+    to send, receives their results, and returns the value. First the fast paths (an
+    empty batch needs no round trip); then, if none finished, the steps, in one
+    transaction: its BEGIN goes with the first batch, its COMMIT after the last. A
+    runner that stops early rolls back whatever transaction is open."""
+    batch = op.fast(now)
+    while batch is not None:
+        value = op.done((yield batch) if batch else [], now)
+        if not isinstance(value, More):
+            return value
+        if value.then is None:
+            break
+        op = value.then
+        batch = op.fast(now)
+    steps = op.steps(now)
+    results = (yield (Stmt(op.begin), *next(steps)))[1:]
+    try:
+        while True:
+            results = yield steps.send(results)
+    except StopIteration as stop:
+        value = stop.value
+    yield (Stmt(sql.COMMIT),)
+    return value  # type: ignore[no-any-return]
+
+
 # --- the schema -----------------------------------------------------------------------------
 
 
@@ -534,31 +560,36 @@ class HeldGroups(_Read[list[dt.HeldGroup]]):
         return list(map(core.held_group, result.rows))
 
 
-def _dead_letter(seq: int) -> Steps[tuple[str, bool] | None]:
-    """The dead letter ``seq``, locked: its group and whether it holds it; None if gone."""
-    (found,) = yield (Stmt(sql.DEAD_LETTER, (seq,)),)
-    if not found.rows:
-        return None
-    group_id, _, held = found.rows[0]
-    return group_id, bool(held)
+class _DeadLetterOp(Operation[bool]):
+    """Requeue and discard: lock dead letter ``seq`` and `act` on it, knowing its group
+    and whether it holds it; False when there is no such dead letter."""
 
-
-class Requeue(Operation[bool]):
     __slots__ = ("seq",)
-    call = "requeue"
 
     def __init__(self, seq: int) -> None:
         self.seq = core.check_seq(seq)
 
     def steps(self, now: float | None) -> Steps[bool]:
-        seq = self.seq
-        found = yield from _dead_letter(seq)
-        if found is None:
+        (found,) = yield (Stmt(sql.DEAD_LETTER, (self.seq,)),)
+        if not found.rows:
             return False
-        group_id, held = found
+        group_id, _, held = found.rows[0]
+        yield from self.act(group_id, bool(held))
+        return True
+
+    def act(self, group_id: str, held: bool) -> Steps[None]:
+        raise NotImplementedError
+
+
+class Requeue(_DeadLetterOp):
+    __slots__ = ()
+    call = "requeue"
+
+    def act(self, group_id: str, held: bool) -> Steps[None]:
+        seq = self.seq
         if held:
             yield (Stmt(sql.UNHOLD_GROUP, (group_id, seq)), Stmt(sql.FORGET_DEAD_LETTER, (seq,)))
-            return True
+            return
         (holder,) = yield (Stmt(sql.GROUP_HOLDER, (group_id, sql.PARKED)),)
         if holder.rows:
             locked_by, head, is_held = holder.rows[0]
@@ -571,27 +602,18 @@ class Requeue(Operation[bool]):
             Stmt(sql.RESTORE_HEAD, (seq,)),
             Stmt(sql.FORGET_DEAD_LETTER, (seq,)),
         )
-        return True
 
 
-class Discard(Operation[bool]):
-    __slots__ = ("seq",)
+class Discard(_DeadLetterOp):
+    __slots__ = ()
     call = "discard"
 
-    def __init__(self, seq: int) -> None:
-        self.seq = core.check_seq(seq)
-
-    def steps(self, now: float | None) -> Steps[bool]:
+    def act(self, group_id: str, held: bool) -> Steps[None]:
         seq = self.seq
-        found = yield from _dead_letter(seq)
-        if found is None:
-            return False
-        group_id, held = found
         if held:  # its row in `messages` goes too, which frees the group
             yield (Stmt(sql.LOCK_GROUP_ROW, (group_id,)),)
             yield (Stmt(sql.DROP_HELD_HEAD, (group_id, seq)),)
         yield (Stmt(sql.FORGET_DEAD_LETTER, (seq,)),)
-        return True
 
 
 class PurgeGroup(Operation[int]):

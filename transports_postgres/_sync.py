@@ -79,31 +79,19 @@ def run_batch(conn: Conn, schema: str, batch: _ops.Batch, call: Call) -> list[_o
 
 
 def perform(conn: Conn, schema: str, op: _ops.Operation[T], now: float | None, call: Call) -> T:
-    """Run ``op``: its fast path, then (if not finished) its steps in one transaction."""
-    batch = op.fast(now)
-    while batch is not None:
-        value = op.done(run_batch(conn, schema, batch, call) if batch else [], now)
-        if not isinstance(value, _ops.More):
-            return value
-        if value.then is None:
-            break
-        op = value.then
-        batch = op.fast(now)
-    steps = op.steps(now)
+    """Run ``op`` (see `_ops.drive`), rolling back an open transaction on any error."""
+    flow = _ops.drive(op, now)
     try:
-        results = run_batch(conn, schema, (_ops.Stmt(op.begin), *next(steps)), call)[1:]
-        try:
-            while True:
-                results = run_batch(conn, schema, steps.send(results), call)
-        except StopIteration as stop:
-            value = stop.value
-        run_batch(conn, schema, (_ops.Stmt(sql.COMMIT),), call)
+        batch = next(flow)
+        while True:
+            batch = flow.send(run_batch(conn, schema, batch, call))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
     except BaseException:
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
             with contextlib.suppress(psycopg.Error):
                 conn.execute("ROLLBACK")
         raise
-    return value  # type: ignore[no-any-return]
 
 
 # Connections the server has said goodbye to (a FATAL message while idle, as a
