@@ -21,11 +21,11 @@ from transports_core import Event, Lease, TransportError
 from transports_core.backend import AsyncTransportBase, Claimed, check_wait
 
 from . import _ops
-from . import _sql as sql
 from ._errors import Call, postgres_errors
 from ._sync import (
     LISTEN_TICK,
     Configured,
+    Listening,
     bind,
     check_alive,
     pool_arguments,
@@ -94,7 +94,7 @@ async def alive(conn: AConn) -> None:
     check_alive(conn)
 
 
-class _AsyncWaker:
+class _AsyncWaker(Listening):
     """The LISTEN connection's task, and the event blocked claims await."""
 
     def __init__(self, options: PostgresOptions) -> None:
@@ -116,7 +116,7 @@ class _AsyncWaker:
         conn: psycopg.AsyncConnection[Any] | None = None
         try:
             conn = await psycopg.AsyncConnection.connect(self._options.conninfo, autocommit=True)
-            await conn.execute(f"LISTEN {sql.quote_ident(self._options.schema)}")
+            await conn.execute(self._listen_statement())
             self.pid = conn.info.backend_pid
             ready.set()
             while not self.closed:
@@ -125,15 +125,10 @@ class _AsyncWaker:
         except Exception as exc:
             self._error = exc
         finally:
-            self.pid = None
-            ready.set()
-            self._bump()
+            self._stopped(ready)
             if conn is not None:
                 with contextlib.suppress(psycopg.Error, asyncio.CancelledError):
-                    await conn.execute(
-                        sql.UNREGISTER_WAITER.render(self._options.schema),
-                        {"pid": conn.info.backend_pid},
-                    )
+                    await conn.execute(*self._goodbye(conn.info.backend_pid))
                 await conn.close()
 
     async def _start(self) -> int:
@@ -144,13 +139,7 @@ class _AsyncWaker:
             self._task = asyncio.get_running_loop().create_task(self._listen(ready))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(ready.wait(), self._options.pool_timeout)
-        pid = self.pid
-        if pid is None:
-            with postgres_errors(self._options.display, Call("claim", writes=False)):
-                if self._error is not None:
-                    raise self._error
-            raise TransportError(f"{self._options.display}: claim: cannot LISTEN for wake-ups")
-        return pid
+        return self._started()
 
     @contextlib.asynccontextmanager
     async def waiting(self, run: Callable[[_ops.Waiter], Awaitable[None]]) -> AsyncIterator[None]:

@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import psycopg
 from psycopg.pq import ConnStatus
@@ -27,6 +27,9 @@ from . import _ops
 from . import _sql as sql
 from ._errors import Call, postgres_errors
 from ._url import PostgresOptions
+
+if TYPE_CHECKING:
+    import asyncio
 
 E = TypeVar("E")
 TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
@@ -145,7 +148,42 @@ def pool_arguments(options: PostgresOptions) -> dict[str, Any]:
     }
 
 
-class _Waker:
+class Listening:
+    """What both twins' wakers do alike around their LISTEN connection: its statements,
+    the end of a listener, and the pid a claim registers under (or why there is none)."""
+
+    _options: PostgresOptions
+    _error: BaseException | None
+    pid: int | None
+
+    def _bump(self) -> None:
+        raise NotImplementedError
+
+    def _listen_statement(self) -> str:
+        return f"LISTEN {sql.quote_ident(self._options.schema)}"
+
+    def _goodbye(self, pid: int) -> tuple[str, dict[str, Any]]:
+        """The statement, and its values, that unregisters the listener ``pid``."""
+        return sql.UNREGISTER_WAITER.render(self._options.schema), {"pid": pid}
+
+    def _stopped(self, ready: threading.Event | asyncio.Event) -> None:
+        """The listener has ended: wake whoever waits to see it start or to be woken."""
+        self.pid = None
+        ready.set()
+        self._bump()
+
+    def _started(self) -> int:
+        """The listener's pid, or the error that kept it from listening."""
+        pid = self.pid
+        if pid is None:
+            with postgres_errors(self._options.display, Call("claim", writes=False)):
+                if self._error is not None:
+                    raise self._error
+            raise TransportError(f"{self._options.display}: claim: cannot LISTEN for wake-ups")
+        return pid
+
+
+class _Waker(Listening):
     """The LISTEN connection and its thread, and the condition blocked claims sleep on."""
 
     def __init__(self, options: PostgresOptions) -> None:
@@ -168,7 +206,7 @@ class _Waker:
         conn: psycopg.Connection[Any] | None = None
         try:
             conn = psycopg.connect(self._options.conninfo, autocommit=True)
-            conn.execute(f"LISTEN {sql.quote_ident(self._options.schema)}")
+            conn.execute(self._listen_statement())
             self.pid = conn.info.backend_pid
             ready.set()
             while not self.closed:
@@ -177,15 +215,10 @@ class _Waker:
         except BaseException as exc:
             self._error = exc
         finally:
-            self.pid = None
-            ready.set()
-            self._bump()
+            self._stopped(ready)
             if conn is not None:
                 with contextlib.suppress(psycopg.Error):
-                    conn.execute(
-                        sql.UNREGISTER_WAITER.render(self._options.schema),
-                        {"pid": conn.info.backend_pid},
-                    )
+                    conn.execute(*self._goodbye(conn.info.backend_pid))
                 conn.close()
 
     def _start(self) -> int:
@@ -199,14 +232,7 @@ class _Waker:
             self._thread = thread
             thread.start()
             ready.wait(self._options.pool_timeout)
-        pid = self.pid
-        if pid is None:
-            call = Call("claim", writes=False)
-            with postgres_errors(self._options.display, call):
-                if self._error is not None:
-                    raise self._error
-            raise TransportError(f"{self._options.display}: claim: cannot LISTEN for wake-ups")
-        return pid
+        return self._started()
 
     @contextlib.contextmanager
     def waiting(self, run: Callable[[_ops.Waiter], None]) -> Iterator[None]:
