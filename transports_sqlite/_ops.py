@@ -534,7 +534,9 @@ def HeldGroups() -> Op[list[dt.HeldGroup]]:
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
-def Requeue(seq: int) -> Op[bool]:
+def _on_dead_letter(seq: int, act: Callable[[int, str, int, bool], Steps[None]]) -> Op[bool]:
+    """Requeue and discard: find dead letter ``seq`` and ``act`` on it, given its seq, its
+    group, its attempts and whether it holds the group; False when there is none."""
     seq = core.check_seq(seq)
 
     def steps(now: float) -> Steps[bool]:
@@ -542,49 +544,51 @@ def Requeue(seq: int) -> Op[bool]:
         if not rows:
             return False
         group_id, attempts, held = rows[0]
-        message = {"group_id": group_id, "seq": seq}
-        if held:
-            yield Stmt(sql.UNHOLD_GROUP, message | {"held": sql.HELD})
-        else:
-            holder = (
-                yield Stmt(
-                    sql.GROUP_HOLDER, {"group_id": group_id, "parked": sql.PARKED, "held": sql.HELD}
-                )
-            ).rows
-            if holder:
-                locked_by, head = holder[0]
-                if locked_by == sql.PARKED:  # held by another dead letter at its head
-                    raise dt.RequeueRefused(seq, group_id, None, head)
-                raise dt.RequeueRefused(seq, group_id, locked_by)
-            yield Stmt(sql.STASH_HEAD_ATTEMPT, message)
-            ((after,),) = (yield Stmt(sql.PREDECESSOR, message)).rows
-            yield Stmt(sql.RESTORE_MESSAGE, message | {"after": after})
-            if after is not None:
-                yield Stmt(sql.LINK_AFTER, {"seq": seq, "after": after})
-            yield Stmt(sql.RESTORE_HEAD, {"seq": seq})
-        yield Stmt(sql.PRUNE_REQUEUED)
-        yield Stmt(sql.MARK_REQUEUED, message | {"attempts": attempts})
-        yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
+        yield from act(seq, group_id, attempts, bool(held))
         return True
 
     return Plan(steps)
+
+
+def _requeue(seq: int, group_id: str, attempts: int, held: bool) -> Steps[None]:
+    message = {"group_id": group_id, "seq": seq}
+    if held:
+        yield Stmt(sql.UNHOLD_GROUP, message | {"held": sql.HELD})
+    else:
+        holder = (
+            yield Stmt(
+                sql.GROUP_HOLDER, {"group_id": group_id, "parked": sql.PARKED, "held": sql.HELD}
+            )
+        ).rows
+        if holder:
+            locked_by, head = holder[0]
+            if locked_by == sql.PARKED:  # held by another dead letter at its head
+                raise dt.RequeueRefused(seq, group_id, None, head)
+            raise dt.RequeueRefused(seq, group_id, locked_by)
+        yield Stmt(sql.STASH_HEAD_ATTEMPT, message)
+        ((after,),) = (yield Stmt(sql.PREDECESSOR, message)).rows
+        yield Stmt(sql.RESTORE_MESSAGE, message | {"after": after})
+        if after is not None:
+            yield Stmt(sql.LINK_AFTER, {"seq": seq, "after": after})
+        yield Stmt(sql.RESTORE_HEAD, {"seq": seq})
+    yield Stmt(sql.PRUNE_REQUEUED)
+    yield Stmt(sql.MARK_REQUEUED, message | {"attempts": attempts})
+    yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
+
+
+def _discard(seq: int, group_id: str, attempts: int, held: bool) -> Steps[None]:
+    yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
+    if held:  # its row in `messages` goes too, which frees the group
+        yield Stmt(sql.DROP_MESSAGE, {"seq": seq})
+    yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
+
+
+def Requeue(seq: int) -> Op[bool]:
+    return _on_dead_letter(seq, _requeue)
 
 
 def Discard(seq: int) -> Op[bool]:
-    seq = core.check_seq(seq)
-
-    def steps(now: float) -> Steps[bool]:
-        rows = (yield Stmt(sql.DEAD_LETTER, {"seq": seq})).rows
-        if not rows:
-            return False
-        _, _, held = rows[0]
-        yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
-        if held:  # its row in `messages` goes too, which frees the group
-            yield Stmt(sql.DROP_MESSAGE, {"seq": seq})
-        yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
-        return True
-
-    return Plan(steps)
+    return _on_dead_letter(seq, _discard)
 
 
 def PurgeGroup(group_id: str) -> Op[int]:

@@ -5,9 +5,10 @@ code with the suite's reference model. It imports only public names, as any back
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -288,21 +289,18 @@ class MemoryTransport(core.Closing):
 
     def ack(self, lease: dt.Lease[object]) -> None:
         self._lease(lease)
-        s = self._store
-        with self._locked():
+        with self._holding(notify=True) as s:
             m = self._current(lease, not s.defects.no_fencing)
             del s.messages[m.seq]
             group = s.groups[m.group]
             group.seqs.remove(m.seq)
             if not group.seqs and not self._held(m.group):
                 del s.groups[m.group]
-            s.changed.notify_all()
 
     def nack(self, lease: dt.Lease[object], delay: float = 0) -> None:
         self._lease(lease)
         delay = core.check_delay(delay)
-        s = self._store
-        with self._locked():
+        with self._holding(notify=True) as s:
             m = self._current(lease, not s.defects.no_fencing)
             if delay > 0 and not s.defects.ignore_park:
                 start = m.claimed_at if s.defects.park_from_claim else s.clock()
@@ -310,13 +308,11 @@ class MemoryTransport(core.Closing):
             else:
                 m.holder, m.until = None, 0.0
             m.nacked = True
-            s.changed.notify_all()
 
     def extend(self, lease: dt.Lease[Any], visibility: float) -> dt.Lease[Any]:
         self._lease(lease)
         visibility = core.check_visibility(visibility)
-        s = self._store
-        with self._locked():
+        with self._holding() as s:
             m = self._current(lease, not s.defects.no_fencing)
             m.until = s.clock() + visibility
             return replace(lease, expires_at=m.until)
@@ -324,8 +320,7 @@ class MemoryTransport(core.Closing):
     def bury(self, lease: dt.Lease[object], reason: str) -> None:
         self._lease(lease)
         reason = core.check_reason(reason)
-        s = self._store
-        with self._locked():
+        with self._holding() as s:
             m = self._current(lease, not (s.defects.no_fencing or s.defects.stale_bury))
             stored = reason if s.defects.plain_reason else core.buried_reason(reason)
             self._kill(m, stored, s.clock(), self._hold and not s.defects.bury_ignores_hold)
@@ -338,8 +333,7 @@ class MemoryTransport(core.Closing):
         return "parked" if m.holder == PARKED else "in_flight"
 
     def stats(self) -> dt.QueueStats:
-        s = self._store
-        with self._locked():
+        with self._holding() as s:
             now = s.clock()
             counts: dict[int, dict[str, int]] = {}
             zero = dict.fromkeys(("ready", "in_flight", "parked", "dead"), 0)
@@ -359,8 +353,7 @@ class MemoryTransport(core.Closing):
             )
 
     def groups(self, limit: int = 10) -> list[dt.GroupInfo]:
-        s = self._store
-        with self._locked():
+        with self._holding() as s:
             now = s.clock()
             infos = []
             for name, group in s.groups.items():
@@ -401,8 +394,7 @@ class MemoryTransport(core.Closing):
             return letters if limit is None else letters[:limit]
 
     def held_groups(self) -> list[dt.HeldGroup]:
-        s = self._store
-        with self._locked():
+        with self._holding() as s:
             return [
                 dt.HeldGroup(
                     d.message.group,
@@ -416,8 +408,7 @@ class MemoryTransport(core.Closing):
 
     def requeue(self, seq: int) -> bool:
         seq = core.check_seq(seq)
-        s = self._store
-        with self._locked():
+        with self._holding(notify=True) as s:
             d = s.dead.get(seq)
             if d is None:
                 return False
@@ -439,26 +430,22 @@ class MemoryTransport(core.Closing):
                 group.seqs.append(seq)
             else:
                 group.seqs = sorted([*group.seqs, seq])
-            s.changed.notify_all()
             return True
 
     def discard(self, seq: int) -> bool:
         seq = core.check_seq(seq)
-        s = self._store
-        with self._locked():
+        with self._holding(notify=True) as s:
             d = s.dead.pop(seq, None)
             if d is None:
                 return False
             group = s.groups.get(d.message.group)
             if group is not None and not group.seqs and not self._held(d.message.group):
                 del s.groups[d.message.group]
-            s.changed.notify_all()
             return True
 
     def purge_group(self, group_id: str) -> int:
         group_id = core.check_group_id(group_id)
-        s = self._store
-        with self._locked():
+        with self._holding(notify=True) as s:
             group = s.groups.pop(group_id, None)
             removed = 0
             for seq in group.seqs if group is not None else []:
@@ -467,7 +454,6 @@ class MemoryTransport(core.Closing):
             for seq in [k for k, d in s.dead.items() if d.message.group == group_id]:
                 del s.dead[seq]
                 removed += 1
-            s.changed.notify_all()
             return removed
 
     # -- lifecycle -------------------------------------------------------------------
@@ -476,6 +462,16 @@ class MemoryTransport(core.Closing):
         if self._closed:
             raise dt.TransportError("transport is closed")
         return self._store.lock
+
+    @contextlib.contextmanager
+    def _holding(self, notify: bool = False) -> Iterator[MemoryStore]:
+        """The store, under its lock (refused once closed); with ``notify``, waiting
+        claims are woken when the block ends without an error."""
+        s = self._store
+        with self._locked():
+            yield s
+            if notify:
+                s.changed.notify_all()
 
     def close(self) -> None:
         with self._store.changed:
@@ -500,7 +496,6 @@ class FileTransport(core.Closing):
         self._codec: core.EventCodec[Any] = core.EventCodec(dt.Event)
 
     def _locked(self) -> Any:
-        import contextlib
         import fcntl
 
         @contextlib.contextmanager
