@@ -26,35 +26,26 @@ from ._sync import (
     LISTEN_TICK,
     Configured,
     Listening,
+    OneCursor,
     bind,
     check_alive,
+    has_rows,
     pool_arguments,
     watch,
 )
 from ._url import PostgresOptions
 
 E = TypeVar("E")
-TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 T = TypeVar("T")
 
 
-class AConn(psycopg.AsyncConnection[Any]):
-    """The sync twin's `Conn`, for the async pool."""
-
-    _single: psycopg.AsyncCursor[Any] | None = None
-
-    def single(self) -> psycopg.AsyncCursor[Any]:
-        cursor = self._single
-        if cursor is None or cursor.closed:
-            cursor = self._single = self.cursor()
-        return cursor
+class AConn(psycopg.AsyncConnection[Any], OneCursor[psycopg.AsyncCursor[Any]]):
+    def _new_cursor(self) -> psycopg.AsyncCursor[Any]:
+        return self.cursor()
 
 
 async def _result(cursor: psycopg.AsyncCursor[Any]) -> _ops.Result:
-    # The status, not `description`, which builds a column object per column.
-    result = cursor.pgresult
-    rows = await cursor.fetchall() if result and result.status == TUPLES_OK else []
-    return _ops.Result(rows, cursor.rowcount)
+    return _ops.Result(await cursor.fetchall() if has_rows(cursor) else [], cursor.rowcount)
 
 
 async def run_batch(conn: AConn, schema: str, batch: _ops.Batch, call: Call) -> list[_ops.Result]:

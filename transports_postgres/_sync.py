@@ -34,19 +34,29 @@ if TYPE_CHECKING:
 E = TypeVar("E")
 TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 T = TypeVar("T")
+C = TypeVar("C", psycopg.Cursor[Any], psycopg.AsyncCursor[Any])
 
 
-class Conn(psycopg.Connection[Any]):
-    """A pooled connection that keeps one cursor for the batches of one statement (most
-    calls): a new cursor per statement costs about as much as reading its row."""
+class OneCursor(Generic[C]):
+    """A pooled connection (of either twin) that keeps one cursor for the batches of one
+    statement (most calls): a new cursor per statement costs about as much as reading its
+    row."""
 
-    _single: psycopg.Cursor[Any] | None = None
+    _single: C | None = None
 
-    def single(self) -> psycopg.Cursor[Any]:
+    def _new_cursor(self) -> C:
+        raise NotImplementedError
+
+    def single(self) -> C:
         cursor = self._single
         if cursor is None or cursor.closed:
-            cursor = self._single = self.cursor()
+            cursor = self._single = self._new_cursor()
         return cursor
+
+
+class Conn(psycopg.Connection[Any], OneCursor[psycopg.Cursor[Any]]):
+    def _new_cursor(self) -> psycopg.Cursor[Any]:
+        return self.cursor()
 
 
 # A blocked claim looks again at least this often (seconds), in case a notification was
@@ -63,11 +73,15 @@ def bind(stmt: _ops.Stmt) -> dict[str, Any]:
     return dict(zip(stmt.statement.names, stmt.params, strict=True))
 
 
-def _result(cursor: psycopg.Cursor[Any]) -> _ops.Result:
+def has_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
+    """Whether the statement ``cursor`` ran returns rows (both twins)."""
     # The status, not `description`, which builds a column object per column.
     result = cursor.pgresult
-    rows = cursor.fetchall() if result and result.status == TUPLES_OK else []
-    return _ops.Result(rows, cursor.rowcount)
+    return bool(result and result.status == TUPLES_OK)
+
+
+def _result(cursor: psycopg.Cursor[Any]) -> _ops.Result:
+    return _ops.Result(cursor.fetchall() if has_rows(cursor) else [], cursor.rowcount)
 
 
 def run_batch(conn: Conn, schema: str, batch: _ops.Batch, call: Call) -> list[_ops.Result]:
