@@ -26,7 +26,7 @@ from ._admin import DeadLetter, GroupInfo, HeldGroup, QueueStats
 from ._codec import EventCodec
 from ._errors import LeaseLost
 from ._models import Lease
-from ._validate import check_lease
+from ._validate import check_lease, check_priority, check_visibility, check_worker_id
 
 try:
     from typing import Self
@@ -39,6 +39,7 @@ __all__ = [
     "Closing",
     "Operation",
     "Operations",
+    "Claiming",
     "ReuseLast",
     "Settle",
     "TransportBase",
@@ -61,6 +62,31 @@ class Operation(Generic[T]):
     """
 
     __slots__ = ()
+
+
+class Claiming(Operation[T]):
+    """The root of a claim's operation: ``worker_id``, ``visibility`` and ``min_priority``
+    checked when it is built (so a worker's bad arguments never reach the store, and a
+    kept operation, see `ReuseLast`, is checked once), and the transport's dead-letter
+    policy, ``max_attempts`` and ``on_dead``, for a head that is out of deliveries.
+
+    A backend's claim subclasses it next to its own root type, as `Settle`."""
+
+    __slots__ = ("max_attempts", "min_priority", "on_dead", "visibility", "worker_id")
+
+    def __init__(
+        self,
+        worker_id: str,
+        visibility: float,
+        min_priority: int,
+        max_attempts: int | None = None,
+        on_dead: str = "release",
+    ) -> None:
+        self.worker_id = check_worker_id(worker_id)
+        self.visibility = check_visibility(visibility)
+        self.min_priority = check_priority(min_priority, "min_priority")
+        self.max_attempts = max_attempts
+        self.on_dead = on_dead
 
 
 class Settle(Operation[T]):

@@ -13,7 +13,8 @@ without breaking anyone. It holds:
   every method but ``claim`` and ``close`` over a backend's `Operations` (its builders of
   `Operation` objects) and its runner, and `Closing`/`AsyncClosing` the context-manager
   pair over ``close()``; `ReuseLast` keeps the checked operation of a worker's repeated
-  ``claim``; `Settle`, the root of the operations on a held lease;
+  ``claim``; `Claiming` and `Settle`, the roots of a claim's operation and of those on
+  a held lease;
 * events: `EventCodec`, which encodes events of one type to JSON text and builds leases
   (raising `EventDecodeError`) from stored text, and `Claimed`, a leased message whose
   event is still that text;
@@ -39,6 +40,7 @@ from ._admin import (
 from ._base import (
     AsyncClosing,
     AsyncTransportBase,
+    Claiming,
     Closing,
     Operation,
     Operations,
@@ -80,6 +82,7 @@ __all__ = [
     "AsyncTransportBase",
     "Backend",
     "Claimed",
+    "Claiming",
     "Closing",
     "EventCodec",
     "Operation",

@@ -252,36 +252,15 @@ class PublishMany(Operation[list[int]]):
 # --- claim --------------------------------------------------------------------------------------
 
 
-class Claim(Operation[core.Claimed | None]):
+class Claim(Operation[core.Claimed | None], core.Claiming[core.Claimed | None]):
     """Lease the next ready head: one statement while no lapsed group waits to be woken.
     Otherwise (or finding nothing), and with ``max_attempts`` when the head has had its
     deliveries, the claim goes on in `ClaimRest`."""
 
-    __slots__ = (
-        "lease_commit",
-        "max_attempts",
-        "min_priority",
-        "on_dead",
-        "visibility",
-        "worker_id",
-    )
+    __slots__ = ()
     call = "claim"
-
-    def __init__(
-        self,
-        worker_id: str,
-        visibility: float,
-        min_priority: int,
-        max_attempts: int | None = None,
-        on_dead: str = "release",
-        lease_commit: str | None = None,
-    ) -> None:
-        self.worker_id = core.check_worker_id(worker_id)
-        self.visibility = core.check_visibility(visibility)
-        self.min_priority = core.check_priority(min_priority, "min_priority")
-        self.max_attempts = max_attempts
-        self.on_dead = on_dead
-        self.lease_commit = lease_commit
+    # The `synchronous_commit` of the first try (None: the session's); see `LeaseClaim`.
+    lease_commit: ClassVar[str | None] = None
 
     def _claim(
         self, now: float | None, statement: Statement = sql.CLAIM, commit: str | None = None
@@ -305,6 +284,14 @@ class Claim(Operation[core.Claimed | None]):
     def _claimed(self, row: Sequence[Any]) -> core.Claimed:
         seq, group_id, raw, attempt, expires_at, _, _ = row
         return core.Claimed(seq, group_id, raw, self.worker_id, attempt, expires_at)
+
+
+class LeaseClaim(Claim):
+    """A `Claim` of a transport opened with ``lease_commit=async``: its first try, which
+    only moves a lease, commits without waiting for its WAL flush (`sql._LEASE_COMMIT`)."""
+
+    __slots__ = ()
+    lease_commit = "off"
 
 
 class ClaimRest(Operation[core.Claimed | None]):
@@ -647,9 +634,10 @@ class Operations:
 
     def __init__(self, max_attempts: int | None, on_dead: str, lease_commit: str | None) -> None:
         self.lease_commit = lease_commit
+        kind = Claim if lease_commit is None else LeaseClaim
         self.claim: core.ReuseLast[[str, float, int], Claim] = core.ReuseLast(
-            lambda worker_id, visibility, min_priority: Claim(
-                worker_id, visibility, min_priority, max_attempts, on_dead, lease_commit
+            lambda worker_id, visibility, min_priority: kind(
+                worker_id, visibility, min_priority, max_attempts, on_dead
             )
         )
 

@@ -260,7 +260,7 @@ def PublishMany(
 _UNLIMITED = 2**62
 
 
-class Claim(Op[core.Claimed | None]):
+class Claim(Op[core.Claimed | None], core.Claiming[core.Claimed | None]):
     """Lease the next ready head. With ``max_attempts``, a head that has had that many
     deliveries is buried instead (see `_bury`) and the claim goes on to the next one.
 
@@ -269,24 +269,10 @@ class Claim(Op[core.Claimed | None]):
     It runs in a write transaction even so: its `now` is read once the write lock is
     held, so a claim that waited for the lock still leases from the moment it got it."""
 
-    __slots__ = ("max_attempts", "min_priority", "on_dead", "visibility", "worker_id")
+    __slots__ = ()
     begin = sql.BEGIN_WRITE
     durable = False
     wakes = False  # a claim takes a message; what it frees on the way is due by the clock
-
-    def __init__(
-        self,
-        worker_id: str,
-        visibility: float,
-        min_priority: int,
-        max_attempts: int | None = None,
-        on_dead: str = "release",
-    ) -> None:
-        self.worker_id = core.check_worker_id(worker_id)
-        self.visibility = core.check_visibility(visibility)
-        self.min_priority = core.check_priority(min_priority, "min_priority")
-        self.max_attempts = max_attempts
-        self.on_dead = on_dead
 
     def first(self, now: float) -> tuple[sql.Statement, Params]:
         return sql.CLAIM_READY, {

@@ -1,7 +1,8 @@
 """The pieces of ``transports_core.backend`` that every backend would otherwise write
 again: the options whitelist, the clock and seconds checks, the Backend built from a
 parser and two transport classes, the reused claim operation, the undecoded claim, the
-operations on a held lease, the queue totals and the admin reads' values from stored rows."""
+roots of a claim's operation and of those on a held lease, the queue totals and the admin
+reads' values from stored rows."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from transports_core import (
 )
 from transports_core.backend import (
     Claimed,
+    Claiming,
     EventCodec,
     OptionTable,
     ReuseLast,
@@ -280,3 +282,28 @@ def test_settle_renews_a_current_lease_and_raises_lease_lost_for_another() -> No
     with pytest.raises(LeaseLost) as info:
         Touch(lease, False).reply(80.0)
     assert info.value.lease is lease
+
+
+def test_claiming_checks_the_claims_arguments_and_keeps_the_policy() -> None:
+    op: Claiming[None] = Claiming("w1", 2.5, 3, 4, "hold")
+    assert (op.worker_id, op.visibility, op.min_priority) == ("w1", 2.5, 3)
+    assert (op.max_attempts, op.on_dead) == (4, "hold")
+    default: Claiming[None] = Claiming("w1", 1, 0)
+    assert (default.max_attempts, default.on_dead) == (None, "release")
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "names"),
+    [
+        (("", 1.0, 0), ValueError, "worker_id"),
+        (("__parked__", 1.0, 0), ValueError, "'__parked__'"),
+        (("w", 0, 0), ValueError, "visibility"),
+        (("w", 1.0, True), TypeError, "min_priority"),
+        (("w", 1.0, 5), ValueError, "min_priority"),
+    ],
+)
+def test_claiming_refuses_bad_arguments_when_built(
+    args: tuple[Any, Any, Any], error: type[Exception], names: str
+) -> None:
+    with pytest.raises(error, match=re.escape(names)):
+        Claiming(*args)
