@@ -22,9 +22,9 @@ rest of the package.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "AsyncTransportAdmin",
@@ -36,7 +36,10 @@ __all__ = [
     "QueueStats",
     "TransportAdmin",
     "buried_reason",
+    "dead_letter",
     "exhausted_reason",
+    "group_info",
+    "held_group",
     "queue_stats",
 ]
 
@@ -125,6 +128,33 @@ class GroupInfo:
     last_claimed_at: float | None
 
 
+def group_info(row: Sequence[Any], now: float, *, parked: str, held: float) -> GroupInfo:
+    """The `GroupInfo` of a stored group row at ``now``, for a backend that keeps a group's
+    head lease as a holder and an expiry: ``row`` is ``(group_id, priority, head_seq,
+    last_claimed_at, locked_by, lock_expiry, depth)``. The backend's markers say the rest:
+    an expiry of ``held`` is a dead letter holding the group (counted in ``depth``, not in
+    the result's); a holder ``parked`` is a nack's delay; any other holder a worker's
+    lease. A holder of None, or an expiry before ``now``, is ready; a ``last_claimed_at``
+    of 0 or None, never claimed."""
+    group_id, priority, head_seq, last_claimed_at, locked_by, lock_expiry, depth = row
+    state: GroupState
+    if lock_expiry == held:
+        state, depth = "held", depth - 1
+    elif locked_by is None or lock_expiry < now:
+        state = "ready"
+    else:
+        state = "parked" if locked_by == parked else "in_flight"
+    return GroupInfo(
+        group_id=group_id,
+        priority=priority,
+        depth=depth,
+        head_seq=head_seq,
+        state=state,
+        busy_until=lock_expiry if state in ("parked", "in_flight") else None,
+        last_claimed_at=last_claimed_at or None,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     """A message taken out of delivery after ``max_attempts`` deliveries without an ack.
@@ -144,6 +174,13 @@ class DeadLetter:
     held: bool
 
 
+def dead_letter(row: Sequence[Any]) -> DeadLetter:
+    """The `DeadLetter` of a stored row ``(seq, group_id, priority, event, attempts,
+    reason, dead_at, held)``, ``held`` any truthy value (a database's 1)."""
+    seq, group_id, priority, event, attempts, reason, dead_at, held = row
+    return DeadLetter(seq, group_id, priority, event, attempts, reason, dead_at, bool(held))
+
+
 @dataclass(frozen=True, slots=True)
 class HeldGroup:
     """A group blocked by its dead letter ``seq`` since ``since`` (epoch seconds), with
@@ -153,6 +190,13 @@ class HeldGroup:
     seq: int
     waiting: int
     since: float
+
+
+def held_group(row: Sequence[Any]) -> HeldGroup:
+    """The `HeldGroup` of a stored row ``(group_id, seq, dead_at, waiting)``: the group,
+    its holding dead letter and when it died, and the messages queued behind it."""
+    group_id, seq, dead_at, waiting = row
+    return HeldGroup(group_id=group_id, seq=seq, waiting=waiting, since=dead_at)
 
 
 @runtime_checkable

@@ -9,7 +9,10 @@ and ``close``, which wait and release in each backend's own way. Each method is 
 of a builder and one of ``_run``, so the hot path (publish, ack) costs no more than a
 method written out in the backend.
 
-Imports only ``_models``, ``_admin`` and ``_codec``; knows nothing of any backend.
+`Settle` is the common part of the operations on a held lease (ack, nack, extend, bury).
+
+Imports only ``_models``, ``_admin``, ``_codec``, ``_errors`` and ``_validate``; knows
+nothing of any backend.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ._admin import DeadLetter, GroupInfo, HeldGroup, QueueStats
 from ._codec import EventCodec
+from ._errors import LeaseLost
 from ._models import Lease
+from ._validate import check_lease, check_priority, check_visibility, check_worker_id
 
 try:
     from typing import Self
@@ -34,7 +39,9 @@ __all__ = [
     "Closing",
     "Operation",
     "Operations",
+    "Claiming",
     "ReuseLast",
+    "Settle",
     "TransportBase",
 ]
 
@@ -55,6 +62,58 @@ class Operation(Generic[T]):
     """
 
     __slots__ = ()
+
+
+class Claiming(Operation[T]):
+    """The root of a claim's operation: ``worker_id``, ``visibility`` and ``min_priority``
+    checked when it is built (so a worker's bad arguments never reach the store, and a
+    kept operation, see `ReuseLast`, is checked once), and the transport's dead-letter
+    policy, ``max_attempts`` and ``on_dead``, for a head that is out of deliveries.
+
+    A backend's claim subclasses it next to its own root type, as `Settle`."""
+
+    __slots__ = ("max_attempts", "min_priority", "on_dead", "visibility", "worker_id")
+
+    def __init__(
+        self,
+        worker_id: str,
+        visibility: float,
+        min_priority: int,
+        max_attempts: int | None = None,
+        on_dead: str = "release",
+    ) -> None:
+        self.worker_id = check_worker_id(worker_id)
+        self.visibility = check_visibility(visibility)
+        self.min_priority = check_priority(min_priority, "min_priority")
+        self.max_attempts = max_attempts
+        self.on_dead = on_dead
+
+
+class Settle(Operation[T]):
+    """An operation on a held lease (ack, nack, extend, bury): it checks ``lease`` when
+    built (`check_lease`), and its reply says whether the lease was still current.
+
+    A backend's settling operations subclass it next to their own root type. Its one
+    slot is ``lease``; a subclass adds its own (it may only add them: one base of a
+    slotted class may have slots)."""
+
+    __slots__ = ("lease",)
+    lease: Lease[Any]
+
+    def __init__(self, lease: Lease[Any]) -> None:
+        self.lease = check_lease(lease)
+
+    def held(self, current: bool) -> None:
+        """Raise `LeaseLost` unless ``current``: the store matched the fenced lease (it
+        changed one row, say). When it did not, the lease lapsed and the message was
+        claimed again, or it was settled already."""
+        if not current:
+            raise LeaseLost(self.lease)
+
+    def renewed(self, expires_at: float) -> Lease[Any]:
+        """The lease, its expiry moved to ``expires_at`` (what extend returns)."""
+        old = self.lease
+        return Lease(old.seq, old.group_id, old.event, old.worker_id, old.attempt, expires_at)
 
 
 class Operations(Protocol):

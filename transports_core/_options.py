@@ -10,6 +10,8 @@ an unknown name is refused with the list of known ones. Imports only ``_protocol
 
 from __future__ import annotations
 
+import contextlib
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -17,7 +19,7 @@ from typing import Any, TypeVar, cast
 from ._protocol import AsyncTransport, Transport
 from ._registry import Backend, redact_url
 
-__all__ = ["OptionTable", "build_backend", "check_clock"]
+__all__ = ["OptionTable", "build_backend", "check_clock", "seconds_option"]
 
 Parsed = TypeVar("Parsed")
 Check = Callable[[object], object]
@@ -78,6 +80,23 @@ def check_clock(value: object) -> Callable[[], float]:
     if not callable(value):
         raise TypeError(f"clock must be a callable returning epoch seconds, got {value!r}")
     return cast(Callable[[], float], value)
+
+
+def seconds_option(name: str) -> Callable[[object], float]:
+    """The check of option ``name``, a finite number of seconds > 0 (a timeout, say): from
+    a URL's text (``"2.5"``) or a keyword's int or float, never a bool."""
+
+    def check(value: object) -> float:
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        return float(value)
+
+    return check
 
 
 def build_backend(

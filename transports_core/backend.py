@@ -7,37 +7,49 @@ without breaking anyone. It holds:
 * registration: `Backend`, `register_backend`, `ENTRY_POINT_GROUP`, and `build_backend`,
   the `Backend` of a parser of URL and options and the two transport classes;
 * options: `OptionTable`, a backend's typed whitelist (an option from the URL's query or
-  a keyword, once; unknown names refused, the known ones listed), and `check_clock`;
+  a keyword, once; unknown names refused, the known ones listed), `check_clock` and
+  `seconds_option`;
 * the transport classes' common part: `TransportBase` and `AsyncTransportBase` implement
   every method but ``claim`` and ``close`` over a backend's `Operations` (its builders of
   `Operation` objects) and its runner, and `Closing`/`AsyncClosing` the context-manager
   pair over ``close()``; `ReuseLast` keeps the checked operation of a worker's repeated
-  ``claim``;
+  ``claim``; `Claiming` and `Settle`, the roots of a claim's operation and of those on
+  a held lease;
 * events: `EventCodec`, which encodes events of one type to JSON text and builds leases
   (raising `EventDecodeError`) from stored text, and `Claimed`, a leased message whose
   event is still that text;
 * the shared argument checks, so every backend refuses the same input with the same error
   before it writes anything, and their bounds (`MAX_PRIORITY`, `RESERVED_PREFIX`,
   `MAX_REASON`, `ON_DEAD_CHOICES`);
-* the dead-letter reasons (`buried_reason`, `exhausted_reason`), and `queue_stats`, the
-  totals of the counts per priority;
+* the dead-letter reasons (`buried_reason`, `exhausted_reason`); `queue_stats`, the
+  totals of the counts per priority; and the admin reads' values from stored rows
+  (`group_info`, `dead_letter`, `held_group`);
 * `redact_url`, for messages and reprs that must never show a password.
 """
 
 from __future__ import annotations
 
-from ._admin import buried_reason, exhausted_reason, queue_stats
+from ._admin import (
+    buried_reason,
+    dead_letter,
+    exhausted_reason,
+    group_info,
+    held_group,
+    queue_stats,
+)
 from ._base import (
     AsyncClosing,
     AsyncTransportBase,
+    Claiming,
     Closing,
     Operation,
     Operations,
     ReuseLast,
+    Settle,
     TransportBase,
 )
 from ._codec import Claimed, EventCodec
-from ._options import OptionTable, build_backend, check_clock
+from ._options import OptionTable, build_backend, check_clock, seconds_option
 from ._registry import ENTRY_POINT_GROUP, Backend, redact_url, register_backend
 from ._validate import (
     MAX_PRIORITY,
@@ -70,12 +82,14 @@ __all__ = [
     "AsyncTransportBase",
     "Backend",
     "Claimed",
+    "Claiming",
     "Closing",
     "EventCodec",
     "Operation",
     "Operations",
     "OptionTable",
     "ReuseLast",
+    "Settle",
     "TransportBase",
     "build_backend",
     "buried_reason",
@@ -94,8 +108,12 @@ __all__ = [
     "check_visibility",
     "check_wait",
     "check_worker_id",
+    "dead_letter",
     "exhausted_reason",
+    "group_info",
+    "held_group",
     "queue_stats",
     "redact_url",
     "register_backend",
+    "seconds_option",
 ]

@@ -21,40 +21,31 @@ from transports_core import Event, Lease, TransportError
 from transports_core.backend import AsyncTransportBase, Claimed, check_wait
 
 from . import _ops
-from . import _sql as sql
 from ._errors import Call, postgres_errors
 from ._sync import (
     LISTEN_TICK,
     Configured,
+    Listening,
+    OneCursor,
     bind,
     check_alive,
+    has_rows,
     pool_arguments,
     watch,
 )
 from ._url import PostgresOptions
 
 E = TypeVar("E")
-TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 T = TypeVar("T")
 
 
-class AConn(psycopg.AsyncConnection[Any]):
-    """The sync twin's `Conn`, for the async pool."""
-
-    _single: psycopg.AsyncCursor[Any] | None = None
-
-    def single(self) -> psycopg.AsyncCursor[Any]:
-        cursor = self._single
-        if cursor is None or cursor.closed:
-            cursor = self._single = self.cursor()
-        return cursor
+class AConn(psycopg.AsyncConnection[Any], OneCursor[psycopg.AsyncCursor[Any]]):
+    def _new_cursor(self) -> psycopg.AsyncCursor[Any]:
+        return self.cursor()
 
 
 async def _result(cursor: psycopg.AsyncCursor[Any]) -> _ops.Result:
-    # The status, not `description`, which builds a column object per column.
-    result = cursor.pgresult
-    rows = await cursor.fetchall() if result and result.status == TUPLES_OK else []
-    return _ops.Result(rows, cursor.rowcount)
+    return _ops.Result(await cursor.fetchall() if has_rows(cursor) else [], cursor.rowcount)
 
 
 async def run_batch(conn: AConn, schema: str, batch: _ops.Batch, call: Call) -> list[_ops.Result]:
@@ -72,31 +63,18 @@ async def perform(
     conn: AConn, schema: str, op: _ops.Operation[T], now: float | None, call: Call
 ) -> T:
     """The sync twin's `perform`, awaited."""
-    batch = op.fast(now)
-    while batch is not None:
-        value = op.done(await run_batch(conn, schema, batch, call) if batch else [], now)
-        if not isinstance(value, _ops.More):
-            return value
-        if value.then is None:
-            break
-        op = value.then
-        batch = op.fast(now)
-    steps = op.steps(now)
+    flow = _ops.drive(op, now)
     try:
-        first = (_ops.Stmt(op.begin), *next(steps))
-        results = (await run_batch(conn, schema, first, call))[1:]
-        try:
-            while True:
-                results = await run_batch(conn, schema, steps.send(results), call)
-        except StopIteration as stop:
-            value = stop.value
-        await run_batch(conn, schema, (_ops.Stmt(sql.COMMIT),), call)
+        batch = next(flow)
+        while True:
+            batch = flow.send(await run_batch(conn, schema, batch, call))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
     except Exception:
         if conn.info.transaction_status != TransactionStatus.IDLE and not conn.closed:
             with contextlib.suppress(psycopg.Error):
                 await conn.execute("ROLLBACK")
         raise
-    return value  # type: ignore[no-any-return]
 
 
 async def configure(conn: AConn) -> None:
@@ -107,7 +85,7 @@ async def alive(conn: AConn) -> None:
     check_alive(conn)
 
 
-class _AsyncWaker:
+class _AsyncWaker(Listening):
     """The LISTEN connection's task, and the event blocked claims await."""
 
     def __init__(self, options: PostgresOptions) -> None:
@@ -129,7 +107,7 @@ class _AsyncWaker:
         conn: psycopg.AsyncConnection[Any] | None = None
         try:
             conn = await psycopg.AsyncConnection.connect(self._options.conninfo, autocommit=True)
-            await conn.execute(f"LISTEN {sql.quote_ident(self._options.schema)}")
+            await conn.execute(self._listen_statement())
             self.pid = conn.info.backend_pid
             ready.set()
             while not self.closed:
@@ -138,15 +116,10 @@ class _AsyncWaker:
         except Exception as exc:
             self._error = exc
         finally:
-            self.pid = None
-            ready.set()
-            self._bump()
+            self._stopped(ready)
             if conn is not None:
                 with contextlib.suppress(psycopg.Error, asyncio.CancelledError):
-                    await conn.execute(
-                        sql.UNREGISTER_WAITER.render(self._options.schema),
-                        {"pid": conn.info.backend_pid},
-                    )
+                    await conn.execute(*self._goodbye(conn.info.backend_pid))
                 await conn.close()
 
     async def _start(self) -> int:
@@ -157,13 +130,7 @@ class _AsyncWaker:
             self._task = asyncio.get_running_loop().create_task(self._listen(ready))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(ready.wait(), self._options.pool_timeout)
-        pid = self.pid
-        if pid is None:
-            with postgres_errors(self._options.display, Call("claim", writes=False)):
-                if self._error is not None:
-                    raise self._error
-            raise TransportError(f"{self._options.display}: claim: cannot LISTEN for wake-ups")
-        return pid
+        return self._started()
 
     @contextlib.asynccontextmanager
     async def waiting(self, run: Callable[[_ops.Waiter], Awaitable[None]]) -> AsyncIterator[None]:

@@ -16,36 +16,8 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any, ClassVar, Final, Literal, NamedTuple, TypeVar
 
-from transports_core import (
-    DeadLetter,
-    GroupInfo,
-    GroupState,
-    HeldGroup,
-    Lease,
-    LeaseLost,
-    PriorityStats,
-    QueueStats,
-    RequeueRefused,
-    TransportError,
-    backend,
-)
-from transports_core.backend import (
-    Claimed,
-    EventCodec,
-    ReuseLast,
-    buried_reason,
-    check_delay,
-    check_group_id,
-    check_lease,
-    check_limit,
-    check_priority,
-    check_reason,
-    check_seq,
-    check_visibility,
-    check_worker_id,
-    exhausted_reason,
-    queue_stats,
-)
+import transports_core as dt
+from transports_core import backend as core
 
 from . import _sql as sql
 from ._sql import Statement
@@ -87,7 +59,7 @@ class More:
 MORE: Final = More()
 
 
-class Operation(backend.Operation[T]):
+class Operation(core.Operation[T]):
     """One call, checked and ready to run. ``call`` names it in errors; ``writes`` says
     whether a lost connection leaves its outcome unknown; ``begin`` opens the transaction
     `steps` runs in."""
@@ -107,6 +79,32 @@ class Operation(backend.Operation[T]):
         raise NotImplementedError(f"{type(self).__name__} has no steps")
 
 
+def drive(op: Operation[T], now: float | None) -> Steps[T]:
+    """The whole run of ``op``, the decisions both runners share: it yields the batches
+    to send, receives their results, and returns the value. First the fast paths (an
+    empty batch needs no round trip); then, if none finished, the steps, in one
+    transaction: its BEGIN goes with the first batch, its COMMIT after the last. A
+    runner that stops early rolls back whatever transaction is open."""
+    batch = op.fast(now)
+    while batch is not None:
+        value = op.done((yield batch) if batch else [], now)
+        if not isinstance(value, More):
+            return value
+        if value.then is None:
+            break
+        op = value.then
+        batch = op.fast(now)
+    steps = op.steps(now)
+    results = (yield (Stmt(op.begin), *next(steps)))[1:]
+    try:
+        while True:
+            results = yield steps.send(results)
+    except StopIteration as stop:
+        value = stop.value
+    yield (Stmt(sql.COMMIT),)
+    return value  # type: ignore[no-any-return]
+
+
 # --- the schema -----------------------------------------------------------------------------
 
 
@@ -117,7 +115,7 @@ def _is_ours(schema: str, identity: Result) -> bool | None:
     if not exists or (relations == 0):
         return None
     if not has_meta:
-        raise TransportError(
+        raise dt.TransportError(
             f"schema {schema!r} holds {relations} relations that are not a durable-transports "
             "queue; refusing to touch it (choose another with ?schema=NAME)"
         )
@@ -127,12 +125,12 @@ def _is_ours(schema: str, identity: Result) -> bool | None:
 def _check_meta(schema: str, rows: list[Any]) -> None:
     meta = dict(rows)
     if meta.get("owner") != sql.OWNER:
-        raise TransportError(
+        raise dt.TransportError(
             f"schema {schema!r} is not a durable-transports queue (its meta table belongs "
             "to something else); refusing to touch it"
         )
     if meta.get("version") != str(sql.SCHEMA_VERSION):
-        raise TransportError(
+        raise dt.TransportError(
             f"schema {schema!r} has queue schema version {meta.get('version')}; this "
             f"version of durable-transports knows version {sql.SCHEMA_VERSION}"
         )
@@ -194,9 +192,11 @@ class Publish(Operation[int]):
     __slots__ = ("group_id", "params")
     call = "publish"
 
-    def __init__(self, codec: EventCodec[Any], group_id: str, event: object, priority: int) -> None:
-        self.group_id = check_group_id(group_id)
-        priority = check_priority(priority)
+    def __init__(
+        self, codec: core.EventCodec[Any], group_id: str, event: object, priority: int
+    ) -> None:
+        self.group_id = core.check_group_id(group_id)
+        priority = core.check_priority(priority)
         self.params = (self.group_id, priority, codec.encode(event))
 
     def fast(self, now: float | None) -> Batch:
@@ -215,7 +215,7 @@ class PublishMany(Operation[list[int]]):
     __slots__ = ("appended", "locked")
     call = "publish_many"
 
-    def __init__(self, codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> None:
+    def __init__(self, codec: core.EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> None:
         encoded = codec.encode_items(items)
         # Each group of the batch: its priority (its first message's), its count, and the
         # place of its first message (1-based).
@@ -252,36 +252,15 @@ class PublishMany(Operation[list[int]]):
 # --- claim --------------------------------------------------------------------------------------
 
 
-class Claim(Operation[Claimed | None]):
+class Claim(Operation[core.Claimed | None], core.Claiming[core.Claimed | None]):
     """Lease the next ready head: one statement while no lapsed group waits to be woken.
     Otherwise (or finding nothing), and with ``max_attempts`` when the head has had its
     deliveries, the claim goes on in `ClaimRest`."""
 
-    __slots__ = (
-        "lease_commit",
-        "max_attempts",
-        "min_priority",
-        "on_dead",
-        "visibility",
-        "worker_id",
-    )
+    __slots__ = ()
     call = "claim"
-
-    def __init__(
-        self,
-        worker_id: str,
-        visibility: float,
-        min_priority: int,
-        max_attempts: int | None = None,
-        on_dead: str = "release",
-        lease_commit: str | None = None,
-    ) -> None:
-        self.worker_id = check_worker_id(worker_id)
-        self.visibility = check_visibility(visibility)
-        self.min_priority = check_priority(min_priority, "min_priority")
-        self.max_attempts = max_attempts
-        self.on_dead = on_dead
-        self.lease_commit = lease_commit
+    # The `synchronous_commit` of the first try (None: the session's); see `LeaseClaim`.
+    lease_commit: ClassVar[str | None] = None
 
     def _claim(
         self, now: float | None, statement: Statement = sql.CLAIM, commit: str | None = None
@@ -296,18 +275,26 @@ class Claim(Operation[Claimed | None]):
         # The claim's own increment of attempt is not a delivery.
         return self.max_attempts is not None and row[3] - 1 - row[5] >= self.max_attempts
 
-    def done(self, results: list[Result], now: float | None) -> Claimed | More:
+    def done(self, results: list[Result], now: float | None) -> core.Claimed | More:
         rows = results[0].rows
         if not rows or self._due(rows[0]):
             return More(ClaimRest(self, rows[0] if rows else None))
         return self._claimed(rows[0])
 
-    def _claimed(self, row: Sequence[Any]) -> Claimed:
+    def _claimed(self, row: Sequence[Any]) -> core.Claimed:
         seq, group_id, raw, attempt, expires_at, _, _ = row
-        return Claimed(seq, group_id, raw, self.worker_id, attempt, expires_at)
+        return core.Claimed(seq, group_id, raw, self.worker_id, attempt, expires_at)
 
 
-class ClaimRest(Operation[Claimed | None]):
+class LeaseClaim(Claim):
+    """A `Claim` of a transport opened with ``lease_commit=async``: its first try, which
+    only moves a lease, commits without waiting for its WAL flush (`sql._LEASE_COMMIT`)."""
+
+    __slots__ = ()
+    lease_commit = "off"
+
+
+class ClaimRest(Operation[core.Claimed | None]):
     """The rest of a `Claim` whose first try found nothing (``row`` None: wake the lapsed
     groups and claim again) or leased a head due for burial (bury it, fenced by the lease
     just taken, and claim again)."""
@@ -324,7 +311,7 @@ class ClaimRest(Operation[Claimed | None]):
             return (Stmt(sql.WAKE_LAPSED, (now,)), self.claim._claim(now))
         return None
 
-    def done(self, results: list[Result], now: float | None) -> Claimed | More | None:
+    def done(self, results: list[Result], now: float | None) -> core.Claimed | More | None:
         rows = results[-1].rows
         if not rows:
             return None
@@ -332,7 +319,7 @@ class ClaimRest(Operation[Claimed | None]):
             return More(ClaimRest(self.claim, rows[0]))
         return self.claim._claimed(rows[0])
 
-    def steps(self, now: float | None) -> Steps[Claimed | None]:
+    def steps(self, now: float | None) -> Steps[core.Claimed | None]:
         claim, row = self.claim, self.row
         assert row is not None  # the fast path took the other case
         while claim._due(row):
@@ -342,7 +329,7 @@ class ClaimRest(Operation[Claimed | None]):
             last: Literal["lapsed", "nacked"] = (
                 "nacked" if before is None or before == sql.PARKED else "lapsed"
             )
-            reason = exhausted_reason(delivered - base, claim.max_attempts, last)
+            reason = core.exhausted_reason(delivered - base, claim.max_attempts, last)
             fence = (group_id, seq, claim.worker_id, attempt)
             yield from _bury(fence, delivered, reason, claim.on_dead, now)
             (result,) = yield (claim._claim(now),)
@@ -404,22 +391,16 @@ class Waiter(Operation[None]):
 # --- settle ------------------------------------------------------------------------------------
 
 
-def _fence(lease: Lease[object]) -> tuple[str, int, str, int]:
+def _fence(lease: dt.Lease[object]) -> tuple[str, int, str, int]:
     return (lease.group_id, lease.seq, lease.worker_id, lease.attempt)  # FENCE_NAMES
 
 
-class _Settle(Operation[T]):
-    __slots__ = ("fence", "lease")
+class _Settle(Operation[T], core.Settle[T]):
+    __slots__ = ("fence",)
 
-    def __init__(self, lease: Lease[Any]) -> None:
-        self.lease = check_lease(lease)
+    def __init__(self, lease: dt.Lease[Any]) -> None:
+        super().__init__(lease)
         self.fence = _fence(lease)
-
-    def _held(self, changed: int) -> None:
-        # Nothing matched the fence: the lease lapsed and the message was claimed again,
-        # or it was settled already.
-        if changed != 1:
-            raise LeaseLost(self.lease)
 
 
 class Ack(_Settle[None]):
@@ -438,21 +419,21 @@ class Ack(_Settle[None]):
         removed, _, held = results[0].rows[0]
         if removed == 0 and held:
             return MORE
-        self._held(removed)
+        self.held(removed == 1)
         return None
 
     def steps(self, now: float | None) -> Steps[None]:
         _, removed = yield (Stmt(sql.LOCK_LEASE, self.fence), Stmt(sql.ACK, self.fence))
-        self._held(removed.rows[0][0])
+        self.held(removed.rows[0][0] == 1)
 
 
 class Nack(_Settle[None]):
     __slots__ = ("delay", "lease_commit")
     call = "nack"
 
-    def __init__(self, lease: Lease[Any], delay: float, lease_commit: str | None = None) -> None:
+    def __init__(self, lease: dt.Lease[Any], delay: float, lease_commit: str | None = None) -> None:
         super().__init__(lease)
-        self.delay = check_delay(delay)
+        self.delay = core.check_delay(delay)
         self.lease_commit = lease_commit
 
     def fast(self, now: float | None) -> Batch:
@@ -463,29 +444,28 @@ class Nack(_Settle[None]):
 
     def done(self, results: list[Result], now: float | None) -> None:
         (result,) = results
-        self._held(result.rows[0][0] if result.rows else result.rowcount)
+        self.held((result.rows[0][0] if result.rows else result.rowcount) == 1)
 
 
-class Extend(_Settle[Lease[T]]):
+class Extend(_Settle[dt.Lease[T]]):
     __slots__ = ("lease_commit", "visibility")
     call = "extend"
-    lease: Lease[T]
+    lease: dt.Lease[T]
 
-    def __init__(self, lease: Lease[T], visibility: float, lease_commit: str | None = None) -> None:
+    def __init__(
+        self, lease: dt.Lease[T], visibility: float, lease_commit: str | None = None
+    ) -> None:
         super().__init__(lease)
-        self.visibility = check_visibility(visibility)
+        self.visibility = core.check_visibility(visibility)
         self.lease_commit = lease_commit
 
     def fast(self, now: float | None) -> Batch:
         return (Stmt(sql.EXTEND, (*self.fence, now, self.visibility, self.lease_commit)),)
 
-    def done(self, results: list[Result], now: float | None) -> Lease[T]:
+    def done(self, results: list[Result], now: float | None) -> dt.Lease[T]:
         rows = results[0].rows
-        self._held(len(rows))
-        lease = self.lease
-        return Lease(
-            lease.seq, lease.group_id, lease.event, lease.worker_id, lease.attempt, rows[0][0]
-        )
+        self.held(len(rows) == 1)
+        return self.renewed(rows[0][0])
 
 
 class Bury(_Settle[None]):
@@ -494,14 +474,14 @@ class Bury(_Settle[None]):
     __slots__ = ("on_dead", "reason")
     call = "bury"
 
-    def __init__(self, lease: Lease[Any], reason: str, on_dead: str) -> None:
+    def __init__(self, lease: dt.Lease[Any], reason: str, on_dead: str) -> None:
         super().__init__(lease)
-        self.reason = buried_reason(check_reason(reason))
+        self.reason = core.buried_reason(core.check_reason(reason))
         self.on_dead = on_dead
 
     def steps(self, now: float | None) -> Steps[None]:
         buried = yield from _bury(self.fence, self.lease.attempt, self.reason, self.on_dead, now)
-        self._held(int(buried))
+        self.held(buried)
 
 
 # --- admin ------------------------------------------------------------------------------------
@@ -514,11 +494,11 @@ class _Read(Operation[T]):
     begin = sql.BEGIN_READ
 
 
-class Stats(_Read[QueueStats]):
+class Stats(_Read[dt.QueueStats]):
     __slots__ = ()
     call = "stats"
 
-    def steps(self, now: float | None) -> Steps[QueueStats]:
+    def steps(self, now: float | None) -> Steps[dt.QueueStats]:
         live, dead_rows = yield (
             Stmt(sql.MESSAGE_COUNTS, (sql.PARKED, now)),
             Stmt(sql.DEAD_COUNTS),
@@ -527,130 +507,100 @@ class Stats(_Read[QueueStats]):
             p: (int(ready), int(leased), int(parked)) for p, ready, leased, parked in live.rows
         }
         dead = {p: int(n) for p, n in dead_rows.rows}
-        return queue_stats(
-            PriorityStats(p, *counts.get(p, (0, 0, 0)), dead=dead.get(p, 0))
+        return core.queue_stats(
+            dt.PriorityStats(p, *counts.get(p, (0, 0, 0)), dead=dead.get(p, 0))
             for p in sorted(counts.keys() | dead.keys())
         )
 
 
-def _group_info(row: Sequence[Any], now: float) -> GroupInfo:
-    group_id, priority, head_seq, last_claimed_at, locked_by, lock_expiry, depth = row
-    state: GroupState
-    if lock_expiry == sql.HELD:
-        state, depth = "held", depth - 1
-    elif locked_by is None or lock_expiry < now:
-        state = "ready"
-    else:
-        state = "parked" if locked_by == sql.PARKED else "in_flight"
-    return GroupInfo(
-        group_id=group_id,
-        priority=priority,
-        depth=depth,
-        head_seq=head_seq,
-        state=state,
-        busy_until=lock_expiry if state in ("parked", "in_flight") else None,
-        last_claimed_at=last_claimed_at or None,
-    )
-
-
-class Groups(_Read[list[GroupInfo]]):
+class Groups(_Read[list[dt.GroupInfo]]):
     __slots__ = ("limit",)
     call = "groups"
 
     def __init__(self, limit: int) -> None:
-        self.limit = check_limit(limit)
+        self.limit = core.check_limit(limit)
 
-    def steps(self, now: float | None) -> Steps[list[GroupInfo]]:
+    def steps(self, now: float | None) -> Steps[list[dt.GroupInfo]]:
         clock, rows = yield (Stmt(sql.SERVER_NOW, (now,)), Stmt(sql.DEEPEST_GROUPS, (self.limit,)))
         at = clock.rows[0][0]
-        return [_group_info(row, at) for row in rows.rows]
+        return [core.group_info(row, at, parked=sql.PARKED, held=sql.HELD) for row in rows.rows]
 
 
-class DeadLetters(_Read[list[DeadLetter]]):
+class DeadLetters(_Read[list[dt.DeadLetter]]):
     __slots__ = ("limit",)
     call = "dead_letters"
 
     def __init__(self, limit: int | None) -> None:
-        self.limit = None if limit is None else check_limit(limit)
+        self.limit = None if limit is None else core.check_limit(limit)
 
-    def steps(self, now: float | None) -> Steps[list[DeadLetter]]:
+    def steps(self, now: float | None) -> Steps[list[dt.DeadLetter]]:
         (result,) = yield (Stmt(sql.LIST_DEAD_LETTERS, (self.limit,)),)
-        return [
-            DeadLetter(seq, group_id, priority, event, attempts, reason, dead_at, bool(held))
-            for seq, group_id, priority, event, attempts, reason, dead_at, held in result.rows
-        ]
+        return list(map(core.dead_letter, result.rows))
 
 
-class HeldGroups(_Read[list[HeldGroup]]):
+class HeldGroups(_Read[list[dt.HeldGroup]]):
     __slots__ = ()
     call = "held_groups"
 
-    def steps(self, now: float | None) -> Steps[list[HeldGroup]]:
+    def steps(self, now: float | None) -> Steps[list[dt.HeldGroup]]:
         (result,) = yield (Stmt(sql.LIST_HELD_GROUPS),)
-        return [
-            HeldGroup(group_id=group_id, seq=seq, waiting=waiting, since=dead_at)
-            for group_id, seq, dead_at, waiting in result.rows
-        ]
+        return list(map(core.held_group, result.rows))
 
 
-def _dead_letter(seq: int) -> Steps[tuple[str, bool] | None]:
-    """The dead letter ``seq``, locked: its group and whether it holds it; None if gone."""
-    (found,) = yield (Stmt(sql.DEAD_LETTER, (seq,)),)
-    if not found.rows:
-        return None
-    group_id, _, held = found.rows[0]
-    return group_id, bool(held)
+class _DeadLetterOp(Operation[bool]):
+    """Requeue and discard: lock dead letter ``seq`` and `act` on it, knowing its group
+    and whether it holds it; False when there is no such dead letter."""
 
-
-class Requeue(Operation[bool]):
     __slots__ = ("seq",)
-    call = "requeue"
 
     def __init__(self, seq: int) -> None:
-        self.seq = check_seq(seq)
+        self.seq = core.check_seq(seq)
 
     def steps(self, now: float | None) -> Steps[bool]:
-        seq = self.seq
-        found = yield from _dead_letter(seq)
-        if found is None:
+        (found,) = yield (Stmt(sql.DEAD_LETTER, (self.seq,)),)
+        if not found.rows:
             return False
-        group_id, held = found
+        group_id, _, held = found.rows[0]
+        yield from self.act(group_id, bool(held))
+        return True
+
+    def act(self, group_id: str, held: bool) -> Steps[None]:
+        raise NotImplementedError
+
+
+class Requeue(_DeadLetterOp):
+    __slots__ = ()
+    call = "requeue"
+
+    def act(self, group_id: str, held: bool) -> Steps[None]:
+        seq = self.seq
         if held:
             yield (Stmt(sql.UNHOLD_GROUP, (group_id, seq)), Stmt(sql.FORGET_DEAD_LETTER, (seq,)))
-            return True
+            return
         (holder,) = yield (Stmt(sql.GROUP_HOLDER, (group_id, sql.PARKED)),)
         if holder.rows:
             locked_by, head, is_held = holder.rows[0]
             if is_held:
-                raise RequeueRefused(seq, group_id, None, head)
-            raise RequeueRefused(seq, group_id, locked_by)
+                raise dt.RequeueRefused(seq, group_id, None, head)
+            raise dt.RequeueRefused(seq, group_id, locked_by)
         yield (
             Stmt(sql.STASH_HEAD_ATTEMPT, (group_id, seq)),
             Stmt(sql.RESTORE_MESSAGE, (seq,)),
             Stmt(sql.RESTORE_HEAD, (seq,)),
             Stmt(sql.FORGET_DEAD_LETTER, (seq,)),
         )
-        return True
 
 
-class Discard(Operation[bool]):
-    __slots__ = ("seq",)
+class Discard(_DeadLetterOp):
+    __slots__ = ()
     call = "discard"
 
-    def __init__(self, seq: int) -> None:
-        self.seq = check_seq(seq)
-
-    def steps(self, now: float | None) -> Steps[bool]:
+    def act(self, group_id: str, held: bool) -> Steps[None]:
         seq = self.seq
-        found = yield from _dead_letter(seq)
-        if found is None:
-            return False
-        group_id, held = found
         if held:  # its row in `messages` goes too, which frees the group
             yield (Stmt(sql.LOCK_GROUP_ROW, (group_id,)),)
             yield (Stmt(sql.DROP_HELD_HEAD, (group_id, seq)),)
         yield (Stmt(sql.FORGET_DEAD_LETTER, (seq,)),)
-        return True
 
 
 class PurgeGroup(Operation[int]):
@@ -658,7 +608,7 @@ class PurgeGroup(Operation[int]):
     call = "purge_group"
 
     def __init__(self, group_id: str) -> None:
-        self.group_id = check_group_id(group_id)
+        self.group_id = core.check_group_id(group_id)
 
     def steps(self, now: float | None) -> Steps[int]:
         g = (self.group_id,)
@@ -684,16 +634,17 @@ class Operations:
 
     def __init__(self, max_attempts: int | None, on_dead: str, lease_commit: str | None) -> None:
         self.lease_commit = lease_commit
-        self.claim: ReuseLast[[str, float, int], Claim] = ReuseLast(
-            lambda worker_id, visibility, min_priority: Claim(
-                worker_id, visibility, min_priority, max_attempts, on_dead, lease_commit
+        kind = Claim if lease_commit is None else LeaseClaim
+        self.claim: core.ReuseLast[[str, float, int], Claim] = core.ReuseLast(
+            lambda worker_id, visibility, min_priority: kind(
+                worker_id, visibility, min_priority, max_attempts, on_dead
             )
         )
 
-    def Nack(self, lease: Lease[Any], delay: float, /) -> Nack:
+    def Nack(self, lease: dt.Lease[Any], delay: float, /) -> Nack:
         return Nack(lease, delay, self.lease_commit)
 
-    def Extend(self, lease: Lease[T], visibility: float, /) -> Extend[T]:
+    def Extend(self, lease: dt.Lease[T], visibility: float, /) -> Extend[T]:
         return Extend(lease, visibility, self.lease_commit)
 
     # The others take no option: the module's own classes.

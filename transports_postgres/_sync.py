@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import psycopg
 from psycopg.pq import ConnStatus
@@ -28,22 +28,35 @@ from . import _sql as sql
 from ._errors import Call, postgres_errors
 from ._url import PostgresOptions
 
+if TYPE_CHECKING:
+    import asyncio
+
 E = TypeVar("E")
 TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 T = TypeVar("T")
+C = TypeVar("C", psycopg.Cursor[Any], psycopg.AsyncCursor[Any])
 
 
-class Conn(psycopg.Connection[Any]):
-    """A pooled connection that keeps one cursor for the batches of one statement (most
-    calls): a new cursor per statement costs about as much as reading its row."""
+class OneCursor(Generic[C]):
+    """A pooled connection (of either twin) that keeps one cursor for the batches of one
+    statement (most calls): a new cursor per statement costs about as much as reading its
+    row."""
 
-    _single: psycopg.Cursor[Any] | None = None
+    _single: C | None = None
 
-    def single(self) -> psycopg.Cursor[Any]:
+    def _new_cursor(self) -> C:
+        raise NotImplementedError
+
+    def single(self) -> C:
         cursor = self._single
         if cursor is None or cursor.closed:
-            cursor = self._single = self.cursor()
+            cursor = self._single = self._new_cursor()
         return cursor
+
+
+class Conn(psycopg.Connection[Any], OneCursor[psycopg.Cursor[Any]]):
+    def _new_cursor(self) -> psycopg.Cursor[Any]:
+        return self.cursor()
 
 
 # A blocked claim looks again at least this often (seconds), in case a notification was
@@ -60,11 +73,15 @@ def bind(stmt: _ops.Stmt) -> dict[str, Any]:
     return dict(zip(stmt.statement.names, stmt.params, strict=True))
 
 
-def _result(cursor: psycopg.Cursor[Any]) -> _ops.Result:
+def has_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
+    """Whether the statement ``cursor`` ran returns rows (both twins)."""
     # The status, not `description`, which builds a column object per column.
     result = cursor.pgresult
-    rows = cursor.fetchall() if result and result.status == TUPLES_OK else []
-    return _ops.Result(rows, cursor.rowcount)
+    return bool(result and result.status == TUPLES_OK)
+
+
+def _result(cursor: psycopg.Cursor[Any]) -> _ops.Result:
+    return _ops.Result(cursor.fetchall() if has_rows(cursor) else [], cursor.rowcount)
 
 
 def run_batch(conn: Conn, schema: str, batch: _ops.Batch, call: Call) -> list[_ops.Result]:
@@ -79,31 +96,19 @@ def run_batch(conn: Conn, schema: str, batch: _ops.Batch, call: Call) -> list[_o
 
 
 def perform(conn: Conn, schema: str, op: _ops.Operation[T], now: float | None, call: Call) -> T:
-    """Run ``op``: its fast path, then (if not finished) its steps in one transaction."""
-    batch = op.fast(now)
-    while batch is not None:
-        value = op.done(run_batch(conn, schema, batch, call) if batch else [], now)
-        if not isinstance(value, _ops.More):
-            return value
-        if value.then is None:
-            break
-        op = value.then
-        batch = op.fast(now)
-    steps = op.steps(now)
+    """Run ``op`` (see `_ops.drive`), rolling back an open transaction on any error."""
+    flow = _ops.drive(op, now)
     try:
-        results = run_batch(conn, schema, (_ops.Stmt(op.begin), *next(steps)), call)[1:]
-        try:
-            while True:
-                results = run_batch(conn, schema, steps.send(results), call)
-        except StopIteration as stop:
-            value = stop.value
-        run_batch(conn, schema, (_ops.Stmt(sql.COMMIT),), call)
+        batch = next(flow)
+        while True:
+            batch = flow.send(run_batch(conn, schema, batch, call))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
     except BaseException:
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
             with contextlib.suppress(psycopg.Error):
                 conn.execute("ROLLBACK")
         raise
-    return value  # type: ignore[no-any-return]
 
 
 # Connections the server has said goodbye to (a FATAL message while idle, as a
@@ -157,7 +162,42 @@ def pool_arguments(options: PostgresOptions) -> dict[str, Any]:
     }
 
 
-class _Waker:
+class Listening:
+    """What both twins' wakers do alike around their LISTEN connection: its statements,
+    the end of a listener, and the pid a claim registers under (or why there is none)."""
+
+    _options: PostgresOptions
+    _error: BaseException | None
+    pid: int | None
+
+    def _bump(self) -> None:
+        raise NotImplementedError
+
+    def _listen_statement(self) -> str:
+        return f"LISTEN {sql.quote_ident(self._options.schema)}"
+
+    def _goodbye(self, pid: int) -> tuple[str, dict[str, Any]]:
+        """The statement, and its values, that unregisters the listener ``pid``."""
+        return sql.UNREGISTER_WAITER.render(self._options.schema), {"pid": pid}
+
+    def _stopped(self, ready: threading.Event | asyncio.Event) -> None:
+        """The listener has ended: wake whoever waits to see it start or to be woken."""
+        self.pid = None
+        ready.set()
+        self._bump()
+
+    def _started(self) -> int:
+        """The listener's pid, or the error that kept it from listening."""
+        pid = self.pid
+        if pid is None:
+            with postgres_errors(self._options.display, Call("claim", writes=False)):
+                if self._error is not None:
+                    raise self._error
+            raise TransportError(f"{self._options.display}: claim: cannot LISTEN for wake-ups")
+        return pid
+
+
+class _Waker(Listening):
     """The LISTEN connection and its thread, and the condition blocked claims sleep on."""
 
     def __init__(self, options: PostgresOptions) -> None:
@@ -180,7 +220,7 @@ class _Waker:
         conn: psycopg.Connection[Any] | None = None
         try:
             conn = psycopg.connect(self._options.conninfo, autocommit=True)
-            conn.execute(f"LISTEN {sql.quote_ident(self._options.schema)}")
+            conn.execute(self._listen_statement())
             self.pid = conn.info.backend_pid
             ready.set()
             while not self.closed:
@@ -189,15 +229,10 @@ class _Waker:
         except BaseException as exc:
             self._error = exc
         finally:
-            self.pid = None
-            ready.set()
-            self._bump()
+            self._stopped(ready)
             if conn is not None:
                 with contextlib.suppress(psycopg.Error):
-                    conn.execute(
-                        sql.UNREGISTER_WAITER.render(self._options.schema),
-                        {"pid": conn.info.backend_pid},
-                    )
+                    conn.execute(*self._goodbye(conn.info.backend_pid))
                 conn.close()
 
     def _start(self) -> int:
@@ -211,14 +246,7 @@ class _Waker:
             self._thread = thread
             thread.start()
             ready.wait(self._options.pool_timeout)
-        pid = self.pid
-        if pid is None:
-            call = Call("claim", writes=False)
-            with postgres_errors(self._options.display, call):
-                if self._error is not None:
-                    raise self._error
-            raise TransportError(f"{self._options.display}: claim: cannot LISTEN for wake-ups")
-        return pid
+        return self._started()
 
     @contextlib.contextmanager
     def waiting(self, run: Callable[[_ops.Waiter], None]) -> Iterator[None]:

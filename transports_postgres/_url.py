@@ -9,7 +9,6 @@ goes to libpq, which checks it. Imports psycopg's conninfo parser only, not a co
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from urllib.parse import unquote
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from transports_core.backend import check_max_attempts, check_on_dead, redact_url
+from transports_core import backend as core
 
 URL_FORMS = (
     "postgresql://user@host:5432/dbname?schema=NAME, "
@@ -100,81 +99,56 @@ def _whole(name: str, low: int) -> Callable[[object], int]:
     return check
 
 
-def _seconds(name: str) -> Callable[[object], float]:
-    def check(value: object) -> float:
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                value = float(value)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
-        if value == float("inf"):
-            raise ValueError(f"{name} must be finite, got {value!r}")
-        return float(value)
-
-    return check
-
-
 def _lease_commit(value: object) -> LeaseCommit:
     if isinstance(value, str) and value.lower() in LEASE_COMMITS:
         return cast(LeaseCommit, value.lower())
     raise ValueError(f"lease_commit must be one of {', '.join(LEASE_COMMITS)}, got {value!r}")
 
 
-def _clock(value: object) -> Callable[[], float]:
-    if not callable(value):
-        raise TypeError(f"clock must be a callable returning epoch seconds, got {value!r}")
-    return cast(Callable[[], float], value)
-
-
-_FROM_URL: dict[str, Callable[[object], object]] = {
-    "schema": _schema,
-    "pool_min_size": _whole("pool_min_size", 0),
-    "pool_max_size": _whole("pool_max_size", 1),
-    "pool_timeout": _seconds("pool_timeout"),
-    "max_attempts": check_max_attempts,
-    "on_dead": check_on_dead,
-    "lease_commit": _lease_commit,
-}
-_FROM_KWARGS: dict[str, Callable[[object], object]] = {**_FROM_URL, "clock": _clock}
+OPTIONS = core.OptionTable(
+    "PostgreSQL",
+    {
+        "schema": _schema,
+        "pool_min_size": _whole("pool_min_size", 0),
+        "pool_max_size": _whole("pool_max_size", 1),
+        "pool_timeout": core.seconds_option("pool_timeout"),
+        "max_attempts": core.check_max_attempts,
+        "on_dead": core.check_on_dead,
+        "lease_commit": _lease_commit,
+    },
+    keyword_only={"clock": core.check_clock},
+    elsewhere="and libpq's, in the URL",
+)
 
 
 def parse_url(url: str, options: Mapping[str, object]) -> PostgresOptions:
     """Check ``url`` and ``options`` and return the options to open with."""
-    display = redact_url(url)
+    display = core.redact_url(url)
     scheme, sep, rest = url.partition("://")
     if scheme not in ("postgresql", "postgres") or not sep:
         raise ValueError(f"malformed PostgreSQL URL {display!r}; use {URL_FORMS}")
     if "#" in rest:
         raise ValueError(f"PostgreSQL URL {display!r} has a fragment (#...); use {URL_FORMS}")
     base, _, query = rest.partition("?")
-    chosen: dict[str, object] = {}
+    # Our options are taken out of the query; the rest is libpq's, passed on as it came.
+    ours: list[tuple[str, str]] = []
     kept: list[str] = []
     for pair in query.split("&") if query else ():
         key, _, value = pair.partition("=")
-        key = unquote(key)
-        if key in _FROM_URL:
-            if key in chosen:
-                raise ValueError(f"PostgreSQL option {key!r} is given twice in {display!r}")
-            chosen[key] = _FROM_URL[key](unquote(value))
+        if unquote(key) in OPTIONS.checks:
+            ours.append((unquote(key), unquote(value)))
         else:
             kept.append(pair)
-    for key, given in options.items():
-        if key not in _FROM_KWARGS:
-            raise ValueError(
-                f"unknown PostgreSQL option {key!r}; known options: "
-                f"{', '.join(sorted(_FROM_KWARGS))} (and libpq's, in the URL)"
-            )
-        if key in chosen:
-            raise ValueError(f"PostgreSQL option {key!r} is given both in the URL and as a keyword")
-        chosen[key] = _FROM_KWARGS[key](given)
+    chosen = OPTIONS.choose(url, ours, options)
     conninfo = f"{scheme}://{base}" + (f"?{'&'.join(kept)}" if kept else "")
     try:
         conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
         # libpq's message names the bad part, never the password.
+        known = ", ".join(sorted(OPTIONS.checks))
         raise ValueError(
             f"malformed PostgreSQL URL {display!r}: {str(exc).strip()}; use {URL_FORMS} "
-            f"(unknown query keys must be libpq parameters; ours: {', '.join(sorted(_FROM_URL))})"
+            f"(unknown query keys must be libpq parameters; ours: {known})"
         ) from None
     low, high = chosen.get("pool_min_size", 1), chosen.get("pool_max_size", 10)
     assert isinstance(low, int)

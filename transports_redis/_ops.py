@@ -14,34 +14,8 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from enum import Enum
 from typing import Any, ClassVar, Final, NamedTuple, TypeVar
 
-from transports_core import (
-    DeadLetter,
-    GroupInfo,
-    GroupState,
-    HeldGroup,
-    Lease,
-    LeaseLost,
-    PriorityStats,
-    QueueStats,
-    RequeueRefused,
-)
-from transports_core.backend import (
-    Claimed,
-    EventCodec,
-    Operation,
-    buried_reason,
-    check_delay,
-    check_group_id,
-    check_lease,
-    check_limit,
-    check_priority,
-    check_reason,
-    check_seq,
-    check_visibility,
-    check_worker_id,
-    exhausted_reason,
-    queue_stats,
-)
+import transports_core as dt
+from transports_core import backend as core
 
 from . import _scripts as scripts
 from ._scripts import Script
@@ -119,7 +93,7 @@ MORE: Final = More.MORE
 CHUNK = 250
 
 
-class Op(Operation[T]):
+class Op(core.Operation[T]):
     """One script call: ``args(now)`` for it, ``result(reply)`` of it; or several, for an
     operation in chunks, whose ``result`` says `MORE` until the last, after which
     ``args`` gives the next call's arguments."""
@@ -140,8 +114,14 @@ class Publish(Op[int]):
     __slots__ = ("params",)
     script = scripts.PUBLISH
 
-    def __init__(self, codec: EventCodec[Any], group_id: str, event: object, priority: int) -> None:
-        self.params = (check_group_id(group_id), check_priority(priority), codec.encode(event))
+    def __init__(
+        self, codec: core.EventCodec[Any], group_id: str, event: object, priority: int
+    ) -> None:
+        self.params = (
+            core.check_group_id(group_id),
+            core.check_priority(priority),
+            codec.encode(event),
+        )
 
     def args(self, now: str) -> Sequence[Arg]:
         return self.params
@@ -154,7 +134,7 @@ class PublishMany(Op[list[int]]):
     __slots__ = ("count", "flat")
     script = scripts.PUBLISH_MANY
 
-    def __init__(self, codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> None:
+    def __init__(self, codec: core.EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> None:
         encoded = codec.encode_items(items)
         self.count = len(encoded)
         flat: list[Arg] = [self.count]
@@ -178,7 +158,7 @@ class Idle(NamedTuple):
     next_due: float | None
 
 
-class Claim(Op["Claimed | Idle"]):
+class Claim(Op["core.Claimed | Idle"]):
     __slots__ = ("params", "worker_id")
     script = scripts.CLAIM
 
@@ -191,11 +171,11 @@ class Claim(Op["Claimed | Idle"]):
         on_dead: str,
         waiting: bool = False,
     ) -> None:
-        self.worker_id = check_worker_id(worker_id)
+        self.worker_id = core.check_worker_id(worker_id)
         self.params = (
             self.worker_id,
-            repr(check_visibility(visibility)),
-            check_priority(min_priority, "min_priority"),
+            repr(core.check_visibility(visibility)),
+            core.check_priority(min_priority, "min_priority"),
             max_attempts or 0,
             on_dead,
             # A waiting claim passes the wake-up on when more is ready, for the next waiter.
@@ -211,28 +191,24 @@ class Claim(Op["Claimed | Idle"]):
         worker, vis, floor, max_attempts, on_dead, cascade = self.params
         return (worker, vis, floor, now, max_attempts, on_dead, cascade, scripts.SWEEP)
 
-    def result(self, reply: Any) -> Claimed | Idle:
+    def result(self, reply: Any) -> core.Claimed | Idle:
         if int(reply[0]) == 0:
             return Idle(number(reply[1]), number(reply[2]) if reply[2] else None)
         _, seq, group_id, raw, attempt, due = reply
-        return Claimed(int(seq), group_id, raw, self.worker_id, int(attempt), number(due))
+        return core.Claimed(int(seq), group_id, raw, self.worker_id, int(attempt), number(due))
 
 
-def _fence(lease: Lease[object]) -> tuple[str, int, str, int]:
-    check_lease(lease)
-    return (lease.group_id, lease.seq, lease.worker_id, lease.attempt)
+class _Settle(Op[T], core.Settle[T]):
+    """A script fenced by the lease, which replies 0 when the lease is not current."""
 
+    __slots__ = ("fence",)
 
-class _Settle(Op[T]):
-    __slots__ = ("fence", "lease")
-
-    def __init__(self, lease: Lease[Any]) -> None:
-        self.fence = _fence(lease)
-        self.lease = lease
+    def __init__(self, lease: dt.Lease[Any]) -> None:
+        super().__init__(lease)
+        self.fence = (lease.group_id, lease.seq, lease.worker_id, lease.attempt)
 
     def _held(self, reply: Any) -> None:
-        if reply == 0 or reply == "0":
-            raise LeaseLost(self.lease)
+        self.held(reply != 0 and reply != "0")
 
 
 class Ack(_Settle[None]):
@@ -250,9 +226,9 @@ class Nack(_Settle[None]):
     __slots__ = ("delay",)
     script = scripts.NACK
 
-    def __init__(self, lease: Lease[Any], delay: float) -> None:
+    def __init__(self, lease: dt.Lease[Any], delay: float) -> None:
         super().__init__(lease)
-        self.delay = repr(check_delay(delay))
+        self.delay = repr(core.check_delay(delay))
 
     def args(self, now: str) -> Sequence[Arg]:
         return (*self.fence, self.delay, now)
@@ -261,31 +237,30 @@ class Nack(_Settle[None]):
         self._held(reply)
 
 
-class Extend(_Settle[Lease[T]]):
+class Extend(_Settle[dt.Lease[T]]):
     __slots__ = ("visibility",)
     script = scripts.EXTEND
-    lease: Lease[T]
+    lease: dt.Lease[T]
 
-    def __init__(self, lease: Lease[T], visibility: float) -> None:
+    def __init__(self, lease: dt.Lease[T], visibility: float) -> None:
         super().__init__(lease)
-        self.visibility = repr(check_visibility(visibility))
+        self.visibility = repr(core.check_visibility(visibility))
 
     def args(self, now: str) -> Sequence[Arg]:
         return (*self.fence, self.visibility, now)
 
-    def result(self, reply: Any) -> Lease[T]:
+    def result(self, reply: Any) -> dt.Lease[T]:
         self._held(reply)
-        old = self.lease
-        return Lease(old.seq, old.group_id, old.event, old.worker_id, old.attempt, number(reply))
+        return self.renewed(number(reply))
 
 
 class Bury(_Settle[None]):
     __slots__ = ("on_dead", "reason")
     script = scripts.BURY
 
-    def __init__(self, lease: Lease[Any], reason: str, on_dead: str) -> None:
+    def __init__(self, lease: dt.Lease[Any], reason: str, on_dead: str) -> None:
         super().__init__(lease)
-        self.reason = buried_reason(check_reason(reason))
+        self.reason = core.buried_reason(core.check_reason(reason))
         self.on_dead = on_dead
 
     def args(self, now: str) -> Sequence[Arg]:
@@ -298,7 +273,7 @@ class Bury(_Settle[None]):
 # --- admin ---------------------------------------------------------------------------
 
 
-class Stats(Op[QueueStats]):
+class Stats(Op[dt.QueueStats]):
     """The counters the scripts keep, less the leases and parks that ended but that no
     claim has freed yet, read `CHUNK` at a time from the first that ended."""
 
@@ -314,7 +289,7 @@ class Stats(Op[QueueStats]):
     def args(self, now: str) -> Sequence[Arg]:
         return (self.now or now, self.after, self.score, CHUNK)
 
-    def result(self, reply: Any) -> QueueStats | More:
+    def result(self, reply: Any) -> dt.QueueStats | More:
         self.now, self.after, self.score = reply[0], reply[1], reply[2]
         self.lapsed = [a + int(b) for a, b in zip(self.lapsed, reply[3:13], strict=True)]
         if not self.counts:
@@ -326,15 +301,15 @@ class Stats(Op[QueueStats]):
         for p in scripts.PRIORITIES:
             in_flight, held = leased[p] - self.lapsed[p], parked[p] - self.lapsed[5 + p]
             if m[p] or dead[p]:
-                rows.append(PriorityStats(p, m[p] - in_flight - held, in_flight, held, dead[p]))
-        return queue_stats(rows)
+                rows.append(dt.PriorityStats(p, m[p] - in_flight - held, in_flight, held, dead[p]))
+        return core.queue_stats(rows)
 
 
-def _deepest(info: GroupInfo) -> tuple[int, int]:
+def _deepest(info: dt.GroupInfo) -> tuple[int, int]:
     return (-info.depth, info.head_seq)
 
 
-class Groups(Op[list[GroupInfo]]):
+class Groups(Op[list[dt.GroupInfo]]):
     """Each chunk's ``limit`` deepest groups, of which the deepest are kept (a group seen
     twice by the scan, as it was the second time)."""
 
@@ -343,21 +318,21 @@ class Groups(Op[list[GroupInfo]]):
     writes = False
 
     def __init__(self, limit: int) -> None:
-        self.limit = check_limit(limit)
+        self.limit = core.check_limit(limit)
         self.now, self.cursor = "", "0"
-        self.kept: dict[str, GroupInfo] = {}
+        self.kept: dict[str, dt.GroupInfo] = {}
 
     def args(self, now: str) -> Sequence[Arg]:
         return (self.limit, self.now or now, self.cursor, CHUNK)
 
-    def result(self, reply: Any) -> list[GroupInfo] | More:
+    def result(self, reply: Any) -> list[dt.GroupInfo] | More:
         self.now, self.cursor = reply[0], reply[1]
         for i in range(2, len(reply), 7):
             group_id, priority, depth, head, state, until, last = reply[i : i + 7]
             if state not in _GROUP_STATES:
                 raise ValueError(f"unknown group state {state!r}")
-            typed: GroupState = state
-            self.kept[group_id] = GroupInfo(
+            typed: dt.GroupState = state
+            self.kept[group_id] = dt.GroupInfo(
                 group_id=group_id,
                 priority=int(priority),
                 depth=int(depth),
@@ -407,25 +382,25 @@ class _DeadPages(Op[T]):
         raise NotImplementedError
 
 
-class DeadLetters(_DeadPages[list[DeadLetter]]):
+class DeadLetters(_DeadPages[list[dt.DeadLetter]]):
     __slots__ = ()
 
     def __init__(self, limit: int | None) -> None:
-        super().__init__(None if limit is None else check_limit(limit))
+        super().__init__(None if limit is None else core.check_limit(limit))
 
-    def done(self, rows: list[list[Any]]) -> list[DeadLetter]:
+    def done(self, rows: list[list[Any]]) -> list[dt.DeadLetter]:
         out = []
         for row in rows:
             seq, group_id, prio, raw, attempts, kind, text, deliveries, max_, last, at = row[:11]
             reason = (
                 text
                 if kind == "b"
-                else exhausted_reason(
+                else core.exhausted_reason(
                     int(deliveries), int(max_), "lapsed" if last == "lapsed" else "nacked"
                 )
             )
             out.append(
-                DeadLetter(
+                dt.DeadLetter(
                     seq=int(seq),
                     group_id=group_id,
                     priority=int(prio),
@@ -439,7 +414,7 @@ class DeadLetters(_DeadPages[list[DeadLetter]]):
         return out
 
 
-class HeldGroups(_DeadPages[list[HeldGroup]]):
+class HeldGroups(_DeadPages[list[dt.HeldGroup]]):
     __slots__ = ()
 
     def __init__(self) -> None:
@@ -448,9 +423,11 @@ class HeldGroups(_DeadPages[list[HeldGroup]]):
     def keep(self, row: list[Any]) -> bool:
         return bool(row[12] != "")  # the script says how many wait only behind a holding one
 
-    def done(self, rows: list[list[Any]]) -> list[HeldGroup]:
+    def done(self, rows: list[list[Any]]) -> list[dt.HeldGroup]:
         return [
-            HeldGroup(group_id=row[1], seq=int(row[0]), waiting=int(row[12]), since=number(row[10]))
+            dt.HeldGroup(
+                group_id=row[1], seq=int(row[0]), waiting=int(row[12]), since=number(row[10])
+            )
             for row in rows
         ]
 
@@ -461,7 +438,7 @@ class _OneDeadLetter(Op[bool]):
     __slots__ = ("seq",)
 
     def __init__(self, seq: int) -> None:
-        self.seq = check_seq(seq)
+        self.seq = core.check_seq(seq)
 
     def args(self, now: str) -> Sequence[Arg]:
         return (self.seq,)
@@ -474,9 +451,9 @@ class Requeue(_OneDeadLetter):
     def result(self, reply: Any) -> bool:
         code = int(reply[0])
         if code == -1:
-            raise RequeueRefused(self.seq, str(reply[2]), str(reply[1]))
+            raise dt.RequeueRefused(self.seq, str(reply[2]), str(reply[1]))
         if code == -2:
-            raise RequeueRefused(self.seq, str(reply[2]), None, int(reply[1]))
+            raise dt.RequeueRefused(self.seq, str(reply[2]), None, int(reply[1]))
         return code == 1
 
 
@@ -495,7 +472,7 @@ class PurgeGroup(Op[int]):
     script = scripts.PURGE_GROUP
 
     def __init__(self, group_id: str) -> None:
-        self.group_id = check_group_id(group_id)
+        self.group_id = core.check_group_id(group_id)
         self.upto, self.removed = "", 0
 
     def args(self, now: str) -> Sequence[Arg]:
@@ -523,7 +500,7 @@ class Check(Op[list[str]]):
 
 def waiting(
     wait: float, ceiling: float, monotonic: Callable[[], float]
-) -> Generator[float, Claimed | Idle | None, Claimed | None]:
+) -> Generator[float, core.Claimed | Idle | None, core.Claimed | None]:
     """A claim that may wait ``wait`` seconds. Primed with `next`, it is sent what the
     claim found, then what each new look found (None: the handle closed); it yields how
     long to block before the next look, and returns the message leased, or None."""

@@ -8,21 +8,13 @@ connection part is handed to redis-py without its query. Imports no driver.
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 from urllib.parse import parse_qsl, urlsplit
 
-from transports_core.backend import (
-    OptionTable,
-    check_clock,
-    check_max_attempts,
-    check_on_dead,
-    redact_url,
-)
+from transports_core import backend as core
 
 URL_FORMS = (
     "redis://[[user]:password@]host[:port][/db]?queue=NAME, rediss://... (TLS) "
@@ -75,7 +67,7 @@ class RedisOptions:
 
     @property
     def redacted(self) -> str:
-        return redact_url(self.server)
+        return core.redact_url(self.server)
 
     @property
     def tls(self) -> dict[str, Any]:
@@ -109,23 +101,6 @@ def _queue(value: object) -> str:
     return value
 
 
-def _seconds(name: str) -> Callable[[object], float]:
-    def check(value: object) -> float:
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                value = float(value)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value <= 0
-        ):
-            raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
-        return float(value)
-
-    return check
-
-
 def _db(value: object) -> int:
     if isinstance(value, str) and value.isascii() and value.isdigit():
         value = int(value)
@@ -141,7 +116,7 @@ def _maxmemory(value: object) -> MaxmemoryCheck:
 
 
 def _on_dead(value: object) -> OnDead:
-    return cast(OnDead, check_on_dead(value))
+    return cast(OnDead, core.check_on_dead(value))
 
 
 def _file(name: str) -> Callable[[object], str]:
@@ -176,14 +151,14 @@ def _passphrase(value: object) -> str:
     return value
 
 
-OPTIONS = OptionTable(
+OPTIONS = core.OptionTable(
     "Redis",
     {
         "queue": _queue,
         "db": _db,
-        "socket_timeout": _seconds("socket_timeout"),
-        "connect_timeout": _seconds("connect_timeout"),
-        "max_attempts": check_max_attempts,
+        "socket_timeout": core.seconds_option("socket_timeout"),
+        "connect_timeout": core.seconds_option("connect_timeout"),
+        "max_attempts": core.check_max_attempts,
         "on_dead": _on_dead,
         "maxmemory_policy": _maxmemory,
         "ssl_ca_certs": _file("ssl_ca_certs"),
@@ -193,13 +168,13 @@ OPTIONS = OptionTable(
         "ssl_check_hostname": _flag("ssl_check_hostname"),
     },
     # Never from the URL: a callable, and a secret (messages show a URL with its query).
-    keyword_only={"clock": check_clock, "ssl_password": _passphrase},
+    keyword_only={"clock": core.check_clock, "ssl_password": _passphrase},
 )
 
 
 def parse_url(url: str, options: Mapping[str, object]) -> RedisOptions:
     """Check ``url`` and ``options`` and return the options to open with."""
-    shown = redact_url(url)
+    shown = core.redact_url(url)
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -4,10 +4,7 @@ Registered under the URL scheme ``sqlite`` (``sqlite:///queue.db``), sync and as
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from transports_core import Backend
+from transports_core.backend import build_backend
 
 from . import _url
 from ._async import AsyncSqliteTransport
@@ -17,14 +14,4 @@ from ._url import SqliteOptions
 __all__ = ["AsyncSqliteTransport", "SqliteOptions", "SqliteTransport", "backend"]
 
 
-def _open(url: str, event_type: object, options: Mapping[str, object]) -> SqliteTransport[Any]:
-    return SqliteTransport(_url.parse_url(url, options), event_type)
-
-
-def _open_async(
-    url: str, event_type: object, options: Mapping[str, object]
-) -> AsyncSqliteTransport[Any]:
-    return AsyncSqliteTransport(_url.parse_url(url, options), event_type)
-
-
-backend = Backend(open=_open, open_async=_open_async)
+backend = build_backend(_url.parse_url, SqliteTransport, AsyncSqliteTransport)

@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any, Generic, TypeVar, cast
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import AsyncTransportBase
+from transports_core.backend import AsyncTransportBase, Claimed
 
 from . import _ops
 from . import _sql as sql
@@ -357,7 +357,7 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
             return await self._away(op)
         return value
 
-    async def _claim(self, op: _ops.Claim) -> _ops.Claimed | None:
+    async def _claim(self, op: _ops.Claim) -> Claimed | None:
         claimed = self._here(op)
         if not isinstance(claimed, NotHere):
             return claimed  # no await: the caller has it
@@ -373,7 +373,7 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
                     self._submit(partial(self._hand_back, future.result()))
             raise
 
-    def _hand_back(self, claimed: _ops.Claimed | None) -> None:
+    def _hand_back(self, claimed: Claimed | None) -> None:
         """On the engine's thread: undo a claim whose caller was cancelled."""
         if claimed is None:
             return
@@ -387,7 +387,7 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
             return await self._submit(partial(engine.look, min_priority))
         return engine.seen(state)
 
-    async def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
+    async def _wait(self, op: _ops.Claim, wait: float) -> Claimed | None:
         """Claim until a message comes or ``wait`` runs out (see `Waiting`)."""
         engine = self._engine
         if engine is None:

@@ -18,33 +18,8 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Final, Literal, NamedTuple, TypeVar
 
-from transports_core import (
-    DeadLetter,
-    GroupInfo,
-    GroupState,
-    HeldGroup,
-    Lease,
-    LeaseLost,
-    PriorityStats,
-    QueueStats,
-    RequeueRefused,
-    TransportError,
-)
-from transports_core.backend import (
-    EventCodec,
-    Operation,
-    buried_reason,
-    check_delay,
-    check_group_id,
-    check_lease,
-    check_limit,
-    check_priority,
-    check_reason,
-    check_seq,
-    check_visibility,
-    check_worker_id,
-    exhausted_reason,
-)
+import transports_core as dt
+from transports_core import backend as core
 
 from . import _sql as sql
 
@@ -102,7 +77,7 @@ class NotFinished:
 MORE: Final = NotFinished()
 
 
-class Op(Operation[T]):
+class Op(core.Operation[T]):
     """An operation, checked and ready to run in one transaction, opened with `begin`
     (None: AUTOCOMMIT). An op that only moves a lease is not `durable` (see
     `lease_durability`); one that cannot make a message deliverable does not `wake`
@@ -153,20 +128,6 @@ class Plan(Op[T]):
         return self._steps(now)
 
 
-class Claimed(NamedTuple):
-    """A leased row, before its event is decoded (outside the transaction)."""
-
-    seq: int
-    group_id: str
-    raw: str
-    worker_id: str
-    attempt: int
-    expires_at: float
-
-    def lease(self, codec: EventCodec[T]) -> Lease[T]:
-        return codec.lease(*self)
-
-
 def _is_empty(path: str, identity: Result) -> bool:
     """True for an empty database; None of ours raises, naming the file."""
     ((tables, app_id, version),) = identity.rows
@@ -175,12 +136,12 @@ def _is_empty(path: str, identity: Result) -> bool:
     if (tables, app_id, version) == (0, 0, 0):
         return True
     if app_id != sql.APPLICATION_ID:
-        raise TransportError(
+        raise dt.TransportError(
             f"{path} is a SQLite database of another application "
             f"(application_id {app_id}); refusing to use it as a queue"
         )
     if version != sql.SCHEMA_VERSION:
-        raise TransportError(
+        raise dt.TransportError(
             f"{path} has queue schema version {version}; this version of "
             f"durable-transports knows version {sql.SCHEMA_VERSION}"
         )
@@ -234,10 +195,12 @@ class Publish(Op[int]):
     __slots__ = ("params",)
     begin = AUTOCOMMIT
 
-    def __init__(self, codec: EventCodec[Any], group_id: str, event: object, priority: int) -> None:
+    def __init__(
+        self, codec: core.EventCodec[Any], group_id: str, event: object, priority: int
+    ) -> None:
         self.params = {
-            "group_id": check_group_id(group_id),
-            "priority": check_priority(priority),
+            "group_id": core.check_group_id(group_id),
+            "priority": core.check_priority(priority),
             "event": codec.encode(event),
         }
 
@@ -249,7 +212,9 @@ class Publish(Op[int]):
         return seq
 
 
-def PublishMany(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> Op[list[int]]:
+def PublishMany(
+    codec: core.EventCodec[Any], items: Iterable[tuple[str, Any, int]]
+) -> Op[list[int]]:
     encoded = codec.encode_items(items)
 
     def steps(now: float) -> Steps[list[int]]:
@@ -295,7 +260,7 @@ def PublishMany(codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -
 _UNLIMITED = 2**62
 
 
-class Claim(Op[Claimed | None]):
+class Claim(Op[core.Claimed | None], core.Claiming[core.Claimed | None]):
     """Lease the next ready head. With ``max_attempts``, a head that has had that many
     deliveries is buried instead (see `_bury`) and the claim goes on to the next one.
 
@@ -304,24 +269,10 @@ class Claim(Op[Claimed | None]):
     It runs in a write transaction even so: its `now` is read once the write lock is
     held, so a claim that waited for the lock still leases from the moment it got it."""
 
-    __slots__ = ("max_attempts", "min_priority", "on_dead", "visibility", "worker_id")
+    __slots__ = ()
     begin = sql.BEGIN_WRITE
     durable = False
     wakes = False  # a claim takes a message; what it frees on the way is due by the clock
-
-    def __init__(
-        self,
-        worker_id: str,
-        visibility: float,
-        min_priority: int,
-        max_attempts: int | None = None,
-        on_dead: str = "release",
-    ) -> None:
-        self.worker_id = check_worker_id(worker_id)
-        self.visibility = check_visibility(visibility)
-        self.min_priority = check_priority(min_priority, "min_priority")
-        self.max_attempts = max_attempts
-        self.on_dead = on_dead
 
     def first(self, now: float) -> tuple[sql.Statement, Params]:
         return sql.CLAIM_READY, {
@@ -332,14 +283,14 @@ class Claim(Op[Claimed | None]):
             "max_attempts": _UNLIMITED if self.max_attempts is None else self.max_attempts,
         }
 
-    def done(self, rows: list[Any], rowcount: int, now: float) -> Claimed | NotFinished:
+    def done(self, rows: list[Any], rowcount: int, now: float) -> core.Claimed | NotFinished:
         return self._claimed(rows, now) if rows else MORE
 
-    def _claimed(self, rows: list[Any], now: float) -> Claimed:
+    def _claimed(self, rows: list[Any], now: float) -> core.Claimed:
         seq, group_id, raw, attempt = rows[0]
-        return Claimed(seq, group_id, raw, self.worker_id, attempt, now + self.visibility)
+        return core.Claimed(seq, group_id, raw, self.worker_id, attempt, now + self.visibility)
 
-    def steps(self, now: float) -> Steps[Claimed | None]:
+    def steps(self, now: float) -> Steps[core.Claimed | None]:
         max_attempts = self.max_attempts
         lease = {"worker_id": self.worker_id, "expires_at": now + self.visibility, "now": now}
         yield Stmt(sql.WAKE_LAPSED, {"now": now})
@@ -351,42 +302,11 @@ class Claim(Op[Claimed | None]):
             group_id, seq, delivered, holder, requeued_at = rows[0]
             if max_attempts is not None and delivered - (requeued_at or 0) >= max_attempts:
                 last: LastDelivery = "nacked" if holder in (None, sql.PARKED) else "lapsed"
-                reason = exhausted_reason(delivered - (requeued_at or 0), max_attempts, last)
+                reason = core.exhausted_reason(delivered - (requeued_at or 0), max_attempts, last)
                 yield from _bury(now, group_id, seq, delivered, reason, self.on_dead)
                 continue
             found = (yield Stmt(sql.CLAIM_GROUP, lease | {"group_id": group_id})).rows
             return self._claimed(found, now) if found else None
-
-
-class Claims:
-    """Builds the `Claim` for each call of one transport's ``claim``, and keeps the last.
-
-    A worker asks with the same arguments every time, usually the very same objects
-    (literals, or values set once), so while they are identical the checked op is used
-    again (building and checking it anew is a tenth of a claim+ack in memory). Identity,
-    not equality, so that no argument escapes its checks: ``True ==
-    1 == 1.0``, but only the int is a priority. The op holds only checked arguments, and
-    the last is swapped in one assignment, so threads may share this."""
-
-    __slots__ = ("_last", "max_attempts", "on_dead")
-
-    def __init__(self, max_attempts: int | None, on_dead: str) -> None:
-        self.max_attempts = max_attempts
-        self.on_dead = on_dead
-        self._last: tuple[object, object, object, Claim] | None = None
-
-    def __call__(self, worker_id: str, visibility: float, min_priority: int) -> Claim:
-        last = self._last
-        if (
-            last is not None
-            and last[0] is worker_id
-            and last[1] is visibility
-            and last[2] is min_priority
-        ):
-            return last[3]
-        op = Claim(worker_id, visibility, min_priority, self.max_attempts, self.on_dead)
-        self._last = (worker_id, visibility, min_priority, op)
-        return op
 
 
 def _bury(
@@ -404,21 +324,21 @@ def _bury(
     yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
 
 
-def Bury(lease: Lease[object], reason: str, on_dead: str) -> Op[None]:
+def Bury(lease: dt.Lease[object], reason: str, on_dead: str) -> Op[None]:
     """Dead-letter the leased head now, fenced like an ack."""
-    lease = check_lease(lease)
-    stored = buried_reason(check_reason(reason))
+    lease = core.check_lease(lease)
+    stored = core.buried_reason(core.check_reason(reason))
     fence = _fence(lease)
 
     def steps(now: float) -> Steps[None]:
         if not (yield Stmt(sql.HOLDS_LEASE, fence)).rows:
-            raise LeaseLost(lease)
+            raise dt.LeaseLost(lease)
         yield from _bury(now, lease.group_id, lease.seq, lease.attempt, stored, on_dead)
 
     return Plan(steps)
 
 
-def _fence(lease: Lease[object]) -> dict[str, Any]:
+def _fence(lease: dt.Lease[object]) -> dict[str, Any]:
     """The values by which a statement matches the current lease (see _LEASE_HOLDER)."""
     return {
         "group_id": lease.group_id,
@@ -428,21 +348,17 @@ def _fence(lease: Lease[object]) -> dict[str, Any]:
     }
 
 
-class _Settle(Op[T]):
-    """ack, nack and extend: one statement fenced by the lease (see _LEASE_HOLDER)."""
+class _Settle(Op[T], core.Settle[T]):
+    """ack, nack and extend: one statement fenced by the lease (see _LEASE_HOLDER), which
+    changes its one row while the lease is current."""
 
-    __slots__ = ("fence", "lease")
+    __slots__ = ("fence",)
     begin = AUTOCOMMIT
 
-    def __init__(self, lease: Lease[Any]) -> None:
-        self.lease = check_lease(lease)
+    def __init__(self, lease: dt.Lease[Any]) -> None:
+        # Settle's own check, inline: every ack builds one, and super() is a call more.
+        self.lease = core.check_lease(lease)
         self.fence = _fence(lease)
-
-    def _held(self, rowcount: int) -> None:
-        # The statement changed no row: the lease lapsed and the message was claimed
-        # again, or it was settled already.
-        if rowcount != 1:
-            raise LeaseLost(self.lease)
 
 
 class Ack(_Settle[None]):
@@ -452,16 +368,16 @@ class Ack(_Settle[None]):
         return sql.ACK, self.fence
 
     def done(self, rows: list[Any], rowcount: int, now: float) -> None:
-        self._held(rowcount)
+        self.held(rowcount == 1)
 
 
 class Nack(_Settle[None]):
     __slots__ = ("delay",)
     durable = False
 
-    def __init__(self, lease: Lease[Any], delay: float) -> None:
+    def __init__(self, lease: dt.Lease[Any], delay: float) -> None:
         super().__init__(lease)
-        self.delay = check_delay(delay)
+        self.delay = core.check_delay(delay)
 
     def first(self, now: float) -> tuple[sql.Statement, Params]:
         if self.delay > 0:  # park: the group stays held until the delay has passed
@@ -473,7 +389,7 @@ class Nack(_Settle[None]):
         return sql.RELEASE, {**self.fence, "locked_by": None, "lock_expiry": None}
 
     def done(self, rows: list[Any], rowcount: int, now: float) -> None:
-        self._held(rowcount)
+        self.held(rowcount == 1)
 
 
 class Unclaim(_Settle[None]):
@@ -489,29 +405,21 @@ class Unclaim(_Settle[None]):
         return None  # settled meanwhile (it lapsed and was taken): nothing to give back
 
 
-class Extend(_Settle[Lease[T]]):
+class Extend(_Settle[dt.Lease[T]]):
     __slots__ = ("visibility",)
     durable = False
-    lease: Lease[T]
+    lease: dt.Lease[T]
 
-    def __init__(self, lease: Lease[T], visibility: float) -> None:
+    def __init__(self, lease: dt.Lease[T], visibility: float) -> None:
         super().__init__(lease)
-        self.visibility = check_visibility(visibility)
+        self.visibility = core.check_visibility(visibility)
 
     def first(self, now: float) -> tuple[sql.Statement, Params]:
         return sql.EXTEND, {**self.fence, "lock_expiry": now + self.visibility}
 
-    def done(self, rows: list[Any], rowcount: int, now: float) -> Lease[T]:
-        self._held(rowcount)
-        lease = self.lease
-        return Lease(
-            lease.seq,
-            lease.group_id,
-            lease.event,
-            lease.worker_id,
-            lease.attempt,
-            now + self.visibility,
-        )
+    def done(self, rows: list[Any], rowcount: int, now: float) -> dt.Lease[T]:
+        self.held(rowcount == 1)
+        return self.renewed(now + self.visibility)
 
 
 class Relax(NamedTuple):
@@ -572,144 +480,105 @@ def checkpoint_due(wal_bytes: int) -> bool:
 # --- admin: reads run in a deferred (read) transaction, writes under the write lock ------
 
 
-def _priority_stats(priority: int, counts: Sequence[int], dead: int) -> PriorityStats:
-    ready, in_flight, parked = counts
-    return PriorityStats(priority, ready, in_flight, parked, dead)
-
-
-def Stats() -> Op[QueueStats]:
-    def steps(now: float) -> Steps[QueueStats]:
-        live = {
-            row[0]: row[1:]
-            for row in (
-                yield Stmt(sql.MESSAGE_COUNTS, {"now": now, "parked": sql.PARKED, "held": sql.HELD})
-            ).rows
-        }
+def Stats() -> Op[dt.QueueStats]:
+    def steps(now: float) -> Steps[dt.QueueStats]:
+        markers = {"now": now, "parked": sql.PARKED, "held": sql.HELD}
+        counted = yield Stmt(sql.MESSAGE_COUNTS, markers)
+        live = {p: (ready, in_flight, parked) for p, ready, in_flight, parked in counted.rows}
         dead = dict((yield Stmt(sql.DEAD_COUNTS)).rows)
-        by_priority = tuple(
-            _priority_stats(p, live.get(p, (0, 0, 0)), dead.get(p, 0))
+        return core.queue_stats(
+            dt.PriorityStats(p, *live.get(p, (0, 0, 0)), dead=dead.get(p, 0))
             for p in sorted(live.keys() | dead.keys())
         )
-        return QueueStats(
-            ready=sum(p.ready for p in by_priority),
-            in_flight=sum(p.in_flight for p in by_priority),
-            parked=sum(p.parked for p in by_priority),
-            dead=sum(p.dead for p in by_priority),
-            by_priority=by_priority,
-        )
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
-def _group_info(row: Sequence[Any], now: float) -> GroupInfo:
-    group_id, priority, head_seq, last_claimed_at, locked_by, lock_expiry, depth = row
-    state: GroupState
-    if lock_expiry == sql.HELD:
-        state, depth = "held", depth - 1
-    elif locked_by is None or lock_expiry < now:
-        state = "ready"
-    else:
-        state = "parked" if locked_by == sql.PARKED else "in_flight"
-    return GroupInfo(
-        group_id=group_id,
-        priority=priority,
-        depth=depth,
-        head_seq=head_seq,
-        state=state,
-        busy_until=lock_expiry if state in ("parked", "in_flight") else None,
-        last_claimed_at=last_claimed_at or None,
-    )
+def Groups(limit: int) -> Op[list[dt.GroupInfo]]:
+    limit = core.check_limit(limit)
 
-
-def Groups(limit: int) -> Op[list[GroupInfo]]:
-    limit = check_limit(limit)
-
-    def steps(now: float) -> Steps[list[GroupInfo]]:
+    def steps(now: float) -> Steps[list[dt.GroupInfo]]:
         rows = (yield Stmt(sql.DEEPEST_GROUPS, {"limit": limit})).rows
-        return [_group_info(row, now) for row in rows]
+        return [core.group_info(row, now, parked=sql.PARKED, held=sql.HELD) for row in rows]
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
-def DeadLetters(limit: int | None) -> Op[list[DeadLetter]]:
-    params = {"limit": -1 if limit is None else check_limit(limit)}  # LIMIT -1: no limit
+def DeadLetters(limit: int | None) -> Op[list[dt.DeadLetter]]:
+    params = {"limit": -1 if limit is None else core.check_limit(limit)}  # LIMIT -1: no limit
 
-    def steps(now: float) -> Steps[list[DeadLetter]]:
-        rows = (yield Stmt(sql.LIST_DEAD_LETTERS, params)).rows
-        return [
-            DeadLetter(seq, group_id, priority, event, attempts, reason, dead_at, bool(held))
-            for seq, group_id, priority, event, attempts, reason, dead_at, held in rows
-        ]
+    def steps(now: float) -> Steps[list[dt.DeadLetter]]:
+        return list(map(core.dead_letter, (yield Stmt(sql.LIST_DEAD_LETTERS, params)).rows))
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
-def HeldGroups() -> Op[list[HeldGroup]]:
-    def steps(now: float) -> Steps[list[HeldGroup]]:
-        rows = (yield Stmt(sql.LIST_HELD_GROUPS)).rows
-        return [
-            HeldGroup(group_id=group_id, seq=seq, waiting=waiting, since=dead_at)
-            for group_id, seq, dead_at, waiting in rows
-        ]
+def HeldGroups() -> Op[list[dt.HeldGroup]]:
+    def steps(now: float) -> Steps[list[dt.HeldGroup]]:
+        return list(map(core.held_group, (yield Stmt(sql.LIST_HELD_GROUPS)).rows))
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
-def Requeue(seq: int) -> Op[bool]:
-    seq = check_seq(seq)
+def _on_dead_letter(seq: int, act: Callable[[int, str, int, bool], Steps[None]]) -> Op[bool]:
+    """Requeue and discard: find dead letter ``seq`` and ``act`` on it, given its seq, its
+    group, its attempts and whether it holds the group; False when there is none."""
+    seq = core.check_seq(seq)
 
     def steps(now: float) -> Steps[bool]:
         rows = (yield Stmt(sql.DEAD_LETTER, {"seq": seq})).rows
         if not rows:
             return False
         group_id, attempts, held = rows[0]
-        message = {"group_id": group_id, "seq": seq}
-        if held:
-            yield Stmt(sql.UNHOLD_GROUP, message | {"held": sql.HELD})
-        else:
-            holder = (
-                yield Stmt(
-                    sql.GROUP_HOLDER, {"group_id": group_id, "parked": sql.PARKED, "held": sql.HELD}
-                )
-            ).rows
-            if holder:
-                locked_by, head = holder[0]
-                if locked_by == sql.PARKED:  # held by another dead letter at its head
-                    raise RequeueRefused(seq, group_id, None, head)
-                raise RequeueRefused(seq, group_id, locked_by)
-            yield Stmt(sql.STASH_HEAD_ATTEMPT, message)
-            ((after,),) = (yield Stmt(sql.PREDECESSOR, message)).rows
-            yield Stmt(sql.RESTORE_MESSAGE, message | {"after": after})
-            if after is not None:
-                yield Stmt(sql.LINK_AFTER, {"seq": seq, "after": after})
-            yield Stmt(sql.RESTORE_HEAD, {"seq": seq})
-        yield Stmt(sql.PRUNE_REQUEUED)
-        yield Stmt(sql.MARK_REQUEUED, message | {"attempts": attempts})
-        yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
+        yield from act(seq, group_id, attempts, bool(held))
         return True
 
     return Plan(steps)
+
+
+def _requeue(seq: int, group_id: str, attempts: int, held: bool) -> Steps[None]:
+    message = {"group_id": group_id, "seq": seq}
+    if held:
+        yield Stmt(sql.UNHOLD_GROUP, message | {"held": sql.HELD})
+    else:
+        holder = (
+            yield Stmt(
+                sql.GROUP_HOLDER, {"group_id": group_id, "parked": sql.PARKED, "held": sql.HELD}
+            )
+        ).rows
+        if holder:
+            locked_by, head = holder[0]
+            if locked_by == sql.PARKED:  # held by another dead letter at its head
+                raise dt.RequeueRefused(seq, group_id, None, head)
+            raise dt.RequeueRefused(seq, group_id, locked_by)
+        yield Stmt(sql.STASH_HEAD_ATTEMPT, message)
+        ((after,),) = (yield Stmt(sql.PREDECESSOR, message)).rows
+        yield Stmt(sql.RESTORE_MESSAGE, message | {"after": after})
+        if after is not None:
+            yield Stmt(sql.LINK_AFTER, {"seq": seq, "after": after})
+        yield Stmt(sql.RESTORE_HEAD, {"seq": seq})
+    yield Stmt(sql.PRUNE_REQUEUED)
+    yield Stmt(sql.MARK_REQUEUED, message | {"attempts": attempts})
+    yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
+
+
+def _discard(seq: int, group_id: str, attempts: int, held: bool) -> Steps[None]:
+    yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
+    if held:  # its row in `messages` goes too, which frees the group
+        yield Stmt(sql.DROP_MESSAGE, {"seq": seq})
+    yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
+
+
+def Requeue(seq: int) -> Op[bool]:
+    return _on_dead_letter(seq, _requeue)
 
 
 def Discard(seq: int) -> Op[bool]:
-    seq = check_seq(seq)
-
-    def steps(now: float) -> Steps[bool]:
-        rows = (yield Stmt(sql.DEAD_LETTER, {"seq": seq})).rows
-        if not rows:
-            return False
-        _, _, held = rows[0]
-        yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
-        if held:  # its row in `messages` goes too, which frees the group
-            yield Stmt(sql.DROP_MESSAGE, {"seq": seq})
-        yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
-        return True
-
-    return Plan(steps)
+    return _on_dead_letter(seq, _discard)
 
 
 def PurgeGroup(group_id: str) -> Op[int]:
-    params = {"group_id": check_group_id(group_id)}
+    params = {"group_id": core.check_group_id(group_id)}
 
     def steps(now: float) -> Steps[int]:
         # A held dead letter is in both tables; count it once.

@@ -15,7 +15,14 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import EventCodec, Operations, TransportBase, check_wait
+from transports_core.backend import (
+    Claimed,
+    EventCodec,
+    Operations,
+    ReuseLast,
+    TransportBase,
+    check_wait,
+)
 
 from . import _ops
 from . import _sql as sql
@@ -271,7 +278,13 @@ class Twin(Generic[E]):
         self._options = options
         self._codec: EventCodec[E] = EventCodec(event_type)
         self._on_dead: str = options.on_dead
-        self._claims = _ops.Claims(options.max_attempts, options.on_dead)
+        max_attempts, on_dead = options.max_attempts, options.on_dead
+        # A worker claims with the same arguments every time: keep its checked op.
+        self._claims: ReuseLast[[str, float, int], Claim] = ReuseLast(
+            lambda worker_id, visibility, min_priority: Claim(
+                worker_id, visibility, min_priority, max_attempts, on_dead
+            )
+        )
 
     def _claim_of(
         self, worker_id: str, visibility: float, min_priority: int, wait: float
@@ -297,7 +310,7 @@ class SqliteTransport(Twin[E], TransportBase[E]):
         with self._lock:
             return self._engine.run(op)
 
-    def _wait(self, op: _ops.Claim, wait: float) -> _ops.Claimed | None:
+    def _wait(self, op: _ops.Claim, wait: float) -> Claimed | None:
         """Claim until a message comes or ``wait`` runs out (see `Waiting`)."""
         engine = self._engine
         with Waiting(engine, self._options, wait, lambda: engine.conn is None) as waiting:

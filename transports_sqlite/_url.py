@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, cast
+from typing import Literal
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from transports_core import TransportError
-from transports_core.backend import check_max_attempts, check_on_dead, redact_url
+from transports_core import backend as core
 
 URL_FORMS = "sqlite:///relative/path.db, sqlite:////absolute/path.db or sqlite:///:memory:"
 MEMORY = ":memory:"
@@ -86,20 +86,17 @@ def _file_mode(value: object) -> int:
     return value
 
 
-def _clock(value: object) -> Callable[[], float]:
-    if not callable(value):
-        raise TypeError(f"clock must be a callable returning epoch seconds, got {value!r}")
-    return cast(Callable[[], float], value)
-
-
-_FROM_URL: dict[str, Callable[[object], object]] = {
-    "synchronous": _synchronous,
-    "busy_timeout": _busy_timeout,
-    "file_mode": _file_mode,
-    "max_attempts": check_max_attempts,
-    "on_dead": check_on_dead,
-}
-_FROM_KWARGS: dict[str, Callable[[object], object]] = {**_FROM_URL, "clock": _clock}
+OPTIONS = core.OptionTable(
+    "SQLite",
+    {
+        "synchronous": _synchronous,
+        "busy_timeout": _busy_timeout,
+        "file_mode": _file_mode,
+        "max_attempts": core.check_max_attempts,
+        "on_dead": core.check_on_dead,
+    },
+    keyword_only={"clock": core.check_clock},
+)
 
 
 def parse_url(url: str, options: Mapping[str, object]) -> SqliteOptions:
@@ -107,31 +104,16 @@ def parse_url(url: str, options: Mapping[str, object]) -> SqliteOptions:
     parts = urlsplit(url)
     # urlsplit reads "sqlite:/q.db" as an empty netloc too; only the "sqlite://" forms exist.
     if not url.startswith("sqlite://") or parts.netloc or not parts.path.startswith("/"):
-        raise ValueError(f"malformed SQLite URL {redact_url(url)!r}; use {URL_FORMS}")
+        raise ValueError(f"malformed SQLite URL {core.redact_url(url)!r}; use {URL_FORMS}")
     path = unquote(parts.path[1:])
     if not path:
-        raise ValueError(f"SQLite URL {redact_url(url)!r} names no file; use {URL_FORMS}")
+        raise ValueError(f"SQLite URL {core.redact_url(url)!r} names no file; use {URL_FORMS}")
     if parts.fragment:
-        raise ValueError(f"SQLite URL {redact_url(url)!r} has a fragment (#...); use {URL_FORMS}")
-
-    chosen: dict[str, object] = {}
-    for key, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
-        if key not in _FROM_URL:
-            raise ValueError(_unknown(key, _FROM_URL))
-        if key in chosen:
-            raise ValueError(f"SQLite option {key!r} is given twice in {redact_url(url)!r}")
-        chosen[key] = _FROM_URL[key](value)
-    for key, given in options.items():
-        if key not in _FROM_KWARGS:
-            raise ValueError(_unknown(key, _FROM_KWARGS))
-        if key in chosen:
-            raise ValueError(f"SQLite option {key!r} is given both in the URL and as a keyword")
-        chosen[key] = _FROM_KWARGS[key](given)
+        raise ValueError(
+            f"SQLite URL {core.redact_url(url)!r} has a fragment (#...); use {URL_FORMS}"
+        )
+    chosen = OPTIONS.choose(url, parse_qsl(parts.query, keep_blank_values=True), options)
     return SqliteOptions(path=path, **chosen)  # type: ignore[arg-type]
-
-
-def _unknown(key: str, known: Mapping[str, object]) -> str:
-    return f"unknown SQLite option {key!r}; known options: {', '.join(sorted(known))}"
 
 
 def database_target(options: SqliteOptions) -> str:

@@ -5,44 +5,15 @@ code with the suite's reference model. It imports only public names, as any back
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from transports_core import (
-    DeadLetter,
-    Event,
-    EventDecodeError,
-    GroupInfo,
-    HeldGroup,
-    Lease,
-    LeaseLost,
-    PriorityStats,
-    QueueStats,
-    RequeueRefused,
-    TransportError,
-)
-from transports_core.backend import (
-    RESERVED_PREFIX,
-    Backend,
-    Closing,
-    EventCodec,
-    buried_reason,
-    check_delay,
-    check_group_id,
-    check_lease,
-    check_max_attempts,
-    check_on_dead,
-    check_priority,
-    check_reason,
-    check_seq,
-    check_visibility,
-    check_wait,
-    check_worker_id,
-    exhausted_reason,
-)
+import transports_core as dt
+from transports_core import backend as core
 
 LastDelivery = Literal["lapsed", "nacked"]
 PARKED = "__parked__"
@@ -128,20 +99,22 @@ class MemoryStore:
         return self.open
 
 
-class MemoryTransport(Closing):
+class MemoryTransport(core.Closing):
     def __init__(
         self,
         store: MemoryStore,
         *,
-        event_type: Any = Event,
+        event_type: Any = dt.Event,
         max_attempts: int | None = None,
         on_dead: str = "release",
     ) -> None:
         self._store = store
-        self._codec: EventCodec[Any] = EventCodec(event_type)
-        self._decoder = EventCodec(Event) if store.defects.ignore_event_type else self._codec
-        self._max_attempts = check_max_attempts(max_attempts)
-        self._hold = check_on_dead(on_dead) == "hold"
+        self._codec: core.EventCodec[Any] = core.EventCodec(event_type)
+        self._decoder = (
+            core.EventCodec(dt.Event) if store.defects.ignore_event_type else self._codec
+        )
+        self._max_attempts = core.check_max_attempts(max_attempts)
+        self._hold = core.check_on_dead(on_dead) == "hold"
         self._closed = False
         if store.defects.reopen_loses_lapsed:
             now = store.clock()
@@ -167,7 +140,7 @@ class MemoryTransport(Closing):
         return s.seq
 
     def publish(self, group_id: str, event: object, priority: int = 0) -> int:
-        group_id, priority = check_group_id(group_id), check_priority(priority)
+        group_id, priority = core.check_group_id(group_id), core.check_priority(priority)
         raw = self._codec.encode(event)
         with self._locked():
             return self._append(group_id, raw, priority)
@@ -216,14 +189,11 @@ class MemoryTransport(Closing):
         s.changed.notify_all()
 
     def _exhausted(self, m: _Message) -> bool:
-        return (
-            self._max_attempts is not None
-            and m.attempt - m.allowance >= self._max_attempts
-        )
+        return self._max_attempts is not None and m.attempt - m.allowance >= self._max_attempts
 
     def _try_claim(
         self, worker_id: str, visibility: float, min_priority: int
-    ) -> Lease[Any] | None:
+    ) -> dt.Lease[Any] | None:
         s = self._store
         now = s.clock()
         while True:
@@ -242,10 +212,8 @@ class MemoryTransport(Closing):
             _, name, m = min(ready, key=lambda r: r[0])
             if self._exhausted(m):
                 assert self._max_attempts is not None
-                last: LastDelivery = (
-                    "lapsed" if s.defects.says_lapsed or not m.nacked else "nacked"
-                )
-                why = exhausted_reason(m.attempt - m.allowance, self._max_attempts, last)
+                last: LastDelivery = "lapsed" if s.defects.says_lapsed or not m.nacked else "nacked"
+                why = core.exhausted_reason(m.attempt - m.allowance, self._max_attempts, last)
                 self._kill(m, why, now, self._hold)
                 continue
             if s.defects.racy_claim:
@@ -260,7 +228,7 @@ class MemoryTransport(Closing):
             m.claimed_at = now
             try:
                 return self._decoder.lease(m.seq, m.group, m.raw, worker_id, m.attempt, m.until)
-            except EventDecodeError:
+            except dt.EventDecodeError:
                 if s.defects.decode_unleased:
                     m.holder = None
                 raise
@@ -271,10 +239,10 @@ class MemoryTransport(Closing):
 
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
-    ) -> Lease[Any] | None:
-        worker_id, visibility = check_worker_id(worker_id), check_visibility(visibility)
-        min_priority = check_priority(min_priority, "min_priority")
-        wait = check_wait(wait)
+    ) -> dt.Lease[Any] | None:
+        worker_id, visibility = core.check_worker_id(worker_id), core.check_visibility(visibility)
+        min_priority = core.check_priority(min_priority, "min_priority")
+        wait = core.check_wait(wait)
         s = self._store
         ends = time.monotonic() + wait
         stubborn = s.defects.close_ignores_waiter
@@ -300,39 +268,39 @@ class MemoryTransport(Closing):
 
     # -- settling --------------------------------------------------------------------
 
-    def _lease(self, lease: Lease[object]) -> None:
+    def _lease(self, lease: dt.Lease[object]) -> None:
         # The defect stands for a backend that checks a lease's type but not its worker id.
-        if self._store.defects.sentinel_lease and isinstance(lease, Lease):
+        if self._store.defects.sentinel_lease and isinstance(lease, dt.Lease):
             return
-        check_lease(lease)
+        core.check_lease(lease)
 
-    def _current(self, lease: Lease[object], fenced: bool = True) -> _Message:
-        if lease.worker_id.startswith(RESERVED_PREFIX) and not self._store.defects.sentinel_lease:
+    def _current(self, lease: dt.Lease[object], fenced: bool = True) -> _Message:
+        if (
+            lease.worker_id.startswith(core.RESERVED_PREFIX)
+            and not self._store.defects.sentinel_lease
+        ):
             raise ValueError(f"worker_id {lease.worker_id!r} is reserved")
         m = self._store.messages.get(lease.seq)
         if m is None:
-            raise LeaseLost(lease)
+            raise dt.LeaseLost(lease)
         if fenced and (m.holder != lease.worker_id or m.attempt != lease.attempt):
-            raise LeaseLost(lease)
+            raise dt.LeaseLost(lease)
         return m
 
-    def ack(self, lease: Lease[object]) -> None:
+    def ack(self, lease: dt.Lease[object]) -> None:
         self._lease(lease)
-        s = self._store
-        with self._locked():
+        with self._holding(notify=True) as s:
             m = self._current(lease, not s.defects.no_fencing)
             del s.messages[m.seq]
             group = s.groups[m.group]
             group.seqs.remove(m.seq)
             if not group.seqs and not self._held(m.group):
                 del s.groups[m.group]
-            s.changed.notify_all()
 
-    def nack(self, lease: Lease[object], delay: float = 0) -> None:
+    def nack(self, lease: dt.Lease[object], delay: float = 0) -> None:
         self._lease(lease)
-        delay = check_delay(delay)
-        s = self._store
-        with self._locked():
+        delay = core.check_delay(delay)
+        with self._holding(notify=True) as s:
             m = self._current(lease, not s.defects.no_fencing)
             if delay > 0 and not s.defects.ignore_park:
                 start = m.claimed_at if s.defects.park_from_claim else s.clock()
@@ -340,24 +308,21 @@ class MemoryTransport(Closing):
             else:
                 m.holder, m.until = None, 0.0
             m.nacked = True
-            s.changed.notify_all()
 
-    def extend(self, lease: Lease[Any], visibility: float) -> Lease[Any]:
+    def extend(self, lease: dt.Lease[Any], visibility: float) -> dt.Lease[Any]:
         self._lease(lease)
-        visibility = check_visibility(visibility)
-        s = self._store
-        with self._locked():
+        visibility = core.check_visibility(visibility)
+        with self._holding() as s:
             m = self._current(lease, not s.defects.no_fencing)
             m.until = s.clock() + visibility
             return replace(lease, expires_at=m.until)
 
-    def bury(self, lease: Lease[object], reason: str) -> None:
+    def bury(self, lease: dt.Lease[object], reason: str) -> None:
         self._lease(lease)
-        reason = check_reason(reason)
-        s = self._store
-        with self._locked():
+        reason = core.check_reason(reason)
+        with self._holding() as s:
             m = self._current(lease, not (s.defects.no_fencing or s.defects.stale_bury))
-            stored = reason if s.defects.plain_reason else buried_reason(reason)
+            stored = reason if s.defects.plain_reason else core.buried_reason(reason)
             self._kill(m, stored, s.clock(), self._hold and not s.defects.bury_ignores_hold)
 
     # -- admin -----------------------------------------------------------------------
@@ -367,9 +332,8 @@ class MemoryTransport(Closing):
             return "ready"
         return "parked" if m.holder == PARKED else "in_flight"
 
-    def stats(self) -> QueueStats:
-        s = self._store
-        with self._locked():
+    def stats(self) -> dt.QueueStats:
+        with self._holding() as s:
             now = s.clock()
             counts: dict[int, dict[str, int]] = {}
             zero = dict.fromkeys(("ready", "in_flight", "parked", "dead"), 0)
@@ -379,8 +343,8 @@ class MemoryTransport(Closing):
             for d in s.dead.values():
                 row = counts.setdefault(d.message.priority, dict(zero))
                 row["dead"] += 1
-            by = tuple(PriorityStats(p, **counts[p]) for p in sorted(counts))
-            return QueueStats(
+            by = tuple(dt.PriorityStats(p, **counts[p]) for p in sorted(counts))
+            return dt.QueueStats(
                 sum(r.ready for r in by),
                 sum(r.in_flight for r in by),
                 sum(r.parked for r in by),
@@ -388,9 +352,8 @@ class MemoryTransport(Closing):
                 by,
             )
 
-    def groups(self, limit: int = 10) -> list[GroupInfo]:
-        s = self._store
-        with self._locked():
+    def groups(self, limit: int = 10) -> list[dt.GroupInfo]:
+        with self._holding() as s:
             now = s.clock()
             infos = []
             for name, group in s.groups.items():
@@ -400,7 +363,7 @@ class MemoryTransport(Closing):
                 state = "held" if self._held(name) else self._state(head, now)
                 busy = head.until if state in ("in_flight", "parked") else None
                 infos.append(
-                    GroupInfo(
+                    dt.GroupInfo(
                         name,
                         group.priority,
                         len(group.seqs),
@@ -413,10 +376,10 @@ class MemoryTransport(Closing):
             infos.sort(key=lambda g: (-g.depth, g.head_seq))
             return infos[:limit]
 
-    def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+    def dead_letters(self, limit: int | None = None) -> list[dt.DeadLetter]:
         with self._locked():
             letters = [
-                DeadLetter(
+                dt.DeadLetter(
                     d.message.seq,
                     d.message.group,
                     d.message.priority,
@@ -430,11 +393,10 @@ class MemoryTransport(Closing):
             ]
             return letters if limit is None else letters[:limit]
 
-    def held_groups(self) -> list[HeldGroup]:
-        s = self._store
-        with self._locked():
+    def held_groups(self) -> list[dt.HeldGroup]:
+        with self._holding() as s:
             return [
-                HeldGroup(
+                dt.HeldGroup(
                     d.message.group,
                     seq,
                     len(s.groups[d.message.group].seqs) if d.message.group in s.groups else 0,
@@ -445,9 +407,8 @@ class MemoryTransport(Closing):
             ]
 
     def requeue(self, seq: int) -> bool:
-        seq = check_seq(seq)
-        s = self._store
-        with self._locked():
+        seq = core.check_seq(seq)
+        with self._holding(notify=True) as s:
             d = s.dead.get(seq)
             if d is None:
                 return False
@@ -457,10 +418,10 @@ class MemoryTransport(Closing):
                 for other in group.seqs:
                     held = s.messages[other]
                     if held.holder is not None and held.holder != PARKED:
-                        raise RequeueRefused(seq, m.group, held.holder)
+                        raise dt.RequeueRefused(seq, m.group, held.holder)
             blocker = [k for k, o in s.dead.items() if o.held and o.message.group == m.group]
             if blocker and blocker[0] != seq:
-                raise RequeueRefused(seq, m.group, None, blocker[0])
+                raise dt.RequeueRefused(seq, m.group, None, blocker[0])
             del s.dead[seq]
             m.allowance = m.attempt
             s.messages[seq] = m
@@ -469,26 +430,22 @@ class MemoryTransport(Closing):
                 group.seqs.append(seq)
             else:
                 group.seqs = sorted([*group.seqs, seq])
-            s.changed.notify_all()
             return True
 
     def discard(self, seq: int) -> bool:
-        seq = check_seq(seq)
-        s = self._store
-        with self._locked():
+        seq = core.check_seq(seq)
+        with self._holding(notify=True) as s:
             d = s.dead.pop(seq, None)
             if d is None:
                 return False
             group = s.groups.get(d.message.group)
             if group is not None and not group.seqs and not self._held(d.message.group):
                 del s.groups[d.message.group]
-            s.changed.notify_all()
             return True
 
     def purge_group(self, group_id: str) -> int:
-        group_id = check_group_id(group_id)
-        s = self._store
-        with self._locked():
+        group_id = core.check_group_id(group_id)
+        with self._holding(notify=True) as s:
             group = s.groups.pop(group_id, None)
             removed = 0
             for seq in group.seqs if group is not None else []:
@@ -497,15 +454,24 @@ class MemoryTransport(Closing):
             for seq in [k for k, d in s.dead.items() if d.message.group == group_id]:
                 del s.dead[seq]
                 removed += 1
-            s.changed.notify_all()
             return removed
 
     # -- lifecycle -------------------------------------------------------------------
 
     def _locked(self) -> threading.Lock:
         if self._closed:
-            raise TransportError("transport is closed")
+            raise dt.TransportError("transport is closed")
         return self._store.lock
+
+    @contextlib.contextmanager
+    def _holding(self, notify: bool = False) -> Iterator[MemoryStore]:
+        """The store, under its lock (refused once closed); with ``notify``, waiting
+        claims are woken when the block ends without an error."""
+        s = self._store
+        with self._locked():
+            yield s
+            if notify:
+                s.changed.notify_all()
 
     def close(self) -> None:
         with self._store.changed:
@@ -518,7 +484,7 @@ class MemoryTransport(Closing):
 _IN_PROCESS = threading.Lock()
 
 
-class FileTransport(Closing):
+class FileTransport(core.Closing):
     """A JSON file as the store, opened by ``brokenfile:///PATH?defect=NAME``: each call
     reads, changes and replaces the whole file under an exclusive ``flock``. Only what the
     contention scenarios use (publish, publish_many, claim, ack). Defects: ``process-lock``
@@ -527,10 +493,9 @@ class FileTransport(Closing):
 
     def __init__(self, path: str, defect: str) -> None:
         self._path, self._defect = path, defect
-        self._codec: EventCodec[Any] = EventCodec(Event)
+        self._codec: core.EventCodec[Any] = core.EventCodec(dt.Event)
 
     def _locked(self) -> Any:
-        import contextlib
         import fcntl
 
         @contextlib.contextmanager
@@ -598,8 +563,8 @@ class FileTransport(Closing):
 
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
-    ) -> Lease[Any] | None:
-        check_worker_id(worker_id)
+    ) -> dt.Lease[Any] | None:
+        core.check_worker_id(worker_id)
 
         def change(state: dict[str, Any]) -> tuple[Any, ...] | None:
             now = time.time()
@@ -624,11 +589,11 @@ class FileTransport(Closing):
         got = self._change(change)
         return None if got is None else self._codec.lease(*got)
 
-    def ack(self, lease: Lease[object]) -> None:
+    def ack(self, lease: dt.Lease[object]) -> None:
         def change(state: dict[str, Any]) -> None:
             m = state["messages"].get(str(lease.seq))
             if m is None or (m[3], m[2]) != (lease.worker_id, lease.attempt):
-                raise LeaseLost(lease)
+                raise dt.LeaseLost(lease)
             del state["messages"][str(lease.seq)]
 
         self._change(change)
@@ -644,4 +609,4 @@ def _open_file(url: str, event_type: object, options: Any) -> FileTransport:
     return FileTransport(parts.path, parse_qs(parts.query).get("defect", [""])[0])
 
 
-file_backend = Backend(open=_open_file)  # type: ignore[arg-type]  # contention calls only
+file_backend = core.Backend(open=_open_file)  # type: ignore[arg-type]  # contention calls only

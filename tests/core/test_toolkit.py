@@ -1,6 +1,8 @@
 """The pieces of ``transports_core.backend`` that every backend would otherwise write
-again: the options whitelist, the clock check, the Backend built from a parser and two
-transport classes, the reused claim operation, the undecoded claim and the queue totals."""
+again: the options whitelist, the clock and seconds checks, the Backend built from a
+parser and two transport classes, the reused claim operation, the undecoded claim, the
+roots of a claim's operation and of those on a held lease, the queue totals and the admin
+reads' values from stored rows."""
 
 from __future__ import annotations
 
@@ -11,17 +13,33 @@ from typing import Any
 
 import pytest
 
-from transports_core import Event, EventDecodeError, PriorityStats, QueueStats
+from transports_core import (
+    DeadLetter,
+    Event,
+    EventDecodeError,
+    GroupInfo,
+    HeldGroup,
+    Lease,
+    LeaseLost,
+    PriorityStats,
+    QueueStats,
+)
 from transports_core.backend import (
     Claimed,
+    Claiming,
     EventCodec,
     OptionTable,
     ReuseLast,
+    Settle,
     build_backend,
     check_clock,
     check_max_attempts,
     check_on_dead,
+    dead_letter,
+    group_info,
+    held_group,
     queue_stats,
+    seconds_option,
 )
 from transports_sqlite import AsyncSqliteTransport, SqliteOptions, SqliteTransport
 
@@ -93,6 +111,33 @@ def test_check_clock_takes_a_callable_and_refuses_anything_else() -> None:
     assert check_clock(float) is float
     with pytest.raises(TypeError, match="clock must be a callable returning epoch seconds, got 5"):
         check_clock(5)
+
+
+@pytest.mark.parametrize(("given", "seconds"), [("2.5", 2.5), (3, 3.0), (0.25, 0.25)])
+def test_seconds_option_takes_a_positive_number_from_text_or_a_value(
+    given: object, seconds: float
+) -> None:
+    check = seconds_option("timeout")
+    assert check(given) == seconds
+    assert type(check(given)) is float
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("0", "timeout must be a number of seconds > 0, got 0.0"),
+        (-1, "timeout must be a number of seconds > 0, got -1"),
+        ("soon", "timeout must be a number of seconds > 0, got 'soon'"),
+        (True, "timeout must be a number of seconds > 0, got True"),
+        ("nan", "timeout must be a number of seconds > 0, got nan"),
+        ("inf", "timeout must be finite, got inf"),
+    ],
+)
+def test_seconds_option_refuses_what_is_not_a_finite_positive_number(
+    given: object, message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        seconds_option("timeout")(given)
 
 
 def _parse(url: str, options: Mapping[str, object]) -> SqliteOptions:
@@ -177,3 +222,88 @@ def test_queue_stats_totals_the_counts_per_priority() -> None:
     rows = [PriorityStats(0, 3, 1, 1, 0), PriorityStats(2, 1, 0, 0, 4)]
     assert queue_stats(iter(rows)) == QueueStats(4, 1, 1, 4, tuple(rows))
     assert queue_stats([]) == QueueStats(0, 0, 0, 0, ())
+
+
+PARKED, HELD = "__parked__", float("inf")
+
+
+@pytest.mark.parametrize(
+    ("locked_by", "lock_expiry", "state", "depth", "busy_until"),
+    [
+        (None, None, "ready", 3, None),
+        ("w1", 90.0, "ready", 3, None),  # a lease that lapsed before now
+        ("w1", 110.0, "in_flight", 3, 110.0),
+        (PARKED, 120.0, "parked", 3, 120.0),
+        (PARKED, HELD, "held", 2, None),  # the dead letter is not counted
+    ],
+)
+def test_group_info_reads_the_head_lease_with_the_backends_markers(
+    locked_by: str | None, lock_expiry: float | None, state: str, depth: int, busy_until: float
+) -> None:
+    row = ("g", 4, 17, 80.0, locked_by, lock_expiry, 3)
+    info = group_info(row, 100.0, parked=PARKED, held=HELD)
+    assert info == GroupInfo("g", 4, depth, 17, state, busy_until, 80.0)  # type: ignore[arg-type]
+
+
+def test_group_info_of_a_group_never_claimed_has_no_last_claim() -> None:
+    info = group_info(("g", 0, 1, 0, None, None, 1), 5.0, parked=PARKED, held=HELD)
+    assert info.last_claimed_at is None
+
+
+def test_dead_letter_and_held_group_are_built_from_their_stored_rows() -> None:
+    row = (9, "g", 2, '{"n": 1}', 3, "buried: bad", 70.0, 1)
+    assert dead_letter(row) == DeadLetter(9, "g", 2, '{"n": 1}', 3, "buried: bad", 70.0, True)
+    assert dead_letter((*row[:7], 0)).held is False
+    assert held_group(("g", 9, 70.0, 4)) == HeldGroup("g", 9, waiting=4, since=70.0)
+
+
+class Touch(Settle[Lease[Any]]):
+    """A toy operation on a held lease: ``current`` is what its store would answer."""
+
+    __slots__ = ("current",)
+
+    def __init__(self, lease: Lease[Any], current: bool) -> None:
+        super().__init__(lease)
+        self.current = current
+
+    def reply(self, expires_at: float) -> Lease[Any]:
+        self.held(self.current)
+        return self.renewed(expires_at)
+
+
+def test_settle_checks_the_lease_when_built() -> None:
+    with pytest.raises(TypeError, match="lease"):
+        Touch("not a lease", True)  # type: ignore[arg-type]
+
+
+def test_settle_renews_a_current_lease_and_raises_lease_lost_for_another() -> None:
+    lease = Lease(7, "g", Event(n=1), "w1", 2, 50.0)
+    assert Touch(lease, True).reply(80.0) == Lease(7, "g", Event(n=1), "w1", 2, 80.0)
+    with pytest.raises(LeaseLost) as info:
+        Touch(lease, False).reply(80.0)
+    assert info.value.lease is lease
+
+
+def test_claiming_checks_the_claims_arguments_and_keeps_the_policy() -> None:
+    op: Claiming[None] = Claiming("w1", 2.5, 3, 4, "hold")
+    assert (op.worker_id, op.visibility, op.min_priority) == ("w1", 2.5, 3)
+    assert (op.max_attempts, op.on_dead) == (4, "hold")
+    default: Claiming[None] = Claiming("w1", 1, 0)
+    assert (default.max_attempts, default.on_dead) == (None, "release")
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "names"),
+    [
+        (("", 1.0, 0), ValueError, "worker_id"),
+        (("__parked__", 1.0, 0), ValueError, "'__parked__'"),
+        (("w", 0, 0), ValueError, "visibility"),
+        (("w", 1.0, True), TypeError, "min_priority"),
+        (("w", 1.0, 5), ValueError, "min_priority"),
+    ],
+)
+def test_claiming_refuses_bad_arguments_when_built(
+    args: tuple[Any, Any, Any], error: type[Exception], names: str
+) -> None:
+    with pytest.raises(error, match=re.escape(names)):
+        Claiming(*args)

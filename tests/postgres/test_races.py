@@ -76,7 +76,7 @@ class OneStatementAck(Ack):
         return (Stmt(sql.ACK, self.fence),)
 
     def done(self, results: list[Result], now: float | None) -> None:
-        self._held(results[0].rows[0][0])
+        self.held(results[0].rows[0][0] == 1)
 
 
 class AtOnceWithoutRetry(Ack):
@@ -86,7 +86,7 @@ class AtOnceWithoutRetry(Ack):
     __slots__ = ()
 
     def done(self, results: list[Result], now: float | None) -> None:
-        self._held(results[0].rows[0][0])
+        self.held(results[0].rows[0][0] == 1)
 
 
 class CountingAck(Ack):

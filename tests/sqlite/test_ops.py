@@ -9,10 +9,10 @@ from typing import Any, TypeVar
 import pytest
 
 from transports_core import Event, EventDecodeError, Lease, LeaseLost, TransportError
-from transports_core.backend import EventCodec
-from transports_sqlite import _ops
+from transports_core.backend import Claimed, EventCodec
+from transports_sqlite import SqliteOptions, SqliteTransport, _ops
 from transports_sqlite import _sql as sql
-from transports_sqlite._ops import Claimed, Result, Stmt
+from transports_sqlite._ops import Result, Stmt
 
 T = TypeVar("T")
 
@@ -323,7 +323,9 @@ def test_bad_arguments_are_refused_when_the_op_is_built(
 
 
 def test_a_claim_asked_with_the_very_same_arguments_is_built_and_checked_once() -> None:
-    claims = _ops.Claims(max_attempts=3, on_dead="hold")
+    options = SqliteOptions(":memory:", max_attempts=3, on_dead="hold")
+    with SqliteTransport[Event](options) as t:
+        claims = t._claims
     worker, visibility = "w1", 30.5
     op = claims(worker, visibility, 2)
     assert claims(worker, visibility, 2) is op
@@ -336,7 +338,8 @@ def test_a_claim_asked_with_the_very_same_arguments_is_built_and_checked_once() 
 
 
 def test_an_equal_argument_of_another_type_is_still_checked() -> None:
-    claims = _ops.Claims(None, "release")
+    with SqliteTransport[Event](SqliteOptions(":memory:")) as t:
+        claims = t._claims
     claims("w", 30, 1)
     with pytest.raises(TypeError, match="min_priority"):
         claims("w", 30, True)  # True == 1, but a bool is no priority
