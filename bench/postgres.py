@@ -345,10 +345,9 @@ def claim_latency(size: int, groups: int, n: int) -> float:
 
 
 # The soak's stand-in for autovacuum (off on the shared server): a VACUUM of both tables
-# every this many cycles. Each cycle leaves three dead group rows (claim, ack, publish), so
-# the table's threshold (1,000 dead rows) would fire about every 333 cycles, at most once
-# per autovacuum_naptime (1 min) though.
-SOAK_VACUUM_EVERY = 1000
+# as often as the groups table's own threshold (1,000 dead rows, see _sql.py) would start
+# one, at three dead group rows a cycle (claim, ack, publish).
+SOAK_VACUUM_EVERY = 1000 // 3
 
 
 def soak(
