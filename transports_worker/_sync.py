@@ -57,6 +57,34 @@ CLAIM_BACKOFF: Final = (0.1, 5.0)
 EXIT_NOW: Final = 130
 
 
+@dataclass(eq=False)
+class _Slot(Generic[E]):
+    """A slot's claiming handle, and whether stopping may close it under a claim."""
+
+    handle: Transport[E]
+    claiming: bool = False
+    closed: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def begin_claim(self) -> bool:
+        """Mark a claim as under way; False once stopping has closed the slot."""
+        with self.lock:
+            self.claiming = not self.closed
+            return self.claiming
+
+    def end_claim(self) -> bool:
+        """Mark the claim as returned; True if the handle is still open."""
+        with self.lock:
+            self.claiming = False
+            return not self.closed
+
+    def close(self) -> bool:
+        """Close the slot to claims; True if a claim is under way (to be woken)."""
+        with self.lock:
+            self.closed = True
+            return self.claiming
+
+
 @dataclass
 class _Running(Generic[E]):
     """One delivery in flight."""
@@ -233,11 +261,10 @@ class Worker(Generic[E]):
         restore = self._install_signals()
         self._renewals = Schedule("worker-renewals")
         self._watchdog = Schedule("worker-watchdog")
+        self._slots = [_Slot(claimer) for claimer in self._claimers]
         threads = [
-            threading.Thread(
-                target=self._slot, args=(claimer,), name=f"worker-slot-{n}", daemon=True
-            )
-            for n, claimer in enumerate(self._claimers)
+            threading.Thread(target=self._slot, args=(slot,), name=f"worker-slot-{n}", daemon=True)
+            for n, slot in enumerate(self._slots)
         ]
         try:
             for thread in threads:
@@ -286,9 +313,11 @@ class Worker(Generic[E]):
             self._sleep(None)
         self._stopping.set()
         if self._owned:
-            for claimer in self._claimers:
+            for slot in self._slots:
+                if not slot.close():
+                    continue  # its handler settles on it; it is closed after the drain
                 try:
-                    claimer.close()  # wakes a blocked claim, which then leases nothing
+                    slot.handle.close()  # wakes a blocked claim, which then leases nothing
                 except Exception:  # the drain matters more than a handle that closed badly
                     LOGGER.exception("closing a claiming handle failed")
         deadline = time.monotonic() + self.grace
@@ -310,7 +339,7 @@ class Worker(Generic[E]):
             if not item.take():
                 continue
             item.ctx.cancel(Cancelled("shutdown"))
-            if not self._settle(item, Settle("nack", "handed_back"), None):
+            if not self._settle(item, Settle("nack", "handed_back"), None, self._settler):
                 continue
             handed += 1
         self.handed_back += handed
@@ -318,14 +347,18 @@ class Worker(Generic[E]):
 
     # -- claiming --------------------------------------------------------------------
 
-    def _slot(self, claimer: Transport[E]) -> None:
+    def _slot(self, slot: _Slot[E]) -> None:
         """Claim while free, handle, settle; until the worker stops."""
+        claimer, shared = slot.handle, self._settler
+        assert shared is not None
         # At most half a visibility, so that a lease granted late in a long wait is
         # still confirmed (by its first renewal, due at once) well before its end.
         wait = min(OWN_WAIT if self._owned else SHARED_WAIT, self.visibility / 2)
         backoff = CLAIM_BACKOFF[0]
         try:
             while not self._stopping.is_set():
+                if not slot.begin_claim():
+                    return
                 sent = time.monotonic()
                 try:
                     lease = claimer.claim(
@@ -345,11 +378,15 @@ class Worker(Generic[E]):
                     self._stopping.wait(backoff)
                     backoff = min(backoff * 2, CLAIM_BACKOFF[1])
                     continue
+                finally:
+                    # Settle on the handle that claimed (a store that caches per
+                    # connection keeps its cache) unless stopping closed it meanwhile.
+                    own = claimer if slot.end_claim() else shared
                 backoff = CLAIM_BACKOFF[0]
                 if lease is None:
                     continue
                 try:
-                    self._deliver(lease, sent)
+                    self._deliver(lease, sent, own)
                 except Exception:  # ours or the backend's bug: the lease lapses, go on
                     LOGGER.exception("delivering message %d failed", lease.seq)
         except BaseException as exc:
@@ -371,14 +408,14 @@ class Worker(Generic[E]):
 
     # -- handling --------------------------------------------------------------------
 
-    def _deliver(self, lease: Lease[E], sent: float) -> None:
+    def _deliver(self, lease: Lease[E], sent: float, own: Transport[E]) -> None:
         settler = self._settler
         assert settler is not None
         with self._running_lock:
             closing = self._closing
         if closing:  # claimed as the worker stopped: give it straight back
             try:
-                settler.nack(lease)
+                own.nack(lease)
                 self.handed_back += 1
             except TransportError as exc:
                 LOGGER.warning("handing back message %d: %s", lease.seq, exc)
@@ -419,7 +456,7 @@ class Worker(Generic[E]):
             except Exception as exc:
                 error = exc
             if item.take():
-                self._settle(item, decide(error, lease.attempt, self.retry), error)
+                self._settle(item, decide(error, lease.attempt, self.retry), error, own)
         finally:
             keeper.release()
             if limit is not None:
@@ -437,15 +474,20 @@ class Worker(Generic[E]):
         # Settle off the watchdog thread, which other leases' deadlines depend on.
         threading.Thread(
             target=self._settle,
-            args=(item, decide(error, item.lease.attempt, self.retry), error),
+            args=(item, decide(error, item.lease.attempt, self.retry), error, self._settler),
             name="worker-timeout",
             daemon=True,
         ).start()
 
-    def _settle(self, item: _Running[E], settle: Settle, error: BaseException | None) -> bool:
-        """Carry out ``settle`` once the handler is done (or given up on); report it.
-        Returns whether the transport took it."""
-        settler = self._settler
+    def _settle(
+        self,
+        item: _Running[E],
+        settle: Settle,
+        error: BaseException | None,
+        settler: Transport[E] | None,
+    ) -> bool:
+        """Carry out ``settle`` on ``settler`` once the handler is done (or given up on);
+        report it. Returns whether the transport took it."""
         assert settler is not None
         keeper = item.keeper
         seconds = time.monotonic() - item.started
