@@ -7,6 +7,7 @@ instead. Imports no transport.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -38,12 +39,19 @@ class _Base(Generic[E]):
         self.worker_id = worker_id
         self._stopping = stopping
         self._cancelled: Cancelled | None = None
-        self.logger = DeliveryLog(
+        self._first = lease
+        self.attempt = lease.attempt
+        self.started = time.monotonic()
+
+    @functools.cached_property
+    def logger(self) -> DeliveryLog:
+        """A logger whose lines name the delivery (made on first use: most handlers log
+        through their own)."""
+        lease = self._first
+        return DeliveryLog(
             HANDLER_LOG,
             {"group_id": lease.group_id, "seq": lease.seq, "attempt": lease.attempt},
         )
-        self.attempt = lease.attempt
-        self.started = time.monotonic()
 
     @property
     def stopping(self) -> bool:

@@ -70,6 +70,8 @@ class LoggingHooks(Hooks):
         self, delivery: Delivery, outcome: Outcome, seconds: float, error: BaseException | None
     ) -> None:
         level = logging.INFO if outcome in ("acked", "retried") else logging.WARNING
+        if not self.logger.isEnabledFor(level):
+            return
         why = "" if error is None else f": {type(error).__name__}: {error}"
         self.logger.log(
             level,

@@ -75,7 +75,7 @@ class Schedule:
 
     def __init__(self, name: str) -> None:
         self._jobs: set[Job] = set()
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # never re-entered
         self._planned = float("inf")
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -205,10 +205,11 @@ class LeaseKeeper(Generic[E]):
     def release(self) -> bool:
         """Stop renewing. Returns False if the lease was already lost."""
         with self._lock:
-            self._released = True
+            again, self._released = self._released, True
             kept = not self._lost.is_set()
-        for schedule, job in self._schedules:
-            schedule.discard(job)
+        if not again:
+            for schedule, job in self._schedules:
+                schedule.discard(job)
         return kept
 
     def _lose(self, cause: BaseException | None) -> None:
