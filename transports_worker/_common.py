@@ -43,10 +43,13 @@ class Settle:
     reason: str = ""
 
 
+ACK: Final = Settle("ack", "acked")
+
+
 def decide(error: BaseException | None, attempt: int, policy: RetryPolicy) -> Settle:
     """The settle that a handler's return (``error`` None) or exception leads to."""
     if error is None:
-        return Settle("ack", "acked")
+        return ACK
     if isinstance(error, Retry):
         return Settle("nack", "retried", delay=error.delay)
     if isinstance(error, Bury):

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from transports_core import Lease
 
-from ._keeper import AsyncLeaseKeeper, LeaseKeeper
+from ._keeper import AsyncLeaseKeeper, LeaseKeeper, Signal
 from ._outcomes import Cancelled
 
 __all__ = ["AsyncContext", "Context"]
@@ -78,7 +78,7 @@ class Context(_Base[E]):
         worker_id: str,
         keeper: LeaseKeeper[E],
         stopping: threading.Event,
-        interrupt: threading.Event,
+        interrupt: Signal,
     ) -> None:
         super().__init__(worker_id, keeper.lease, stopping)
         self._keeper = keeper

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from transports_core import AsyncTransport, Lease, LeaseLost, Transport, TransportError
 
@@ -28,6 +28,7 @@ __all__ = [
     "LeaseKeeper",
     "Job",
     "Schedule",
+    "Seat",
     "async_lease_keeper",
     "lease_keeper",
 ]
@@ -36,6 +37,7 @@ E = TypeVar("E")
 LOGGER: Final = logging.getLogger("transports_worker")
 RENEW_EVERY: Final = 1 / 3  # of the visibility
 IDLE_WAKE: Final = 1.0  # seconds a schedule with nothing due sleeps before it looks again
+NEVER: Final = float("inf")
 
 
 def retry_interval(visibility: float) -> float:
@@ -55,6 +57,40 @@ def _check_visibility(visibility: object) -> float:
     if not 0 < visibility < float("inf"):
         raise ValueError(f"visibility must be > 0 seconds, got {visibility!r}")
     return float(visibility)
+
+
+_MAKING = threading.Lock()
+
+
+class Signal:
+    """A flag that is set once, which threads may wait on: `threading.Event`'s use here,
+    without building an Event (and its Condition) for each delivery when nobody waits."""
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        event = self._event  # read after the flag: a waiter that made it sees one or other
+        if event is not None:
+            event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._set:
+            return True
+        event = self._event
+        if event is None:
+            with _MAKING:  # two waiters must share one Event
+                event = self._event
+                if event is None:
+                    event = self._event = threading.Event()
+        return self.is_set() or event.wait(timeout)
 
 
 @dataclass(eq=False)
@@ -87,6 +123,14 @@ class Schedule:
             self._jobs.add(job)
             if due is not None and due < self._planned:
                 self._cond.notify()
+
+    def expect(self, due: float) -> None:
+        """A job already on the schedule now falls due at ``due``: wake the thread only
+        if its next look, at most `IDLE_WAKE` after its last, could come too late."""
+        if due < time.monotonic() + IDLE_WAKE:
+            with self._cond:
+                if due < self._planned:
+                    self._cond.notify()
 
     def discard(self, job: Job) -> None:
         with self._cond:
@@ -130,6 +174,45 @@ class Schedule:
                     LOGGER.exception("lease keeper job %r failed", job)
 
 
+class Seat:
+    """A worker slot's place on both schedules, for one keeper at a time: the keeper of
+    each delivery takes the seat instead of adding (and later discarding) jobs of its own,
+    which would take both schedules' locks twice per delivery. A released keeper stays
+    seated, due never, until the next one takes its place."""
+
+    def __init__(self, renewals: Schedule, watchdog: Schedule) -> None:
+        self.keeper: LeaseKeeper[Any] | None = None
+        self._renewals, self._watchdog = renewals, watchdog
+        renewals.add(Job(self._renew_due, self._renew))
+        watchdog.add(Job(self._watch_due, self._watch))
+
+    def take(self, keeper: LeaseKeeper[Any]) -> None:
+        self.keeper = keeper
+        self._renewals.expect(self._renew_due())
+        self._watchdog.expect(self._watch_due())
+
+    def _renew_due(self) -> float:
+        keeper = self.keeper
+        due = None if keeper is None else keeper._renew_due()
+        return NEVER if due is None else due
+
+    def _watch_due(self) -> float:
+        keeper = self.keeper
+        due = None if keeper is None else keeper._watch_due()
+        return NEVER if due is None else due
+
+    def _renew(self) -> None:
+        # The seat may have changed hands since the schedule looked: renew only if due.
+        keeper = self.keeper
+        if keeper is not None and self._renew_due() <= time.monotonic():
+            keeper.renew()
+
+    def _watch(self) -> None:
+        keeper = self.keeper
+        if keeper is not None:
+            keeper.watch()
+
+
 class LeaseKeeper(Generic[E]):
     """Keeps one lease renewed until `release`; see `lease_keeper`.
 
@@ -153,7 +236,7 @@ class LeaseKeeper(Generic[E]):
         self._on_lost = on_lost
         self._on_renewed = on_renewed
         self._lock = threading.Lock()
-        self._lost = threading.Event()
+        self._lost = Signal()
         self._error: LeaseLost | None = None
         self._released = False
         self.renewals = 0

@@ -42,7 +42,7 @@ from ._common import (
 )
 from ._context import Context
 from ._hooks import Delivery, Fanout, Hooks, LoggingHooks
-from ._keeper import Job, LeaseKeeper, Schedule
+from ._keeper import Job, LeaseKeeper, Schedule, Seat, Signal
 from ._outcomes import Cancelled, RetryPolicy, failure_reason
 
 __all__ = ["Worker"]
@@ -62,6 +62,7 @@ class _Slot(Generic[E]):
     """A slot's claiming handle, and whether stopping may close it under a claim."""
 
     handle: Transport[E]
+    seat: Seat
     claiming: bool = False
     closed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -261,7 +262,9 @@ class Worker(Generic[E]):
         restore = self._install_signals()
         self._renewals = Schedule("worker-renewals")
         self._watchdog = Schedule("worker-watchdog")
-        self._slots = [_Slot(claimer) for claimer in self._claimers]
+        self._slots = [
+            _Slot(claimer, Seat(self._renewals, self._watchdog)) for claimer in self._claimers
+        ]
         threads = [
             threading.Thread(target=self._slot, args=(slot,), name=f"worker-slot-{n}", daemon=True)
             for n, slot in enumerate(self._slots)
@@ -386,7 +389,7 @@ class Worker(Generic[E]):
                 if lease is None:
                     continue
                 try:
-                    self._deliver(lease, sent, own)
+                    self._deliver(lease, sent, own, slot.seat)
                 except Exception:  # ours or the backend's bug: the lease lapses, go on
                     LOGGER.exception("delivering message %d failed", lease.seq)
         except BaseException as exc:
@@ -408,20 +411,11 @@ class Worker(Generic[E]):
 
     # -- handling --------------------------------------------------------------------
 
-    def _deliver(self, lease: Lease[E], sent: float, own: Transport[E]) -> None:
+    def _deliver(self, lease: Lease[E], sent: float, own: Transport[E], seat: Seat) -> None:
         settler = self._settler
         assert settler is not None
-        with self._running_lock:
-            closing = self._closing
-        if closing:  # claimed as the worker stopped: give it straight back
-            try:
-                own.nack(lease)
-                self.handed_back += 1
-            except TransportError as exc:
-                LOGGER.warning("handing back message %d: %s", lease.seq, exc)
-            return
         delivery = Delivery.of(lease)
-        interrupt = threading.Event()
+        interrupt = Signal()
 
         def lost(error: LeaseLost) -> None:
             interrupt.set()
@@ -438,10 +432,21 @@ class Worker(Generic[E]):
         ctx = Context(self.worker_id, keeper, self._stopping, interrupt)
         item = _Running(lease, keeper, ctx, delivery)
         limit: Job | None = None
+        # One look at closing and the registration together, so that the hand-back
+        # either sees this delivery or this delivery sees that it has begun.
         with self._running_lock:
-            self._running[id(item)] = item
+            closing = self._closing
+            if not closing:
+                self._running[id(item)] = item
+        if closing:  # claimed as the worker stopped: give it straight back
+            try:
+                own.nack(lease)
+                self.handed_back += 1
+            except TransportError as exc:
+                LOGGER.warning("handing back message %d: %s", lease.seq, exc)
+            return
         try:
-            keeper.start(self._renewals, self._watchdog)
+            seat.take(keeper)
             if self.timeout is not None:
                 timeout = self.timeout
                 limit = Job(

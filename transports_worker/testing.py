@@ -42,6 +42,8 @@ from transports_core import (
     LeaseLost,
     Transport,
     TransportAdmin,
+    open_async_transport,
+    open_transport,
 )
 from transports_core.backend import buried_reason
 from transports_core.conformance.journal import Journal, check, read
@@ -53,7 +55,7 @@ from ._keeper import lease_keeper
 from ._outcomes import Bury, Cancelled, Outcome, Retry, RetryPolicy
 from ._sync import Worker
 
-__all__ = ["Outage", "Recorder", "WorkerSuite"]
+__all__ = ["Outage", "QuickHandles", "Recorder", "WorkerSuite"]
 
 # Called with open_transport's keywords (``event_type=``) or none; opens a new handle.
 TransportFactory = Callable[..., Transport[Any]]
@@ -78,6 +80,20 @@ class Outage(Protocol):
     def async_transport(self) -> AsyncTransport[Event]: ...
 
     def during(self) -> contextlib.AbstractContextManager[None]: ...
+
+
+class QuickHandles:
+    """The half of an `Outage` that opens handles: ``url`` with ``options`` that make a
+    handle give up quickly. A backend's outage adds ``during``."""
+
+    def __init__(self, url: str, **options: object) -> None:
+        self.url, self.options = url, options
+
+    def transport(self) -> Transport[Event]:
+        return open_transport(self.url, **self.options)
+
+    def async_transport(self) -> AsyncTransport[Event]:
+        return open_async_transport(self.url, **self.options)
 
 
 class Recorder(Hooks):
@@ -233,6 +249,14 @@ class WorkerSuite:
             yield handle
 
     @pytest.fixture
+    def down(self, outage: Outage | None, store: Transport[Event]) -> Outage:
+        """The ``outage`` fixture, for a scenario that needs it, with one message queued."""
+        if outage is None:
+            pytest.skip("no outage fixture: the backend cannot be made briefly unavailable")
+        store.publish("g", Event(n=1))
+        return outage
+
+    @pytest.fixture
     def recorder(self) -> Recorder:
         return Recorder()
 
@@ -353,15 +377,8 @@ class WorkerSuite:
         assert (again.seq, again.attempt) == (1, 2), "the worker settled a lease it had lost"
 
     def test_short_transient_renewal_errors_do_not_cancel(
-        self,
-        start: Callable[..., Running],
-        store: Transport[Event],
-        recorder: Recorder,
-        outage: Outage | None,
+        self, start: Callable[..., Running], recorder: Recorder, down: Outage
     ) -> None:
-        if outage is None:
-            pytest.skip("no outage fixture: the backend cannot be made briefly unavailable")
-        store.publish("g", Event(n=1))
         running_flag, release = threading.Event(), threading.Event()
 
         def waits(event: Event, ctx: Context[Event]) -> None:
@@ -374,11 +391,11 @@ class WorkerSuite:
             while not release.is_set():
                 await ctx.sleep(0.05)
 
-        running = start(waits, awaits, source=outage)
+        running = start(waits, awaits, source=down)
         _wait(running_flag, "the handler to start")
         # Shorter than the time left on a lease renewed a third of a visibility ago.
         for _ in range(3):
-            with outage.during():
+            with down.during():
                 time.sleep(VISIBILITY / 4)
             time.sleep(VISIBILITY / 4)
         release.set()
@@ -387,15 +404,8 @@ class WorkerSuite:
         assert recorder.outcomes() == [(1, 1, "acked")]
 
     def test_long_transient_renewal_errors_cancel_before_the_lease_ends(
-        self,
-        start: Callable[..., Running],
-        store: Transport[Event],
-        recorder: Recorder,
-        outage: Outage | None,
+        self, start: Callable[..., Running], recorder: Recorder, down: Outage
     ) -> None:
-        if outage is None:
-            pytest.skip("no outage fixture: the backend cannot be made briefly unavailable")
-        store.publish("g", Event(n=1))
         running_flag, stopped = threading.Event(), threading.Event()
         seen: list[tuple[float, float]] = []  # (wall clock when stopped, lease's expires_at)
         lost: list[BaseException] = []
@@ -422,9 +432,9 @@ class WorkerSuite:
                 seen.append((time.time(), ctx.lease.expires_at))
                 stopped.set()
 
-        running = start(long, along, source=outage)
+        running = start(long, along, source=down)
         _wait(running_flag, "the handler to start")
-        with outage.during():
+        with down.during():
             _wait(stopped, "the handler to be stopped", timeout=3 * VISIBILITY + PATIENCE)
         stopped_wall, expires_at = seen[0]
         assert lost, "the handler was not stopped by a lost lease"
