@@ -11,7 +11,7 @@ import functools
 import logging
 import threading
 import time
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from transports_core import Lease
 
@@ -21,6 +21,7 @@ from ._outcomes import Cancelled
 __all__ = ["AsyncContext", "Context"]
 
 E = TypeVar("E")
+E_co = TypeVar("E_co", covariant=True)
 HANDLER_LOG = logging.getLogger("transports_worker.handler")
 
 
@@ -34,13 +35,26 @@ class DeliveryLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         return f"[{extra['group_id']} #{extra['seq']} attempt {extra['attempt']}] {msg}", kwargs
 
 
+class _Keeper(Protocol[E_co]):
+    """What a context reads of its delivery's lease keeper (either twin's)."""
+
+    @property
+    def lease(self) -> Lease[E_co]: ...
+
+    @property
+    def lost(self) -> bool: ...
+
+    def check(self) -> None: ...
+
+
 class _Base(Generic[E]):
-    def __init__(self, worker_id: str, lease: Lease[E], stopping: threading.Event) -> None:
+    def __init__(self, worker_id: str, keeper: _Keeper[E], stopping: threading.Event) -> None:
         self.worker_id = worker_id
+        self._keeper = keeper
         self._stopping = stopping
         self._cancelled: Cancelled | None = None
-        self._first = lease
-        self.attempt = lease.attempt
+        self._first = keeper.lease
+        self.attempt = self._first.attempt
         self.started = time.monotonic()
 
     @functools.cached_property
@@ -63,6 +77,23 @@ class _Base(Generic[E]):
     def cancelled(self) -> bool:
         return self._cancelled is not None
 
+    @property
+    def lease(self) -> Lease[E]:
+        return self._keeper.lease
+
+    @property
+    def lost(self) -> bool:
+        return self._keeper.lost
+
+    def check(self) -> None:
+        """Raise `Cancelled` or `LeaseLost` if the handler must stop now."""
+        if self._cancelled is not None:
+            raise self._cancelled
+        self._keeper.check()
+
+    def cancel(self, why: Cancelled) -> None:
+        self._cancelled = why
+
 
 class Context(_Base[E]):
     """What a sync handler gets beside its event.
@@ -80,23 +111,9 @@ class Context(_Base[E]):
         stopping: threading.Event,
         interrupt: Signal,
     ) -> None:
-        super().__init__(worker_id, keeper.lease, stopping)
-        self._keeper = keeper
+        super().__init__(worker_id, keeper, stopping)
+        self._sync_keeper = keeper
         self._interrupt = interrupt
-
-    @property
-    def lease(self) -> Lease[E]:
-        return self._keeper.lease
-
-    @property
-    def lost(self) -> bool:
-        return self._keeper.lost
-
-    def check(self) -> None:
-        """Raise `Cancelled` or `LeaseLost` if the handler must stop now."""
-        if self._cancelled is not None:
-            raise self._cancelled
-        self._keeper.check()
 
     def sleep(self, seconds: float) -> None:
         """Sleep, but wake and raise as `check` does as soon as the handler must stop."""
@@ -107,10 +124,11 @@ class Context(_Base[E]):
             if left <= 0:
                 return
             # The lease's deadline is local: wake for it even if no renewal reports it.
-            self._interrupt.wait(min(left, max(self._keeper.deadline - time.monotonic(), 0)))
+            deadline = self._sync_keeper.deadline
+            self._interrupt.wait(min(left, max(deadline - time.monotonic(), 0)))
 
     def cancel(self, why: Cancelled) -> None:
-        self._cancelled = why
+        super().cancel(why)
         self._interrupt.set()
 
 
@@ -122,26 +140,9 @@ class AsyncContext(_Base[E]):
     def __init__(
         self, worker_id: str, keeper: AsyncLeaseKeeper[E], stopping: threading.Event
     ) -> None:
-        super().__init__(worker_id, keeper.lease, stopping)
-        self._keeper = keeper
-
-    @property
-    def lease(self) -> Lease[E]:
-        return self._keeper.lease
-
-    @property
-    def lost(self) -> bool:
-        return self._keeper.lost
-
-    def check(self) -> None:
-        if self._cancelled is not None:
-            raise self._cancelled
-        self._keeper.check()
+        super().__init__(worker_id, keeper, stopping)
 
     async def sleep(self, seconds: float) -> None:
         self.check()
         await asyncio.sleep(seconds)
         self.check()
-
-    def cancel(self, why: Cancelled) -> None:
-        self._cancelled = why

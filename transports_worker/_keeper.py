@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from transports_core import AsyncTransport, Lease, LeaseLost, Transport, TransportError
 
@@ -213,39 +213,37 @@ class Seat:
             keeper.watch()
 
 
-class LeaseKeeper(Generic[E]):
-    """Keeps one lease renewed until `release`; see `lease_keeper`.
+class _Flag(Protocol):
+    def is_set(self) -> bool: ...
 
-    ``lease`` is the latest renewed lease; ``lost`` turns true once it is gone, and then
-    `check` raises `LeaseLost` (chained from the transport error when renewals failed).
-    """
+    def set(self) -> None: ...
+
+
+class _Keeping(Generic[E]):
+    """What both keepers hold and decide alike: the latest lease, its last confirmed end
+    on the local clock, the margins, and the `LeaseLost` a lost lease raises."""
+
+    _lost: _Flag
 
     def __init__(
         self,
-        transport: Transport[E],
         lease: Lease[E],
         visibility: float,
-        *,
-        sent: float | None = None,
-        on_lost: Callable[[LeaseLost], None] | None = None,
-        on_renewed: Callable[[Lease[E]], None] | None = None,
+        sent: float | None,
+        on_lost: Callable[[LeaseLost], None] | None,
+        on_renewed: Callable[[Lease[E]], None] | None,
     ) -> None:
         self.visibility = _check_visibility(visibility)
-        self._transport = transport
         self._lease = lease
         self._on_lost = on_lost
         self._on_renewed = on_renewed
-        self._lock = threading.Lock()
-        self._lost = Signal()
         self._error: LeaseLost | None = None
         self._released = False
         self.renewals = 0
         # ``sent``: when the claim (or last extend) that granted ``lease`` was sent.
         self._confirmed = (time.monotonic() if sent is None else sent) + self.visibility
-        self._next = self._confirmed - self.visibility * (1 - RENEW_EVERY)
         self._margin = safety_margin(self.visibility)
         self._retry = retry_interval(self.visibility)
-        self._schedules: tuple[tuple[Schedule, Job], ...] = ()
 
     @property
     def lease(self) -> Lease[E]:
@@ -270,6 +268,53 @@ class LeaseKeeper(Generic[E]):
         """Raise `LeaseLost` if the lease is gone."""
         if self.lost and self._error is not None:
             raise self._error
+
+    def _lose(self, cause: BaseException | None) -> None:
+        raise NotImplementedError
+
+    def _mark_lost(self, cause: BaseException | None) -> LeaseLost | None:
+        """Mark the lease lost, once and not after release; return the error to report."""
+        if self._released or self._lost.is_set():
+            return None
+        error = LeaseLost(self._lease)
+        error.__cause__ = cause
+        if cause is None:
+            error.add_note("renewals did not succeed before the lease's last confirmed end")
+        self._error = error
+        self._lost.set()
+        return error
+
+    def _confirm(self, renewed: Lease[E], sent: float) -> None:
+        self._lease = renewed
+        self._confirmed = sent + self.visibility
+        self.renewals += 1
+
+
+class LeaseKeeper(_Keeping[E]):
+    """Keeps one lease renewed until `release`; see `lease_keeper`.
+
+    ``lease`` is the latest renewed lease; ``lost`` turns true once it is gone, and then
+    `check` raises `LeaseLost` (chained from the transport error when renewals failed).
+    """
+
+    _lost: Signal
+
+    def __init__(
+        self,
+        transport: Transport[E],
+        lease: Lease[E],
+        visibility: float,
+        *,
+        sent: float | None = None,
+        on_lost: Callable[[LeaseLost], None] | None = None,
+        on_renewed: Callable[[Lease[E]], None] | None = None,
+    ) -> None:
+        super().__init__(lease, visibility, sent, on_lost, on_renewed)
+        self._transport = transport
+        self._lock = threading.Lock()
+        self._lost = Signal()
+        self._next = self._confirmed - self.visibility * (1 - RENEW_EVERY)
+        self._schedules: tuple[tuple[Schedule, Job], ...] = ()
 
     def wait_lost(self, timeout: float | None = None) -> bool:
         """Block until the lease is lost (True) or ``timeout`` passes (False)."""
@@ -297,15 +342,8 @@ class LeaseKeeper(Generic[E]):
 
     def _lose(self, cause: BaseException | None) -> None:
         with self._lock:
-            if self._released or self._lost.is_set():
-                return
-            error = LeaseLost(self._lease)
-            error.__cause__ = cause
-            if cause is None:
-                error.add_note("renewals did not succeed before the lease's last confirmed end")
-            self._error = error
-            self._lost.set()
-        if self._on_lost is not None:
+            error = self._mark_lost(cause)
+        if error is not None and self._on_lost is not None:
             self._on_lost(error)
 
     def start(self, renewals: Schedule, watchdog: Schedule) -> None:
@@ -352,10 +390,8 @@ class LeaseKeeper(Generic[E]):
         with self._lock:
             if not self._active():
                 return
-            self._lease = renewed
-            self._confirmed = sent + self.visibility
+            self._confirm(renewed, sent)
             self._next = sent + self.visibility * RENEW_EVERY
-            self.renewals += 1
         if self._on_renewed is not None:
             self._on_renewed(renewed)
 
@@ -392,9 +428,11 @@ def lease_keeper(
         watchdog.close()
 
 
-class AsyncLeaseKeeper(Generic[E]):
+class AsyncLeaseKeeper(_Keeping[E]):
     """`LeaseKeeper` for an `AsyncTransport`: one task renews, and ``on_lost`` runs in the
     event loop at once (the worker cancels the handler's task there)."""
+
+    _lost: asyncio.Event
 
     def __init__(
         self,
@@ -406,41 +444,14 @@ class AsyncLeaseKeeper(Generic[E]):
         on_lost: Callable[[LeaseLost], None] | None = None,
         on_renewed: Callable[[Lease[E]], None] | None = None,
     ) -> None:
-        self.visibility = _check_visibility(visibility)
+        super().__init__(lease, visibility, sent, on_lost, on_renewed)
         self._transport = transport
-        self._lease = lease
-        self._on_lost = on_lost
-        self._on_renewed = on_renewed
-        self._error: LeaseLost | None = None
-        self._released = asyncio.Event()
         self._lost = asyncio.Event()
-        self.renewals = 0
-        self._confirmed = (time.monotonic() if sent is None else sent) + self.visibility
-        self._margin = safety_margin(self.visibility)
-        self._retry = retry_interval(self.visibility)
+        self._wake = asyncio.Event()  # set on release: ends the renewal task's pause
         self._task: asyncio.Task[None] | None = None
         # A renewal still in flight when the lease was lost or released: it is left to
         # finish rather than cancelled mid-call, and its result is ignored.
         self._stray: asyncio.Task[Lease[E]] | None = None
-
-    @property
-    def lease(self) -> Lease[E]:
-        return self._lease
-
-    @property
-    def deadline(self) -> float:
-        return self._confirmed - self._margin
-
-    @property
-    def lost(self) -> bool:
-        idle = not self._lost.is_set() and not self._released.is_set()
-        if idle and time.monotonic() >= self.deadline:
-            self._lose(None)
-        return self._lost.is_set()
-
-    def check(self) -> None:
-        if self.lost and self._error is not None:
-            raise self._error
 
     async def wait_lost(self) -> None:
         await self._lost.wait()
@@ -450,7 +461,8 @@ class AsyncLeaseKeeper(Generic[E]):
 
     def release(self) -> bool:
         """Stop renewing. Returns False if the lease was already lost."""
-        self._released.set()
+        self._released = True
+        self._wake.set()
         return not self._lost.is_set()
 
     async def close(self) -> None:
@@ -462,15 +474,8 @@ class AsyncLeaseKeeper(Generic[E]):
                     await task
 
     def _lose(self, cause: BaseException | None) -> None:
-        if self._released.is_set() or self._lost.is_set():
-            return
-        error = LeaseLost(self._lease)
-        error.__cause__ = cause
-        if cause is None:
-            error.add_note("renewals did not succeed before the lease's last confirmed end")
-        self._error = error
-        self._lost.set()
-        if self._on_lost is not None:
+        error = self._mark_lost(cause)
+        if error is not None and self._on_lost is not None:
             self._on_lost(error)
 
     async def _pause(self, until: float) -> bool:
@@ -478,8 +483,8 @@ class AsyncLeaseKeeper(Generic[E]):
         delay = until - time.monotonic()
         if delay > 0:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._released.wait(), delay)
-        return self._released.is_set()
+                await asyncio.wait_for(self._wake.wait(), delay)
+        return self._released
 
     async def _keep(self) -> None:
         due = self._confirmed - self.visibility * (1 - RENEW_EVERY)
@@ -511,11 +516,9 @@ class AsyncLeaseKeeper(Generic[E]):
                 )
                 self._lose(error)
                 return
-            if self._released.is_set() or self._lost.is_set():
+            if self._released or self._lost.is_set():
                 return
-            self._lease = call.result()
-            self._confirmed = sent + self.visibility
-            self.renewals += 1
+            self._confirm(call.result(), sent)
             if self._on_renewed is not None:
                 self._on_renewed(self._lease)
             due = sent + self.visibility * RENEW_EVERY

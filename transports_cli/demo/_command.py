@@ -26,6 +26,7 @@ from rich.live import Live
 
 from transports_cli._output import count_option, emit_json, url_argument
 from transports_cli.admin import refuse_busy
+from transports_cli.worker import seconds_option
 from transports_core import Event, open_transport, redact_url
 from transports_core.conformance.journal import read
 
@@ -237,13 +238,7 @@ def verdict_line(verdict: Verdict, workers: int) -> str:
     type=int,
     help="Seed for priorities, parks and retries.  [default: random, printed]",
 )
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=1),
-    default=60,
-    show_default=True,
-    help="Give up, and fail, after this many seconds.",
-)
+@seconds_option("--timeout", "Give up, and fail, after this many seconds.", 60, low=1)
 @click.option("--quick", is_flag=True, help="A small run for smoke tests.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as one JSON object.")
