@@ -133,5 +133,11 @@ class Fanout:
     def renewed(self, delivery: Delivery) -> None:
         self._each("renewed", delivery)
 
+    def renewal_of(self, delivery: Delivery) -> Callable[[object], None] | None:
+        """A keeper's ``on_renewed`` for ``delivery``: None when no hook listens."""
+        if not self._calls["renewed"]:
+            return None
+        return lambda _: self.renewed(delivery)
+
     def lost(self, delivery: Delivery, error: BaseException) -> None:
         self._each("lost", delivery, error)
