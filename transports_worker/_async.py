@@ -185,7 +185,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             assert item.task is not None
             item.task.cancel()
             await asyncio.wait({item.task}, timeout=UNWIND)
-            if await self._settle(item, HAND_BACK, None):
+            if await self._settle(item, HAND_BACK, None, self._settler):
                 handed += 1
         self.handed_back += handed
         return EXIT_HANDED_BACK if self.handed_back else EXIT_DRAINED
@@ -221,7 +221,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                 if lease is None:
                     continue
                 try:
-                    await self._deliver(lease, sent)
+                    await self._deliver(lease, sent, claimer)
                 except Exception:  # ours or the backend's bug: the lease lapses, go on
                     LOGGER.exception("delivering message %d failed", lease.seq)
         except asyncio.CancelledError:
@@ -235,13 +235,14 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
     async def _bury_undecodable(self, exc: EventDecodeError) -> None:
         await _drive(burying(self._hooks, exc), self._settler)
 
-    async def _deliver(self, lease: Lease[E], sent: float) -> None:
+    async def _deliver(self, lease: Lease[E], sent: float, own: AsyncTransport[E]) -> None:
+        """Run the handler; settle on ``own``, the handle that claimed (as `Worker`)."""
         settler = self._settler
         assert settler is not None
         assert self._loop is not None
         delivery = Delivery.of(lease)
         if self._closing:  # claimed as the worker stopped: give it straight back
-            await self._give_back(lease)
+            self.handed_back += await _drive(giving_back(lease), own)
             return
         task_box: list[asyncio.Task[object]] = []
 
@@ -276,17 +277,17 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                         f"the handler ran past its timeout of {self.timeout:g}s"
                     )
                     assert error is not None
-                    await self._settle(item, decide(error, lease.attempt, self.retry), error)
+                    await self._settle(item, decide(error, lease.attempt, self.retry), error, own)
                 return
             if not item.take():
                 return
             if task.cancelled():
-                await self._settle(item, Settle("none", "lost"), None)
+                await self._settle(item, Settle("none", "lost"), None, own)
                 return
             error = task.exception()
             if error is not None and not isinstance(error, Exception):
                 raise error
-            await self._settle(item, decide(error, lease.attempt, self.retry), error)
+            await self._settle(item, decide(error, lease.attempt, self.retry), error, own)
         finally:
             await keeper.close()
             del self._running[id(item)]
@@ -296,8 +297,11 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
     async def _call(self, event: E, ctx: AsyncContext[E]) -> object:
         return await self._handler(event, ctx)
 
-    async def _give_back(self, lease: Lease[E]) -> None:
-        self.handed_back += await _drive(giving_back(lease), self._settler)
-
-    async def _settle(self, item: Running, settle: Settle, error: BaseException | None) -> bool:
-        return await _drive(settling(self._hooks, item, settle, error), self._settler)
+    async def _settle(
+        self,
+        item: Running,
+        settle: Settle,
+        error: BaseException | None,
+        settler: AsyncTransport[E] | None,
+    ) -> bool:
+        return await _drive(settling(self._hooks, item, settle, error), settler)

@@ -39,7 +39,6 @@ __all__ = [
     "Runtime",
     "Settle",
     "check_handler",
-    "check_options",
     "decide",
     "default_worker_id",
 ]
@@ -101,37 +100,20 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-def _seconds(name: str, value: object, *, allow_none: bool = False, positive: bool = True) -> None:
-    if value is None and allow_none:
-        return
+def _seconds(name: str, value: object, *, positive: bool = True) -> float:
+    """``value`` as seconds, or an error naming it."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
     if value < 0 or (positive and value == 0):
         raise ValueError(f"{name} must be {'>' if positive else '>='} 0 seconds, got {value!r}")
+    return float(value)
 
 
-def check_options(
-    *,
-    concurrency: object,
-    visibility: object,
-    timeout: object,
-    grace: object,
-    min_priority: object,
-    worker_id: object,
-    retry: object,
-) -> None:
-    """Refuse bad worker options with an error naming the value, before anything runs."""
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
-    _seconds("visibility", visibility)
-    _seconds("timeout", timeout, allow_none=True)
-    _seconds("grace", grace, positive=False)
-    if isinstance(min_priority, bool) or not isinstance(min_priority, int) or min_priority < 0:
-        raise ValueError(f"min_priority must be a whole number >= 0, got {min_priority!r}")
-    if worker_id is not None:
-        check_worker_id(worker_id)
-    if not isinstance(retry, RetryPolicy):
-        raise TypeError(f"retry must be a RetryPolicy, got {retry!r}")
+def _whole(name: str, value: object, low: int) -> int:
+    """``value`` as a whole number of at least ``low``, or an error naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+    return value
 
 
 def check_handler(handler: object, *, asynchronous: bool) -> None:
@@ -296,27 +278,22 @@ class Runtime(Generic[E, S, H]):
         hooks: Sequence[Hooks] | None = None,
         handle_signals: bool = True,
     ) -> None:
-        retry = RetryPolicy() if retry is None else retry
-        check_options(
-            concurrency=concurrency,
-            visibility=visibility,
-            timeout=timeout,
-            grace=grace,
-            min_priority=min_priority,
-            worker_id=worker_id,
-            retry=retry,
-        )
+        # Each option is refused with an error naming it before anything runs.
+        self.concurrency = _whole("concurrency", concurrency, 1)
+        self.visibility = _seconds("visibility", visibility)
+        self.timeout = None if timeout is None else _seconds("timeout", timeout)
+        self.grace = _seconds("grace", grace, positive=False)
+        self.min_priority = _whole("min_priority", min_priority, 0)
+        if worker_id is not None:
+            check_worker_id(worker_id)
+        self.worker_id = default_worker_id() if worker_id is None else worker_id
+        self.retry = RetryPolicy() if retry is None else retry
+        if not isinstance(self.retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy, got {retry!r}")
         check_handler(handler, asynchronous=self.asynchronous)
         self._source = source
         self._handler = handler
         self._event_type: object = Event if event_type is None else event_type
-        self.concurrency = concurrency
-        self.visibility = float(visibility)
-        self.timeout = None if timeout is None else float(timeout)
-        self.retry = retry
-        self.grace = float(grace)
-        self.min_priority = min_priority
-        self.worker_id = default_worker_id() if worker_id is None else worker_id
         self._hooks = Fanout((LoggingHooks(),) if hooks is None else hooks)
         self._handle_signals = handle_signals
         self._stopping = threading.Event()

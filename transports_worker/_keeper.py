@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 E = TypeVar("E")
+T = TypeVar("T")
 LOGGER: Final = logging.getLogger("transports_worker")
 RENEW_EVERY: Final = 1 / 3  # of the visibility
 IDLE_WAKE: Final = 1.0  # seconds a schedule with nothing due sleeps before it looks again
@@ -219,21 +220,25 @@ class _Flag(Protocol):
     def set(self) -> None: ...
 
 
-class _Keeping(Generic[E]):
+class _Keeping(Generic[E, T]):
     """What both keepers hold and decide alike: the latest lease, its last confirmed end
-    on the local clock, the margins, and the `LeaseLost` a lost lease raises."""
+    on the local clock, the margins, and the `LeaseLost` a lost lease raises. ``T`` is
+    the transport twin that renews."""
 
     _lost: _Flag
 
     def __init__(
         self,
+        transport: T,
         lease: Lease[E],
         visibility: float,
-        sent: float | None,
-        on_lost: Callable[[LeaseLost], None] | None,
-        on_renewed: Callable[[Lease[E]], None] | None,
+        *,
+        sent: float | None = None,
+        on_lost: Callable[[LeaseLost], None] | None = None,
+        on_renewed: Callable[[Lease[E]], None] | None = None,
     ) -> None:
         self.visibility = _check_visibility(visibility)
+        self._transport = transport
         self._lease = lease
         self._on_lost = on_lost
         self._on_renewed = on_renewed
@@ -244,6 +249,10 @@ class _Keeping(Generic[E]):
         self._confirmed = (time.monotonic() if sent is None else sent) + self.visibility
         self._margin = safety_margin(self.visibility)
         self._retry = retry_interval(self.visibility)
+        self._setup()
+
+    def _setup(self) -> None:
+        """The twin's own state."""
 
     @property
     def lease(self) -> Lease[E]:
@@ -290,7 +299,7 @@ class _Keeping(Generic[E]):
         self.renewals += 1
 
 
-class LeaseKeeper(_Keeping[E]):
+class LeaseKeeper(_Keeping[E, Transport[E]]):
     """Keeps one lease renewed until `release`; see `lease_keeper`.
 
     ``lease`` is the latest renewed lease; ``lost`` turns true once it is gone, and then
@@ -299,18 +308,7 @@ class LeaseKeeper(_Keeping[E]):
 
     _lost: Signal
 
-    def __init__(
-        self,
-        transport: Transport[E],
-        lease: Lease[E],
-        visibility: float,
-        *,
-        sent: float | None = None,
-        on_lost: Callable[[LeaseLost], None] | None = None,
-        on_renewed: Callable[[Lease[E]], None] | None = None,
-    ) -> None:
-        super().__init__(lease, visibility, sent, on_lost, on_renewed)
-        self._transport = transport
+    def _setup(self) -> None:
         self._lock = threading.Lock()
         self._lost = Signal()
         self._next = self._confirmed - self.visibility * (1 - RENEW_EVERY)
@@ -428,24 +426,13 @@ def lease_keeper(
         watchdog.close()
 
 
-class AsyncLeaseKeeper(_Keeping[E]):
+class AsyncLeaseKeeper(_Keeping[E, AsyncTransport[E]]):
     """`LeaseKeeper` for an `AsyncTransport`: one task renews, and ``on_lost`` runs in the
     event loop at once (the worker cancels the handler's task there)."""
 
     _lost: asyncio.Event
 
-    def __init__(
-        self,
-        transport: AsyncTransport[E],
-        lease: Lease[E],
-        visibility: float,
-        *,
-        sent: float | None = None,
-        on_lost: Callable[[LeaseLost], None] | None = None,
-        on_renewed: Callable[[Lease[E]], None] | None = None,
-    ) -> None:
-        super().__init__(lease, visibility, sent, on_lost, on_renewed)
-        self._transport = transport
+    def _setup(self) -> None:
         self._lost = asyncio.Event()
         self._wake = asyncio.Event()  # set on release: ends the renewal task's pause
         self._task: asyncio.Task[None] | None = None

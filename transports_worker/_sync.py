@@ -108,10 +108,10 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
     """Runs ``handler(event, ctx)`` for every message, until stopped.
 
     ``source`` is a URL (opened with ``event_type``), a `Transport`, or a factory that
-    opens one. From a URL or a factory the worker opens a claiming handle per slot and
-    one more to renew and settle, so that no claim queues behind another and `stop`
-    wakes blocked claims at once (by closing them); a transport passed in is used for
-    everything and not closed.
+    opens one. From a URL or a factory the worker opens a handle per slot, which claims
+    and settles what it claimed, and one more to renew, so that no claim queues behind
+    another and `stop` wakes blocked claims at once (by closing them); a transport
+    passed in is used for everything and not closed.
 
     Outcomes: a return acks; `Retry` nacks with its delay; `Bury` buries; any other
     exception is retried after the ``retry`` policy's backoff, or buried (with its type

@@ -219,6 +219,26 @@ def _wait(flag: threading.Event, what: str, timeout: float = PATIENCE) -> None:
     assert flag.wait(timeout), f"timed out after {timeout}s waiting for {what}"
 
 
+def _sleepers(
+    flag: threading.Event, seconds: float
+) -> tuple[
+    Callable[[Event, Context[Event]], None],
+    Callable[[Event, AsyncContext[Event]], Awaitable[None]],
+]:
+    """A sync and an async handler that set ``flag`` as they start, then sleep through
+    the context for ``seconds`` (so that a cancel or a lost lease ends them)."""
+
+    def sleeps(event: Event, ctx: Context[Event]) -> None:
+        flag.set()
+        ctx.sleep(seconds)
+
+    async def asleeps(event: Event, ctx: AsyncContext[Event]) -> None:
+        flag.set()
+        await ctx.sleep(seconds)
+
+    return sleeps, asleeps
+
+
 class WorkerSuite:
     """Every scenario of the runtime, for one backend. Override ``make_transport`` (and
     ``make_async_transport`` for the async worker; ``outage`` for transient failures)."""
@@ -453,16 +473,7 @@ class WorkerSuite:
         store.publish("a", Event(n=1))
         store.publish("b", Event(n=2))
         running_flag = threading.Event()
-
-        def slow(event: Event, ctx: Context[Event]) -> None:
-            running_flag.set()
-            ctx.sleep(1.5 * VISIBILITY)
-
-        async def aslow(event: Event, ctx: AsyncContext[Event]) -> None:
-            running_flag.set()
-            await ctx.sleep(1.5 * VISIBILITY)
-
-        running = start(slow, aslow, concurrency=1)
+        running = start(*_sleepers(running_flag, 1.5 * VISIBILITY), concurrency=1)
         _wait(running_flag, "the handler to start")
         assert running.stop() == 0
         assert recorder.outcomes() == [(1, 1, "acked")]
@@ -508,16 +519,7 @@ class WorkerSuite:
     ) -> None:
         store.publish("g", Event(n=1))
         running_flag = threading.Event()
-
-        def stuck(event: Event, ctx: Context[Event]) -> None:
-            running_flag.set()
-            ctx.sleep(10 * PATIENCE)
-
-        async def astuck(event: Event, ctx: AsyncContext[Event]) -> None:
-            running_flag.set()
-            await asyncio.sleep(10 * PATIENCE)
-
-        running = start(stuck, astuck, grace=10 * PATIENCE)
+        running = start(*_sleepers(running_flag, 10 * PATIENCE), grace=10 * PATIENCE)
         _wait(running_flag, "the handler to start")
         running.worker.stop()
         running.worker.stop()
