@@ -26,21 +26,13 @@ from transports_core import (
 )
 
 from ._common import (
-    EXIT_DRAINED,
-    EXIT_HANDED_BACK,
-    HAND_BACK,
     LOGGER,
     OWN_WAIT,
     Backoff,
     Flow,
     Running,
     Runtime,
-    Settle,
-    burying,
-    decide,
-    giving_back,
     logged,
-    settling,
 )
 from ._context import AsyncContext
 from ._hooks import Delivery
@@ -185,10 +177,10 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             assert item.task is not None
             item.task.cancel()
             await asyncio.wait({item.task}, timeout=UNWIND)
-            if await self._settle(item, HAND_BACK, None, self._settler):
+            if await _drive(self._handing_back(item), self._settler):
                 handed += 1
         self.handed_back += handed
-        return EXIT_HANDED_BACK if self.handed_back else EXIT_DRAINED
+        return self._exit_code()
 
     async def _slot(self, claimer: AsyncTransport[E]) -> None:
         """Claim while free, handle, settle; until the worker stops."""
@@ -233,7 +225,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                 self._wake.set()
 
     async def _bury_undecodable(self, exc: EventDecodeError) -> None:
-        await _drive(burying(self._hooks, exc), self._settler)
+        await _drive(self._burying(exc), self._settler)
 
     async def _deliver(self, lease: Lease[E], sent: float, own: AsyncTransport[E]) -> None:
         """Run the handler; settle on ``own``, the handle that claimed (as `Worker`)."""
@@ -242,7 +234,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         assert self._loop is not None
         delivery = Delivery.of(lease)
         if self._closing:  # claimed as the worker stopped: give it straight back
-            self.handed_back += await _drive(giving_back(lease), own)
+            self.handed_back += await _drive(self._giving_back(lease), own)
             return
         task_box: list[asyncio.Task[object]] = []
 
@@ -277,17 +269,17 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                         f"the handler ran past its timeout of {self.timeout:g}s"
                     )
                     assert error is not None
-                    await self._settle(item, decide(error, lease.attempt, self.retry), error, own)
+                    await _drive(self._ending(item, error), own)
                 return
             if not item.take():
                 return
             if task.cancelled():
-                await self._settle(item, Settle("none", "lost"), None, own)
+                await _drive(self._losing(item), own)
                 return
             error = task.exception()
             if error is not None and not isinstance(error, Exception):
                 raise error
-            await self._settle(item, decide(error, lease.attempt, self.retry), error, own)
+            await _drive(self._ending(item, error), own)
         finally:
             await keeper.close()
             del self._running[id(item)]
@@ -296,12 +288,3 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
 
     async def _call(self, event: E, ctx: AsyncContext[E]) -> object:
         return await self._handler(event, ctx)
-
-    async def _settle(
-        self,
-        item: Running,
-        settle: Settle,
-        error: BaseException | None,
-        settler: AsyncTransport[E] | None,
-    ) -> bool:
-        return await _drive(settling(self._hooks, item, settle, error), settler)

@@ -78,6 +78,7 @@ class Settle:
 
 ACK: Final = Settle("ack", "acked")
 HAND_BACK: Final = Settle("nack", "handed_back")
+LOST: Final = Settle("none", "lost")
 
 
 def decide(error: BaseException | None, attempt: int, policy: RetryPolicy) -> Settle:
@@ -353,6 +354,28 @@ class Runtime(Generic[E, S, H]):
         if not self._owned:
             return []
         return [h for h in (*self._claimers, self._settler) if h is not None]
+
+    # -- decisions: each a flow that a twin's runner drives on a handle -------------
+
+    def _ending(self, item: Running, error: BaseException | None) -> Flow:
+        """Settle a delivery whose handler returned (``error`` None) or raised."""
+        return settling(self._hooks, item, decide(error, item.attempt, self.retry), error)
+
+    def _handing_back(self, item: Running) -> Flow:
+        return settling(self._hooks, item, HAND_BACK, None)
+
+    def _losing(self, item: Running) -> Flow:
+        """Report a delivery whose handler was stopped by its lost lease."""
+        return settling(self._hooks, item, LOST, None)
+
+    def _burying(self, exc: EventDecodeError) -> Flow:
+        return burying(self._hooks, exc)
+
+    def _giving_back(self, lease: Lease[Any]) -> Flow:
+        return giving_back(lease)
+
+    def _exit_code(self) -> int:
+        return EXIT_HANDED_BACK if self.handed_back else EXIT_DRAINED
 
     def _signal_seen(self, name: str) -> None:
         """A third SIGTERM or SIGINT exits at once; the others are logged, then stop."""

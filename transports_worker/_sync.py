@@ -29,21 +29,13 @@ from transports_core import (
 )
 
 from ._common import (
-    EXIT_DRAINED,
-    EXIT_HANDED_BACK,
-    HAND_BACK,
     LOGGER,
     OWN_WAIT,
     Backoff,
     Flow,
     Running,
     Runtime,
-    Settle,
-    burying,
-    decide,
-    giving_back,
     logged,
-    settling,
 )
 from ._context import Context
 from ._hooks import Delivery
@@ -251,11 +243,11 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             if not item.take():
                 continue
             item.cancel(Cancelled("shutdown"))
-            if not self._settle(item, HAND_BACK, None, self._settler):
+            if not _drive(self._handing_back(item), self._settler):
                 continue
             handed += 1
         self.handed_back += handed
-        return EXIT_HANDED_BACK if self.handed_back else EXIT_DRAINED
+        return self._exit_code()
 
     # -- claiming --------------------------------------------------------------------
 
@@ -305,7 +297,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             self._nudge()
 
     def _bury_undecodable(self, exc: EventDecodeError) -> None:
-        _drive(burying(self._hooks, exc), self._settler)
+        _drive(self._burying(exc), self._settler)
 
     # -- handling --------------------------------------------------------------------
 
@@ -337,7 +329,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             if not closing:
                 self._running[id(item)] = item
         if closing:  # claimed as the worker stopped: give it straight back
-            self.handed_back += _drive(giving_back(lease), own)
+            self.handed_back += _drive(self._giving_back(lease), own)
             return
         try:
             seat.take(keeper)
@@ -355,7 +347,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             except Exception as exc:
                 error = exc
             if item.take():
-                self._settle(item, decide(error, lease.attempt, self.retry), error, own)
+                _drive(self._ending(item, error), own)
         finally:
             keeper.release()
             if limit is not None:
@@ -372,19 +364,8 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         error = TimeoutError(f"the handler ran past its timeout of {self.timeout:g}s")
         # Settle off the watchdog thread, which other leases' deadlines depend on.
         threading.Thread(
-            target=self._settle,
-            args=(item, decide(error, item.attempt, self.retry), error, self._settler),
+            target=_drive,
+            args=(self._ending(item, error), self._settler),
             name="worker-timeout",
             daemon=True,
         ).start()
-
-    def _settle(
-        self,
-        item: Running,
-        settle: Settle,
-        error: BaseException | None,
-        settler: Transport[E] | None,
-    ) -> bool:
-        """Carry out ``settle`` on ``settler`` once the handler is done (or given up on);
-        report it. Returns whether the transport took it."""
-        return _drive(settling(self._hooks, item, settle, error), settler)

@@ -220,21 +220,31 @@ def _wait(flag: threading.Event, what: str, timeout: float = PATIENCE) -> None:
 
 
 def _sleepers(
-    flag: threading.Event, seconds: float
+    flag: threading.Event, seconds: float, cancelled: threading.Event | None = None
 ) -> tuple[
     Callable[[Event, Context[Event]], None],
     Callable[[Event, AsyncContext[Event]], Awaitable[None]],
 ]:
     """A sync and an async handler that set ``flag`` as they start, then sleep through
-    the context for ``seconds`` (so that a cancel or a lost lease ends them)."""
+    the context for ``seconds`` (so that a cancel or a lost lease ends them); a cancel
+    also sets ``cancelled``."""
+    said = threading.Event() if cancelled is None else cancelled
 
     def sleeps(event: Event, ctx: Context[Event]) -> None:
         flag.set()
-        ctx.sleep(seconds)
+        try:
+            ctx.sleep(seconds)
+        except Cancelled:
+            said.set()
+            raise
 
     async def asleeps(event: Event, ctx: AsyncContext[Event]) -> None:
         flag.set()
-        await ctx.sleep(seconds)
+        try:
+            await ctx.sleep(seconds)
+        except asyncio.CancelledError:
+            said.set()
+            raise
 
     return sleeps, asleeps
 
@@ -487,24 +497,7 @@ class WorkerSuite:
     ) -> None:
         store.publish("g", Event(n=1))
         running_flag, cancelled = threading.Event(), threading.Event()
-
-        def stuck(event: Event, ctx: Context[Event]) -> None:
-            running_flag.set()
-            try:
-                ctx.sleep(PATIENCE)
-            except Cancelled:
-                cancelled.set()
-                raise
-
-        async def astuck(event: Event, ctx: AsyncContext[Event]) -> None:
-            running_flag.set()
-            try:
-                await asyncio.sleep(PATIENCE)
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
-
-        running = start(stuck, astuck, grace=0.2)
+        running = start(*_sleepers(running_flag, PATIENCE, cancelled), grace=0.2)
         _wait(running_flag, "the handler to start")
         assert running.stop() == 75
         _wait(cancelled, "the handler to be cancelled")
@@ -596,22 +589,8 @@ class WorkerSuite:
         admin = self._dead(store)
         store.publish("g", Event(n=1))
         cancelled = threading.Event()
-
-        def stuck(event: Event, ctx: Context[Event]) -> None:
-            try:
-                ctx.sleep(PATIENCE)
-            except Cancelled:
-                cancelled.set()
-                raise
-
-        async def astuck(event: Event, ctx: AsyncContext[Event]) -> None:
-            try:
-                await asyncio.sleep(PATIENCE)
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
-
-        running = start(stuck, astuck, timeout=0.3, retry=RetryPolicy(max_attempts=1))
+        handlers = _sleepers(threading.Event(), PATIENCE, cancelled)
+        running = start(*handlers, timeout=0.3, retry=RetryPolicy(max_attempts=1))
         recorder.wait_settled(1)
         _wait(cancelled, "the handler to be cancelled")
         assert running.stop() == 0
