@@ -15,20 +15,20 @@ import pytest
 
 from tests.postgres.server import fresh_schema, with_schema
 from transports_core import AsyncTransport, Event, Transport, open_async_transport, open_transport
-from transports_worker.testing import AsyncTransportFactory, TransportFactory, WorkerSuite
+from transports_worker.testing import (
+    AsyncTransportFactory,
+    QuickHandles,
+    TransportFactory,
+    WorkerSuite,
+)
 
 QUICK = quote("-c lock_timeout=30")
 
 
-class PostgresOutage:
+class PostgresOutage(QuickHandles):
     def __init__(self, server: str, url: str, schema: str) -> None:
-        self.server, self.url, self.schema = server, url, schema
-
-    def transport(self) -> Transport[Event]:
-        return open_transport(f"{self.url}&options={QUICK}")
-
-    def async_transport(self) -> AsyncTransport[Event]:
-        return open_async_transport(f"{self.url}&options={QUICK}")
+        super().__init__(f"{url}&options={QUICK}")
+        self.server, self.schema = server, schema
 
     @contextlib.contextmanager
     def during(self) -> Iterator[None]:

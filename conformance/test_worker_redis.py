@@ -20,23 +20,23 @@ from typing import Any
 import pytest
 
 from tests.redis.server import PrivateServer, fresh_queue, private_server, with_queue
-from transports_core import AsyncTransport, Event, Transport, open_async_transport, open_transport
-from transports_worker.testing import AsyncTransportFactory, TransportFactory, WorkerSuite
+from transports_core import AsyncTransport, Transport, open_async_transport, open_transport
+from transports_worker.testing import (
+    AsyncTransportFactory,
+    QuickHandles,
+    TransportFactory,
+    WorkerSuite,
+)
 
 QUICK = {"socket_timeout": "0.03", "connect_timeout": "0.03"}
 
 
-class RedisOutage:
+class RedisOutage(QuickHandles):
     """Freezes a private server: every call in flight or sent meanwhile gets no answer."""
 
     def __init__(self, server: PrivateServer, url: str) -> None:
-        self.server, self.url = server, url
-
-    def transport(self) -> Transport[Event]:
-        return open_transport(self.url, **QUICK)
-
-    def async_transport(self) -> AsyncTransport[Event]:
-        return open_async_transport(self.url, **QUICK)
+        super().__init__(url, **QUICK)
+        self.server = server
 
     @contextlib.contextmanager
     def during(self) -> Iterator[None]:

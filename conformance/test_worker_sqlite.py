@@ -12,23 +12,23 @@ from typing import Any
 import pytest
 
 from transports_core import AsyncTransport, Event, Transport, open_async_transport, open_transport
-from transports_worker.testing import AsyncTransportFactory, TransportFactory, WorkerSuite
+from transports_worker.testing import (
+    AsyncTransportFactory,
+    QuickHandles,
+    TransportFactory,
+    WorkerSuite,
+)
 
 # A handle that gives up on a locked file after a few tens of milliseconds.
 QUICK = "?busy_timeout=20"
 
 
-class SqliteOutage:
+class SqliteOutage(QuickHandles):
     """Another connection holds the write lock: the worker's writes fail quickly."""
 
     def __init__(self, path: Path) -> None:
+        super().__init__(f"sqlite:///{path}{QUICK}")
         self.path = path
-
-    def transport(self) -> Transport[Event]:
-        return open_transport(f"sqlite:///{self.path}{QUICK}")
-
-    def async_transport(self) -> AsyncTransport[Event]:
-        return open_async_transport(f"sqlite:///{self.path}{QUICK}")
 
     @contextlib.contextmanager
     def during(self) -> Iterator[None]:

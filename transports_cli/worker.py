@@ -16,17 +16,18 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._output import scrub, url_argument
+from ._output import FC, count_option, scrub, url_argument
 
 if TYPE_CHECKING:
     from transports_worker import AsyncWorker, Worker
 
-__all__ = ["worker"]
+__all__ = ["seconds_option", "worker"]
 
 HEALTH_EVERY = 5.0
 
@@ -78,55 +79,44 @@ class _Health:
         self.path.unlink(missing_ok=True)
 
 
+def seconds_option(
+    name: str, help: str, default: float | None, *, low: float = 0, zero: bool = False
+) -> Callable[[FC], FC]:
+    """An option taking seconds, at least ``low`` (0 itself only if ``zero``); a default,
+    if there is one, is shown in the help."""
+    return click.option(
+        name,
+        type=click.FloatRange(min=low, min_open=not zero and low == 0),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
 @click.command()
 @click.argument("handler_target", metavar="MODULE:FUNCTION")
 @url_argument()
-@click.option(
+@count_option(
     "--concurrency",
-    type=click.IntRange(min=1),
+    1,
+    None,
+    "Handlers running at once (threads, or tasks for an async handler).",
     default=1,
-    show_default=True,
-    help="Handlers running at once (threads, or tasks for an async handler).",
 )
-@click.option(
-    "--visibility",
-    type=click.FloatRange(min=0, min_open=True),
-    default=30.0,
-    show_default=True,
-    help="Lease length in seconds; renewed at a third of it.",
+@seconds_option("--visibility", "Lease length in seconds; renewed at a third of it.", 30.0)
+@seconds_option(
+    "--timeout", "Cancel a handler after this many seconds; it counts as a failure.", None
 )
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Cancel a handler after this many seconds; it counts as a failure.",
-)
-@click.option(
-    "--grace",
-    type=click.FloatRange(min=0),
-    default=25.0,
-    show_default=True,
-    help="Seconds running handlers get to finish after SIGTERM.",
-)
+@seconds_option("--grace", "Seconds running handlers get to finish after SIGTERM.", 25.0, zero=True)
 @click.option(
     "--event-type",
     metavar="MODULE:CLASS",
     default=None,
     help="The pydantic model events decode as (default: any fields).",
 )
-@click.option(
-    "--min-priority",
-    type=click.IntRange(0, 4),
-    default=0,
-    show_default=True,
-    help="Only claim groups of at least this priority.",
-)
-@click.option(
-    "--max-attempts",
-    type=click.IntRange(min=1),
-    default=10,
-    show_default=True,
-    help="Deliveries of a failing message before it is buried.",
+@count_option("--min-priority", 0, 4, "Only claim groups of at least this priority.", default=0)
+@count_option(
+    "--max-attempts", 1, None, "Deliveries of a failing message before it is buried.", default=10
 )
 @click.option("--worker-id", default=None, help="The id leases are taken under.")
 @click.option(

@@ -1,36 +1,62 @@
-"""What both workers share: argument checks, the handler's signature check, the worker
-id, and the decision a finished handler leads to. No I/O.
+"""What both workers share: their options and checks, the worker id, the handles they
+open, and every decision: what a finished handler leads to, and how a delivery is
+settled and reported, as generators that yield the transport call to make (the sans-I/O
+shape of the backends), which each twin drives with its own kind of call. No I/O.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import inspect
+import logging
 import math
 import os
 import socket
+import threading
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, ClassVar, Final, Generic, Literal, Protocol, TypeVar
 
-from transports_core import LeaseLost
+from transports_core import (
+    Event,
+    EventDecodeError,
+    Lease,
+    LeaseLost,
+    TransportError,
+    redact_url,
+)
 from transports_core.backend import check_worker_id
 
+from ._hooks import Delivery, Fanout, Hooks, LoggingHooks
 from ._outcomes import Bury, Cancelled, Outcome, Retry, RetryPolicy, failure_reason
 
 __all__ = [
     "EXIT_DRAINED",
     "EXIT_HANDED_BACK",
+    "Runtime",
     "Settle",
     "check_handler",
-    "check_options",
     "decide",
     "default_worker_id",
 ]
 
+E = TypeVar("E")
+S = TypeVar("S")  # the transport twin a worker drives
+H = TypeVar("H")  # the handler it calls
+LOGGER: Final = logging.getLogger("transports_worker")
 EXIT_DRAINED: Final = 0
 # EX_TEMPFAIL from sysexits.h: stopped before its work was done; that work is not lost.
 EXIT_HANDED_BACK: Final = 75
+EXIT_NOW: Final = 130
+OWN_WAIT: Final = 10.0  # the longest a claim on a handle of the worker's own waits
+CLAIM_BACKOFF: Final = (0.1, 5.0)
+# A transport call: the method's name and its arguments.
+Call = tuple[str, tuple[Any, ...]]
+# What a settle's transport call raised (a TransportError), or None once it returned.
+Flow = Generator[Call, "TransportError | None", bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +68,23 @@ class Settle:
     delay: float = 0.0
     reason: str = ""
 
+    def call(self, lease: Lease[Any]) -> Call:
+        if self.action == "nack":
+            return "nack", (lease, self.delay)
+        if self.action == "bury":
+            return "bury", (lease, self.reason)
+        return self.action, (lease,)
+
+
+ACK: Final = Settle("ack", "acked")
+HAND_BACK: Final = Settle("nack", "handed_back")
+LOST: Final = Settle("none", "lost")
+
 
 def decide(error: BaseException | None, attempt: int, policy: RetryPolicy) -> Settle:
     """The settle that a handler's return (``error`` None) or exception leads to."""
     if error is None:
-        return Settle("ack", "acked")
+        return ACK
     if isinstance(error, Retry):
         return Settle("nack", "retried", delay=error.delay)
     if isinstance(error, Bury):
@@ -63,37 +101,20 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-def _seconds(name: str, value: object, *, allow_none: bool = False, positive: bool = True) -> None:
-    if value is None and allow_none:
-        return
+def _seconds(name: str, value: object, *, positive: bool = True) -> float:
+    """``value`` as seconds, or an error naming it."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
     if value < 0 or (positive and value == 0):
         raise ValueError(f"{name} must be {'>' if positive else '>='} 0 seconds, got {value!r}")
+    return float(value)
 
 
-def check_options(
-    *,
-    concurrency: object,
-    visibility: object,
-    timeout: object,
-    grace: object,
-    min_priority: object,
-    worker_id: object,
-    retry: object,
-) -> None:
-    """Refuse bad worker options with an error naming the value, before anything runs."""
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
-    _seconds("visibility", visibility)
-    _seconds("timeout", timeout, allow_none=True)
-    _seconds("grace", grace, positive=False)
-    if isinstance(min_priority, bool) or not isinstance(min_priority, int) or min_priority < 0:
-        raise ValueError(f"min_priority must be a whole number >= 0, got {min_priority!r}")
-    if worker_id is not None:
-        check_worker_id(worker_id)
-    if not isinstance(retry, RetryPolicy):
-        raise TypeError(f"retry must be a RetryPolicy, got {retry!r}")
+def _whole(name: str, value: object, low: int) -> int:
+    """``value`` as a whole number of at least ``low``, or an error naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+    return value
 
 
 def check_handler(handler: object, *, asynchronous: bool) -> None:
@@ -127,3 +148,238 @@ def describe_handler(handler: Callable[..., object]) -> str:
     module = getattr(handler, "__module__", None)
     name = getattr(handler, "__qualname__", None) or repr(handler)
     return f"{module}:{name}" if module else name
+
+
+class _Keeper(Protocol):
+    """What the settling reads of a delivery's lease keeper (either twin's)."""
+
+    @property
+    def lease(self) -> Lease[Any]: ...
+
+    @property
+    def lost(self) -> bool: ...
+
+    def check(self) -> None: ...
+
+    def release(self) -> bool: ...
+
+
+@dataclass(eq=False)
+class Running:
+    """One delivery in flight, in either worker."""
+
+    keeper: _Keeper
+    cancel: Callable[[Cancelled], None]  # its context's: the handler must stop
+    delivery: Delivery
+    attempt: int
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    taken: bool = False  # someone has settled (or given up on) the lease
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def take(self) -> bool:
+        """Claim the one right to settle this delivery."""
+        with self.lock:
+            if self.taken:
+                return False
+            self.taken = True
+            return True
+
+
+def lost_error(keeper: _Keeper) -> BaseException | None:
+    """The `LeaseLost` a lost lease raises, or None."""
+    try:
+        keeper.check()
+    except LeaseLost as exc:
+        return exc
+    return None
+
+
+def settling(hooks: Fanout, item: Running, settle: Settle, error: BaseException | None) -> Flow:
+    """Carry out ``settle`` once the handler is done (or given up on), and report it;
+    return whether the transport took it."""
+    keeper = item.keeper
+    seconds = time.monotonic() - item.started
+    if keeper.lost or not keeper.release():
+        hooks.settled(item.delivery, "lost", seconds, error or lost_error(keeper))
+        return False
+    if settle.action != "none":
+        # LeaseLost: someone else settled it; anything else: the lease lapses and the
+        # message comes back. Either way this delivery is over without our settle.
+        failed = yield settle.call(keeper.lease)
+        if failed is not None:
+            hooks.settled(item.delivery, "lost", seconds, failed)
+            return False
+    hooks.settled(item.delivery, settle.outcome, seconds, error)
+    return settle.action != "none"
+
+
+def burying(hooks: Fanout, exc: EventDecodeError) -> Flow:
+    """A message that no longer decodes is buried, and reported as a delivery."""
+    delivery = Delivery.of(exc.lease)
+    hooks.started(delivery)
+    failed = yield "bury", (exc.lease, failure_reason(exc))
+    hooks.settled(delivery, "buried" if failed is None else "lost", 0.0, failed or exc)
+    return failed is None
+
+
+def giving_back(lease: Lease[Any]) -> Flow:
+    """A message claimed as the worker stopped goes straight back."""
+    failed = yield "nack", (lease, 0.0)
+    if failed is not None:
+        LOGGER.warning("handing back message %d: %s", lease.seq, failed)
+    return failed is None
+
+
+@contextlib.contextmanager
+def logged(message: str, *args: object) -> Iterator[None]:
+    """Log an exception from the block and go on: shutdown matters more than a handle
+    that closed badly."""
+    try:
+        yield
+    except Exception:
+        LOGGER.exception(message, *args)
+
+
+class Backoff:
+    """The pause before a failed claim is tried again: doubling, up to a cap."""
+
+    def __init__(self) -> None:
+        self.delay = CLAIM_BACKOFF[0]
+
+    def failed(self, exc: BaseException) -> float:
+        delay = self.delay
+        LOGGER.warning("claim failed, retrying in %.1fs: %s", delay, exc)
+        self.delay = min(delay * 2, CLAIM_BACKOFF[1])
+        return delay
+
+    def reset(self) -> None:
+        self.delay = CLAIM_BACKOFF[0]
+
+
+class Runtime(Generic[E, S, H]):
+    """What both workers hold and decide alike: their checked options, hooks and stop
+    requests, and which handles they open. ``S`` is the transport twin, ``H`` the
+    handler's type."""
+
+    asynchronous: ClassVar[bool]
+
+    def __init__(
+        self,
+        source: str | S | Callable[[], S],
+        handler: H,
+        *,
+        event_type: type[E] | None = None,
+        concurrency: int = 1,
+        visibility: float = 30.0,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        grace: float = 25.0,
+        min_priority: int = 0,
+        worker_id: str | None = None,
+        hooks: Sequence[Hooks] | None = None,
+        handle_signals: bool = True,
+    ) -> None:
+        # Each option is refused with an error naming it before anything runs.
+        self.concurrency = _whole("concurrency", concurrency, 1)
+        self.visibility = _seconds("visibility", visibility)
+        self.timeout = None if timeout is None else _seconds("timeout", timeout)
+        self.grace = _seconds("grace", grace, positive=False)
+        self.min_priority = _whole("min_priority", min_priority, 0)
+        if worker_id is not None:
+            check_worker_id(worker_id)
+        self.worker_id = default_worker_id() if worker_id is None else worker_id
+        self.retry = RetryPolicy() if retry is None else retry
+        if not isinstance(self.retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy, got {retry!r}")
+        check_handler(handler, asynchronous=self.asynchronous)
+        self._source = source
+        self._handler = handler
+        self._event_type: object = Event if event_type is None else event_type
+        self._hooks = Fanout((LoggingHooks(),) if hooks is None else hooks)
+        self._handle_signals = handle_signals
+        self._stopping = threading.Event()
+        self._requests = 0
+        self._claimers: list[S] = []
+        self._settler: S | None = None
+        self._owned = False
+        self._started = False
+        self._fatal: BaseException | None = None
+        self._closing = False
+        self.handed_back = 0
+        self._running: dict[int, Running] = {}
+        self._running_lock = threading.Lock()
+        self._setup()
+
+    def _setup(self) -> None:
+        """The twin's own state, made with the options."""
+
+    def __repr__(self) -> str:
+        source = redact_url(self._source) if isinstance(self._source, str) else self._source
+        name = type(self).__name__
+        return f"<{name} {self.worker_id!r} on {source!r}, concurrency {self.concurrency}>"
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def _begin(self) -> None:
+        if self._started:
+            raise RuntimeError(f"{self!r} has already run: make a new {type(self).__name__}")
+        self._started = True
+
+    def _open_all(self, open_url: Callable[..., S]) -> None:
+        """Open the handles: from a URL or a factory, one claiming handle per slot, so
+        that no claim queues behind another slot's, and one shared by the renewals and
+        the settles made off a slot; a transport passed in is all of them, not closed."""
+        source = self._source
+        if isinstance(source, str):
+            url = source
+
+            def opener() -> S:
+                return open_url(url, event_type=self._event_type)
+        elif hasattr(source, "claim") and hasattr(source, "extend"):
+            self._settler = source  # type: ignore[assignment]
+            self._claimers = [source] * self.concurrency  # type: ignore[list-item]
+            return
+        elif callable(source):
+            opener = source
+        else:
+            raise TypeError(f"source must be a URL, a transport or a factory, got {source!r}")
+        self._settler = opener()
+        self._owned = True
+        for _ in range(self.concurrency):
+            self._claimers.append(opener())
+
+    def _owned_handles(self) -> list[S]:
+        if not self._owned:
+            return []
+        return [h for h in (*self._claimers, self._settler) if h is not None]
+
+    # -- decisions: each a flow that a twin's runner drives on a handle -------------
+
+    def _ending(self, item: Running, error: BaseException | None) -> Flow:
+        """Settle a delivery whose handler returned (``error`` None) or raised."""
+        return settling(self._hooks, item, decide(error, item.attempt, self.retry), error)
+
+    def _handing_back(self, item: Running) -> Flow:
+        return settling(self._hooks, item, HAND_BACK, None)
+
+    def _losing(self, item: Running) -> Flow:
+        """Report a delivery whose handler was stopped by its lost lease."""
+        return settling(self._hooks, item, LOST, None)
+
+    def _burying(self, exc: EventDecodeError) -> Flow:
+        return burying(self._hooks, exc)
+
+    def _giving_back(self, lease: Lease[Any]) -> Flow:
+        return giving_back(lease)
+
+    def _exit_code(self) -> int:
+        return EXIT_HANDED_BACK if self.handed_back else EXIT_DRAINED
+
+    def _signal_seen(self, name: str) -> None:
+        """A third SIGTERM or SIGINT exits at once; the others are logged, then stop."""
+        if self._requests >= 2:
+            os._exit(EXIT_NOW)
+        how = "draining" if self._requests == 0 else "cancelling running handlers"
+        LOGGER.warning("%s: %s", name, how)

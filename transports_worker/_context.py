@@ -7,19 +7,21 @@ instead. Imports no transport.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from transports_core import Lease
 
-from ._keeper import AsyncLeaseKeeper, LeaseKeeper
+from ._keeper import AsyncLeaseKeeper, LeaseKeeper, Signal
 from ._outcomes import Cancelled
 
 __all__ = ["AsyncContext", "Context"]
 
 E = TypeVar("E")
+E_co = TypeVar("E_co", covariant=True)
 HANDLER_LOG = logging.getLogger("transports_worker.handler")
 
 
@@ -33,17 +35,37 @@ class DeliveryLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         return f"[{extra['group_id']} #{extra['seq']} attempt {extra['attempt']}] {msg}", kwargs
 
 
+class _Keeper(Protocol[E_co]):
+    """What a context reads of its delivery's lease keeper (either twin's)."""
+
+    @property
+    def lease(self) -> Lease[E_co]: ...
+
+    @property
+    def lost(self) -> bool: ...
+
+    def check(self) -> None: ...
+
+
 class _Base(Generic[E]):
-    def __init__(self, worker_id: str, lease: Lease[E], stopping: threading.Event) -> None:
+    def __init__(self, worker_id: str, keeper: _Keeper[E], stopping: threading.Event) -> None:
         self.worker_id = worker_id
+        self._keeper = keeper
         self._stopping = stopping
         self._cancelled: Cancelled | None = None
-        self.logger = DeliveryLog(
+        self._first = keeper.lease
+        self.attempt = self._first.attempt
+        self.started = time.monotonic()
+
+    @functools.cached_property
+    def logger(self) -> DeliveryLog:
+        """A logger whose lines name the delivery (made on first use: most handlers log
+        through their own)."""
+        lease = self._first
+        return DeliveryLog(
             HANDLER_LOG,
             {"group_id": lease.group_id, "seq": lease.seq, "attempt": lease.attempt},
         )
-        self.attempt = lease.attempt
-        self.started = time.monotonic()
 
     @property
     def stopping(self) -> bool:
@@ -54,6 +76,23 @@ class _Base(Generic[E]):
     @property
     def cancelled(self) -> bool:
         return self._cancelled is not None
+
+    @property
+    def lease(self) -> Lease[E]:
+        return self._keeper.lease
+
+    @property
+    def lost(self) -> bool:
+        return self._keeper.lost
+
+    def check(self) -> None:
+        """Raise `Cancelled` or `LeaseLost` if the handler must stop now."""
+        if self._cancelled is not None:
+            raise self._cancelled
+        self._keeper.check()
+
+    def cancel(self, why: Cancelled) -> None:
+        self._cancelled = why
 
 
 class Context(_Base[E]):
@@ -70,25 +109,11 @@ class Context(_Base[E]):
         worker_id: str,
         keeper: LeaseKeeper[E],
         stopping: threading.Event,
-        interrupt: threading.Event,
+        interrupt: Signal,
     ) -> None:
-        super().__init__(worker_id, keeper.lease, stopping)
-        self._keeper = keeper
+        super().__init__(worker_id, keeper, stopping)
+        self._sync_keeper = keeper
         self._interrupt = interrupt
-
-    @property
-    def lease(self) -> Lease[E]:
-        return self._keeper.lease
-
-    @property
-    def lost(self) -> bool:
-        return self._keeper.lost
-
-    def check(self) -> None:
-        """Raise `Cancelled` or `LeaseLost` if the handler must stop now."""
-        if self._cancelled is not None:
-            raise self._cancelled
-        self._keeper.check()
 
     def sleep(self, seconds: float) -> None:
         """Sleep, but wake and raise as `check` does as soon as the handler must stop."""
@@ -99,10 +124,11 @@ class Context(_Base[E]):
             if left <= 0:
                 return
             # The lease's deadline is local: wake for it even if no renewal reports it.
-            self._interrupt.wait(min(left, max(self._keeper.deadline - time.monotonic(), 0)))
+            deadline = self._sync_keeper.deadline
+            self._interrupt.wait(min(left, max(deadline - time.monotonic(), 0)))
 
     def cancel(self, why: Cancelled) -> None:
-        self._cancelled = why
+        super().cancel(why)
         self._interrupt.set()
 
 
@@ -114,26 +140,9 @@ class AsyncContext(_Base[E]):
     def __init__(
         self, worker_id: str, keeper: AsyncLeaseKeeper[E], stopping: threading.Event
     ) -> None:
-        super().__init__(worker_id, keeper.lease, stopping)
-        self._keeper = keeper
-
-    @property
-    def lease(self) -> Lease[E]:
-        return self._keeper.lease
-
-    @property
-    def lost(self) -> bool:
-        return self._keeper.lost
-
-    def check(self) -> None:
-        if self._cancelled is not None:
-            raise self._cancelled
-        self._keeper.check()
+        super().__init__(worker_id, keeper, stopping)
 
     async def sleep(self, seconds: float) -> None:
         self.check()
         await asyncio.sleep(seconds)
         self.check()
-
-    def cancel(self, why: Cancelled) -> None:
-        self._cancelled = why

@@ -10,7 +10,7 @@ hook is logged and ignored). Imports no transport.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -70,6 +70,8 @@ class LoggingHooks(Hooks):
         self, delivery: Delivery, outcome: Outcome, seconds: float, error: BaseException | None
     ) -> None:
         level = logging.INFO if outcome in ("acked", "retried") else logging.WARNING
+        if not self.logger.isEnabledFor(level):
+            return
         why = "" if error is None else f": {type(error).__name__}: {error}"
         self.logger.log(
             level,
@@ -93,40 +95,49 @@ class LoggingHooks(Hooks):
 
 
 class Fanout:
-    """Calls every hook in turn; an exception from one is logged, never raised."""
+    """Calls every hook in turn; an exception from one is logged, never raised. A hook
+    that does not override an event is not called for it, so a worker whose hooks listen
+    to nothing does no hook work per delivery."""
+
+    EVENTS: Final = ("started", "settled", "renewed", "lost")
 
     def __init__(self, hooks: Sequence[Hooks]) -> None:
         for hook in hooks:
             if not isinstance(hook, Hooks):
                 raise TypeError(f"hooks must be Hooks instances, got {hook!r}")
         self.hooks = tuple(hooks)
+        self._calls: dict[str, tuple[Callable[..., None], ...]] = {
+            event: tuple(
+                getattr(hook, event)
+                for hook in self.hooks
+                if getattr(type(hook), event) is not getattr(Hooks, event)
+            )
+            for event in self.EVENTS
+        }
+
+    def _each(self, event: str, *args: object) -> None:
+        for call in self._calls[event]:
+            try:
+                call(*args)
+            except Exception:
+                LOGGER.exception("hook %r failed in %s", getattr(call, "__self__", call), event)
 
     def started(self, delivery: Delivery) -> None:
-        for hook in self.hooks:
-            try:
-                hook.started(delivery)
-            except Exception:
-                LOGGER.exception("hook %r failed in started", hook)
+        self._each("started", delivery)
 
     def settled(
         self, delivery: Delivery, outcome: Outcome, seconds: float, error: BaseException | None
     ) -> None:
-        for hook in self.hooks:
-            try:
-                hook.settled(delivery, outcome, seconds, error)
-            except Exception:
-                LOGGER.exception("hook %r failed in settled", hook)
+        self._each("settled", delivery, outcome, seconds, error)
 
     def renewed(self, delivery: Delivery) -> None:
-        for hook in self.hooks:
-            try:
-                hook.renewed(delivery)
-            except Exception:
-                LOGGER.exception("hook %r failed in renewed", hook)
+        self._each("renewed", delivery)
+
+    def renewal_of(self, delivery: Delivery) -> Callable[[object], None] | None:
+        """A keeper's ``on_renewed`` for ``delivery``: None when no hook listens."""
+        if not self._calls["renewed"]:
+            return None
+        return lambda _: self.renewed(delivery)
 
     def lost(self, delivery: Delivery, error: BaseException) -> None:
-        for hook in self.hooks:
-            try:
-                hook.lost(delivery, error)
-            except Exception:
-                LOGGER.exception("hook %r failed in lost", hook)
+        self._each("lost", delivery, error)

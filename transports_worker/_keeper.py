@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from transports_core import AsyncTransport, Lease, LeaseLost, Transport, TransportError
 
@@ -28,14 +28,17 @@ __all__ = [
     "LeaseKeeper",
     "Job",
     "Schedule",
+    "Seat",
     "async_lease_keeper",
     "lease_keeper",
 ]
 
 E = TypeVar("E")
+T = TypeVar("T")
 LOGGER: Final = logging.getLogger("transports_worker")
 RENEW_EVERY: Final = 1 / 3  # of the visibility
 IDLE_WAKE: Final = 1.0  # seconds a schedule with nothing due sleeps before it looks again
+NEVER: Final = float("inf")
 
 
 def retry_interval(visibility: float) -> float:
@@ -57,6 +60,40 @@ def _check_visibility(visibility: object) -> float:
     return float(visibility)
 
 
+_MAKING = threading.Lock()
+
+
+class Signal:
+    """A flag that is set once, which threads may wait on: `threading.Event`'s use here,
+    without building an Event (and its Condition) for each delivery when nobody waits."""
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        event = self._event  # read after the flag: a waiter that made it sees one or other
+        if event is not None:
+            event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._set:
+            return True
+        event = self._event
+        if event is None:
+            with _MAKING:  # two waiters must share one Event
+                event = self._event
+                if event is None:
+                    event = self._event = threading.Event()
+        return self.is_set() or event.wait(timeout)
+
+
 @dataclass(eq=False)
 class Job:
     """Work a `Schedule` runs: ``fire`` once ``due()`` (monotonic seconds) has passed;
@@ -75,7 +112,7 @@ class Schedule:
 
     def __init__(self, name: str) -> None:
         self._jobs: set[Job] = set()
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # never re-entered
         self._planned = float("inf")
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -87,6 +124,14 @@ class Schedule:
             self._jobs.add(job)
             if due is not None and due < self._planned:
                 self._cond.notify()
+
+    def expect(self, due: float) -> None:
+        """A job already on the schedule now falls due at ``due``: wake the thread only
+        if its next look, at most `IDLE_WAKE` after its last, could come too late."""
+        if due < time.monotonic() + IDLE_WAKE:
+            with self._cond:
+                if due < self._planned:
+                    self._cond.notify()
 
     def discard(self, job: Job) -> None:
         with self._cond:
@@ -130,16 +175,61 @@ class Schedule:
                     LOGGER.exception("lease keeper job %r failed", job)
 
 
-class LeaseKeeper(Generic[E]):
-    """Keeps one lease renewed until `release`; see `lease_keeper`.
+class Seat:
+    """A worker slot's place on both schedules, for one keeper at a time: the keeper of
+    each delivery takes the seat instead of adding (and later discarding) jobs of its own,
+    which would take both schedules' locks twice per delivery. A released keeper stays
+    seated, due never, until the next one takes its place."""
 
-    ``lease`` is the latest renewed lease; ``lost`` turns true once it is gone, and then
-    `check` raises `LeaseLost` (chained from the transport error when renewals failed).
-    """
+    def __init__(self, renewals: Schedule, watchdog: Schedule) -> None:
+        self.keeper: LeaseKeeper[Any] | None = None
+        self._renewals, self._watchdog = renewals, watchdog
+        renewals.add(Job(self._renew_due, self._renew))
+        watchdog.add(Job(self._watch_due, self._watch))
+
+    def take(self, keeper: LeaseKeeper[Any]) -> None:
+        self.keeper = keeper
+        self._renewals.expect(self._renew_due())
+        self._watchdog.expect(self._watch_due())
+
+    def _renew_due(self) -> float:
+        keeper = self.keeper
+        due = None if keeper is None else keeper._renew_due()
+        return NEVER if due is None else due
+
+    def _watch_due(self) -> float:
+        keeper = self.keeper
+        due = None if keeper is None else keeper._watch_due()
+        return NEVER if due is None else due
+
+    def _renew(self) -> None:
+        # The seat may have changed hands since the schedule looked: renew only if due.
+        keeper = self.keeper
+        if keeper is not None and self._renew_due() <= time.monotonic():
+            keeper.renew()
+
+    def _watch(self) -> None:
+        keeper = self.keeper
+        if keeper is not None:
+            keeper.watch()
+
+
+class _Flag(Protocol):
+    def is_set(self) -> bool: ...
+
+    def set(self) -> None: ...
+
+
+class _Keeping(Generic[E, T]):
+    """What both keepers hold and decide alike: the latest lease, its last confirmed end
+    on the local clock, the margins, and the `LeaseLost` a lost lease raises. ``T`` is
+    the transport twin that renews."""
+
+    _lost: _Flag
 
     def __init__(
         self,
-        transport: Transport[E],
+        transport: T,
         lease: Lease[E],
         visibility: float,
         *,
@@ -152,17 +242,17 @@ class LeaseKeeper(Generic[E]):
         self._lease = lease
         self._on_lost = on_lost
         self._on_renewed = on_renewed
-        self._lock = threading.Lock()
-        self._lost = threading.Event()
         self._error: LeaseLost | None = None
         self._released = False
         self.renewals = 0
         # ``sent``: when the claim (or last extend) that granted ``lease`` was sent.
         self._confirmed = (time.monotonic() if sent is None else sent) + self.visibility
-        self._next = self._confirmed - self.visibility * (1 - RENEW_EVERY)
         self._margin = safety_margin(self.visibility)
         self._retry = retry_interval(self.visibility)
-        self._schedules: tuple[tuple[Schedule, Job], ...] = ()
+        self._setup()
+
+    def _setup(self) -> None:
+        """The twin's own state."""
 
     @property
     def lease(self) -> Lease[E]:
@@ -188,6 +278,42 @@ class LeaseKeeper(Generic[E]):
         if self.lost and self._error is not None:
             raise self._error
 
+    def _lose(self, cause: BaseException | None) -> None:
+        raise NotImplementedError
+
+    def _mark_lost(self, cause: BaseException | None) -> LeaseLost | None:
+        """Mark the lease lost, once and not after release; return the error to report."""
+        if self._released or self._lost.is_set():
+            return None
+        error = LeaseLost(self._lease)
+        error.__cause__ = cause
+        if cause is None:
+            error.add_note("renewals did not succeed before the lease's last confirmed end")
+        self._error = error
+        self._lost.set()
+        return error
+
+    def _confirm(self, renewed: Lease[E], sent: float) -> None:
+        self._lease = renewed
+        self._confirmed = sent + self.visibility
+        self.renewals += 1
+
+
+class LeaseKeeper(_Keeping[E, Transport[E]]):
+    """Keeps one lease renewed until `release`; see `lease_keeper`.
+
+    ``lease`` is the latest renewed lease; ``lost`` turns true once it is gone, and then
+    `check` raises `LeaseLost` (chained from the transport error when renewals failed).
+    """
+
+    _lost: Signal
+
+    def _setup(self) -> None:
+        self._lock = threading.Lock()
+        self._lost = Signal()
+        self._next = self._confirmed - self.visibility * (1 - RENEW_EVERY)
+        self._schedules: tuple[tuple[Schedule, Job], ...] = ()
+
     def wait_lost(self, timeout: float | None = None) -> bool:
         """Block until the lease is lost (True) or ``timeout`` passes (False)."""
         end = None if timeout is None else time.monotonic() + timeout
@@ -205,23 +331,17 @@ class LeaseKeeper(Generic[E]):
     def release(self) -> bool:
         """Stop renewing. Returns False if the lease was already lost."""
         with self._lock:
-            self._released = True
+            again, self._released = self._released, True
             kept = not self._lost.is_set()
-        for schedule, job in self._schedules:
-            schedule.discard(job)
+        if not again:
+            for schedule, job in self._schedules:
+                schedule.discard(job)
         return kept
 
     def _lose(self, cause: BaseException | None) -> None:
         with self._lock:
-            if self._released or self._lost.is_set():
-                return
-            error = LeaseLost(self._lease)
-            error.__cause__ = cause
-            if cause is None:
-                error.add_note("renewals did not succeed before the lease's last confirmed end")
-            self._error = error
-            self._lost.set()
-        if self._on_lost is not None:
+            error = self._mark_lost(cause)
+        if error is not None and self._on_lost is not None:
             self._on_lost(error)
 
     def start(self, renewals: Schedule, watchdog: Schedule) -> None:
@@ -268,10 +388,8 @@ class LeaseKeeper(Generic[E]):
         with self._lock:
             if not self._active():
                 return
-            self._lease = renewed
-            self._confirmed = sent + self.visibility
+            self._confirm(renewed, sent)
             self._next = sent + self.visibility * RENEW_EVERY
-            self.renewals += 1
         if self._on_renewed is not None:
             self._on_renewed(renewed)
 
@@ -308,55 +426,19 @@ def lease_keeper(
         watchdog.close()
 
 
-class AsyncLeaseKeeper(Generic[E]):
+class AsyncLeaseKeeper(_Keeping[E, AsyncTransport[E]]):
     """`LeaseKeeper` for an `AsyncTransport`: one task renews, and ``on_lost`` runs in the
     event loop at once (the worker cancels the handler's task there)."""
 
-    def __init__(
-        self,
-        transport: AsyncTransport[E],
-        lease: Lease[E],
-        visibility: float,
-        *,
-        sent: float | None = None,
-        on_lost: Callable[[LeaseLost], None] | None = None,
-        on_renewed: Callable[[Lease[E]], None] | None = None,
-    ) -> None:
-        self.visibility = _check_visibility(visibility)
-        self._transport = transport
-        self._lease = lease
-        self._on_lost = on_lost
-        self._on_renewed = on_renewed
-        self._error: LeaseLost | None = None
-        self._released = asyncio.Event()
+    _lost: asyncio.Event
+
+    def _setup(self) -> None:
         self._lost = asyncio.Event()
-        self.renewals = 0
-        self._confirmed = (time.monotonic() if sent is None else sent) + self.visibility
-        self._margin = safety_margin(self.visibility)
-        self._retry = retry_interval(self.visibility)
+        self._wake = asyncio.Event()  # set on release: ends the renewal task's pause
         self._task: asyncio.Task[None] | None = None
         # A renewal still in flight when the lease was lost or released: it is left to
         # finish rather than cancelled mid-call, and its result is ignored.
         self._stray: asyncio.Task[Lease[E]] | None = None
-
-    @property
-    def lease(self) -> Lease[E]:
-        return self._lease
-
-    @property
-    def deadline(self) -> float:
-        return self._confirmed - self._margin
-
-    @property
-    def lost(self) -> bool:
-        idle = not self._lost.is_set() and not self._released.is_set()
-        if idle and time.monotonic() >= self.deadline:
-            self._lose(None)
-        return self._lost.is_set()
-
-    def check(self) -> None:
-        if self.lost and self._error is not None:
-            raise self._error
 
     async def wait_lost(self) -> None:
         await self._lost.wait()
@@ -366,7 +448,8 @@ class AsyncLeaseKeeper(Generic[E]):
 
     def release(self) -> bool:
         """Stop renewing. Returns False if the lease was already lost."""
-        self._released.set()
+        self._released = True
+        self._wake.set()
         return not self._lost.is_set()
 
     async def close(self) -> None:
@@ -378,15 +461,8 @@ class AsyncLeaseKeeper(Generic[E]):
                     await task
 
     def _lose(self, cause: BaseException | None) -> None:
-        if self._released.is_set() or self._lost.is_set():
-            return
-        error = LeaseLost(self._lease)
-        error.__cause__ = cause
-        if cause is None:
-            error.add_note("renewals did not succeed before the lease's last confirmed end")
-        self._error = error
-        self._lost.set()
-        if self._on_lost is not None:
+        error = self._mark_lost(cause)
+        if error is not None and self._on_lost is not None:
             self._on_lost(error)
 
     async def _pause(self, until: float) -> bool:
@@ -394,8 +470,8 @@ class AsyncLeaseKeeper(Generic[E]):
         delay = until - time.monotonic()
         if delay > 0:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._released.wait(), delay)
-        return self._released.is_set()
+                await asyncio.wait_for(self._wake.wait(), delay)
+        return self._released
 
     async def _keep(self) -> None:
         due = self._confirmed - self.visibility * (1 - RENEW_EVERY)
@@ -427,11 +503,9 @@ class AsyncLeaseKeeper(Generic[E]):
                 )
                 self._lose(error)
                 return
-            if self._released.is_set() or self._lost.is_set():
+            if self._released or self._lost.is_set():
                 return
-            self._lease = call.result()
-            self._confirmed = sent + self.visibility
-            self.renewals += 1
+            self._confirm(call.result(), sent)
             if self._on_renewed is not None:
                 self._on_renewed(self._lease)
             due = sent + self.visibility * RENEW_EVERY

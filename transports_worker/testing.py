@@ -42,6 +42,8 @@ from transports_core import (
     LeaseLost,
     Transport,
     TransportAdmin,
+    open_async_transport,
+    open_transport,
 )
 from transports_core.backend import buried_reason
 from transports_core.conformance.journal import Journal, check, read
@@ -53,7 +55,7 @@ from ._keeper import lease_keeper
 from ._outcomes import Bury, Cancelled, Outcome, Retry, RetryPolicy
 from ._sync import Worker
 
-__all__ = ["Outage", "Recorder", "WorkerSuite"]
+__all__ = ["Outage", "QuickHandles", "Recorder", "WorkerSuite"]
 
 # Called with open_transport's keywords (``event_type=``) or none; opens a new handle.
 TransportFactory = Callable[..., Transport[Any]]
@@ -78,6 +80,20 @@ class Outage(Protocol):
     def async_transport(self) -> AsyncTransport[Event]: ...
 
     def during(self) -> contextlib.AbstractContextManager[None]: ...
+
+
+class QuickHandles:
+    """The half of an `Outage` that opens handles: ``url`` with ``options`` that make a
+    handle give up quickly. A backend's outage adds ``during``."""
+
+    def __init__(self, url: str, **options: object) -> None:
+        self.url, self.options = url, options
+
+    def transport(self) -> Transport[Event]:
+        return open_transport(self.url, **self.options)
+
+    def async_transport(self) -> AsyncTransport[Event]:
+        return open_async_transport(self.url, **self.options)
 
 
 class Recorder(Hooks):
@@ -203,6 +219,36 @@ def _wait(flag: threading.Event, what: str, timeout: float = PATIENCE) -> None:
     assert flag.wait(timeout), f"timed out after {timeout}s waiting for {what}"
 
 
+def _sleepers(
+    flag: threading.Event, seconds: float, cancelled: threading.Event | None = None
+) -> tuple[
+    Callable[[Event, Context[Event]], None],
+    Callable[[Event, AsyncContext[Event]], Awaitable[None]],
+]:
+    """A sync and an async handler that set ``flag`` as they start, then sleep through
+    the context for ``seconds`` (so that a cancel or a lost lease ends them); a cancel
+    also sets ``cancelled``."""
+    said = threading.Event() if cancelled is None else cancelled
+
+    def sleeps(event: Event, ctx: Context[Event]) -> None:
+        flag.set()
+        try:
+            ctx.sleep(seconds)
+        except Cancelled:
+            said.set()
+            raise
+
+    async def asleeps(event: Event, ctx: AsyncContext[Event]) -> None:
+        flag.set()
+        try:
+            await ctx.sleep(seconds)
+        except asyncio.CancelledError:
+            said.set()
+            raise
+
+    return sleeps, asleeps
+
+
 class WorkerSuite:
     """Every scenario of the runtime, for one backend. Override ``make_transport`` (and
     ``make_async_transport`` for the async worker; ``outage`` for transient failures)."""
@@ -231,6 +277,14 @@ class WorkerSuite:
         """A handle of the test's own, beside the worker's."""
         with make_transport() as handle:
             yield handle
+
+    @pytest.fixture
+    def down(self, outage: Outage | None, store: Transport[Event]) -> Outage:
+        """The ``outage`` fixture, for a scenario that needs it, with one message queued."""
+        if outage is None:
+            pytest.skip("no outage fixture: the backend cannot be made briefly unavailable")
+        store.publish("g", Event(n=1))
+        return outage
 
     @pytest.fixture
     def recorder(self) -> Recorder:
@@ -353,15 +407,8 @@ class WorkerSuite:
         assert (again.seq, again.attempt) == (1, 2), "the worker settled a lease it had lost"
 
     def test_short_transient_renewal_errors_do_not_cancel(
-        self,
-        start: Callable[..., Running],
-        store: Transport[Event],
-        recorder: Recorder,
-        outage: Outage | None,
+        self, start: Callable[..., Running], recorder: Recorder, down: Outage
     ) -> None:
-        if outage is None:
-            pytest.skip("no outage fixture: the backend cannot be made briefly unavailable")
-        store.publish("g", Event(n=1))
         running_flag, release = threading.Event(), threading.Event()
 
         def waits(event: Event, ctx: Context[Event]) -> None:
@@ -374,11 +421,11 @@ class WorkerSuite:
             while not release.is_set():
                 await ctx.sleep(0.05)
 
-        running = start(waits, awaits, source=outage)
+        running = start(waits, awaits, source=down)
         _wait(running_flag, "the handler to start")
         # Shorter than the time left on a lease renewed a third of a visibility ago.
         for _ in range(3):
-            with outage.during():
+            with down.during():
                 time.sleep(VISIBILITY / 4)
             time.sleep(VISIBILITY / 4)
         release.set()
@@ -387,15 +434,8 @@ class WorkerSuite:
         assert recorder.outcomes() == [(1, 1, "acked")]
 
     def test_long_transient_renewal_errors_cancel_before_the_lease_ends(
-        self,
-        start: Callable[..., Running],
-        store: Transport[Event],
-        recorder: Recorder,
-        outage: Outage | None,
+        self, start: Callable[..., Running], recorder: Recorder, down: Outage
     ) -> None:
-        if outage is None:
-            pytest.skip("no outage fixture: the backend cannot be made briefly unavailable")
-        store.publish("g", Event(n=1))
         running_flag, stopped = threading.Event(), threading.Event()
         seen: list[tuple[float, float]] = []  # (wall clock when stopped, lease's expires_at)
         lost: list[BaseException] = []
@@ -422,9 +462,9 @@ class WorkerSuite:
                 seen.append((time.time(), ctx.lease.expires_at))
                 stopped.set()
 
-        running = start(long, along, source=outage)
+        running = start(long, along, source=down)
         _wait(running_flag, "the handler to start")
-        with outage.during():
+        with down.during():
             _wait(stopped, "the handler to be stopped", timeout=3 * VISIBILITY + PATIENCE)
         stopped_wall, expires_at = seen[0]
         assert lost, "the handler was not stopped by a lost lease"
@@ -443,16 +483,7 @@ class WorkerSuite:
         store.publish("a", Event(n=1))
         store.publish("b", Event(n=2))
         running_flag = threading.Event()
-
-        def slow(event: Event, ctx: Context[Event]) -> None:
-            running_flag.set()
-            ctx.sleep(1.5 * VISIBILITY)
-
-        async def aslow(event: Event, ctx: AsyncContext[Event]) -> None:
-            running_flag.set()
-            await ctx.sleep(1.5 * VISIBILITY)
-
-        running = start(slow, aslow, concurrency=1)
+        running = start(*_sleepers(running_flag, 1.5 * VISIBILITY), concurrency=1)
         _wait(running_flag, "the handler to start")
         assert running.stop() == 0
         assert recorder.outcomes() == [(1, 1, "acked")]
@@ -466,24 +497,7 @@ class WorkerSuite:
     ) -> None:
         store.publish("g", Event(n=1))
         running_flag, cancelled = threading.Event(), threading.Event()
-
-        def stuck(event: Event, ctx: Context[Event]) -> None:
-            running_flag.set()
-            try:
-                ctx.sleep(PATIENCE)
-            except Cancelled:
-                cancelled.set()
-                raise
-
-        async def astuck(event: Event, ctx: AsyncContext[Event]) -> None:
-            running_flag.set()
-            try:
-                await asyncio.sleep(PATIENCE)
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
-
-        running = start(stuck, astuck, grace=0.2)
+        running = start(*_sleepers(running_flag, PATIENCE, cancelled), grace=0.2)
         _wait(running_flag, "the handler to start")
         assert running.stop() == 75
         _wait(cancelled, "the handler to be cancelled")
@@ -498,16 +512,7 @@ class WorkerSuite:
     ) -> None:
         store.publish("g", Event(n=1))
         running_flag = threading.Event()
-
-        def stuck(event: Event, ctx: Context[Event]) -> None:
-            running_flag.set()
-            ctx.sleep(10 * PATIENCE)
-
-        async def astuck(event: Event, ctx: AsyncContext[Event]) -> None:
-            running_flag.set()
-            await asyncio.sleep(10 * PATIENCE)
-
-        running = start(stuck, astuck, grace=10 * PATIENCE)
+        running = start(*_sleepers(running_flag, 10 * PATIENCE), grace=10 * PATIENCE)
         _wait(running_flag, "the handler to start")
         running.worker.stop()
         running.worker.stop()
@@ -584,22 +589,8 @@ class WorkerSuite:
         admin = self._dead(store)
         store.publish("g", Event(n=1))
         cancelled = threading.Event()
-
-        def stuck(event: Event, ctx: Context[Event]) -> None:
-            try:
-                ctx.sleep(PATIENCE)
-            except Cancelled:
-                cancelled.set()
-                raise
-
-        async def astuck(event: Event, ctx: AsyncContext[Event]) -> None:
-            try:
-                await asyncio.sleep(PATIENCE)
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
-
-        running = start(stuck, astuck, timeout=0.3, retry=RetryPolicy(max_attempts=1))
+        handlers = _sleepers(threading.Event(), PATIENCE, cancelled)
+        running = start(*handlers, timeout=0.3, retry=RetryPolicy(max_attempts=1))
         recorder.wait_settled(1)
         _wait(cancelled, "the handler to be cancelled")
         assert running.stop() == 0

@@ -1,12 +1,14 @@
 """The demo's worker process: the worker runtime (`transports_worker.Worker`) with a
 handler that sometimes parks or fails a message.
 
-Runs in a process started with the ``spawn`` method, so everything it needs arrives in
-one picklable `WorkerSpec`. `_Demo` is both the handler and the runtime's hooks: the
-handler reads the clock as it starts and as it ends, and the ``settled`` hook journals
-the delivery (in the conformance journal's format) with the outcome the runtime carried
-out, and reports progress over a queue for the live view. The verdict reads only the
-journals.
+Runs in a process forked by a fork server (or spawned, where there is none), so
+everything it needs arrives in one picklable `WorkerSpec`. The workers that ``meets``
+each hold their first message until all of them hold one, so that every one of them
+takes part by construction, not by luck of scheduling. `_Demo` is both the handler and
+the runtime's hooks: the handler reads the clock as it starts and as it ends, and the
+``settled`` hook journals the delivery (in the conformance journal's format) with the
+outcome the runtime carried out, and reports progress over a queue for the live view.
+The verdict reads only the journals.
 
 The handlers take milliseconds, so no lease lives long enough to be renewed, and the demo
 counts no renewals (its predecessor's own loop called ``extend`` at random; the runtime's
@@ -16,6 +18,7 @@ several leases).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 import threading
@@ -53,6 +56,10 @@ class ProgressQueue(Protocol):
     def put(self, obj: tuple[str, ...], /) -> None: ...
 
 
+class Meeting(Protocol):
+    def wait(self, timeout: float | None = ..., /) -> int: ...
+
+
 class StopFlag(Protocol):
     def is_set(self) -> bool: ...
 
@@ -68,6 +75,7 @@ class WorkerSpec:
     seed: int
     min_priority: int = 0
     debug: bool = False
+    meets: bool = False  # waits, holding its first message, until the others hold theirs
 
 
 @dataclass(frozen=True)
@@ -94,8 +102,11 @@ def decide(seed: int, execution: str, step: int, attempt: int) -> Decision:
 
 
 class _Demo(Hooks):
-    def __init__(self, spec: WorkerSpec, journal: Journal, progress: ProgressQueue) -> None:
+    def __init__(
+        self, spec: WorkerSpec, journal: Journal, progress: ProgressQueue, meet: Meeting
+    ) -> None:
         self.spec, self.journal, self.progress = spec, journal, progress
+        self._meet: Meeting | None = meet if spec.meets else None
         # (seq, attempt) -> (step, claimed_ns, released_ns), from the handler to the hook
         self._held: dict[tuple[int, int], tuple[int, int, int]] = {}
         self._lock = threading.Lock()
@@ -109,6 +120,10 @@ class _Demo(Hooks):
             raise Retry(0)
         group, step = lease.group_id, int(event.step)
         self.progress.put(("claim", spec.worker_id, group, str(step)))
+        if self._meet is not None:
+            meet, self._meet = self._meet, None
+            with contextlib.suppress(threading.BrokenBarrierError):  # the run is ending
+                meet.wait()
         decision = decide(spec.seed, group.removeprefix(spec.prefix), step, lease.attempt)
         try:
             if decision.action == "park":
@@ -133,10 +148,10 @@ class _Demo(Hooks):
         self.progress.put((KINDS[outcome], delivery.worker_id, delivery.group_id, str(step)))
 
 
-def work(spec: WorkerSpec, stop: StopFlag, progress: ProgressQueue) -> None:
+def work(spec: WorkerSpec, stop: StopFlag, progress: ProgressQueue, meet: Meeting) -> None:
     """The worker process's body: runs until ``stop`` is set."""
     try:
-        code = _work(spec, stop, progress)
+        code = _work(spec, stop, progress, meet)
     except Exception as exc:
         if spec.debug:
             traceback.print_exc()
@@ -145,9 +160,9 @@ def work(spec: WorkerSpec, stop: StopFlag, progress: ProgressQueue) -> None:
     sys.exit(code)
 
 
-def _work(spec: WorkerSpec, stop: StopFlag, progress: ProgressQueue) -> int:
+def _work(spec: WorkerSpec, stop: StopFlag, progress: ProgressQueue, meet: Meeting) -> int:
     with Journal(spec.journal) as journal:
-        demo = _Demo(spec, journal, progress)
+        demo = _Demo(spec, journal, progress, meet)
         worker = Worker(
             spec.url,
             demo.handle,
