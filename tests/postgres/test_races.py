@@ -26,20 +26,19 @@ def _run(conn: Conn, schema: str, stmt: sql.Statement, *params: object) -> list[
     return cursor.fetchall() if cursor.description else []
 
 
-def _blocked_on_lock(raw: Conn, text: str, timeout: float = 20) -> int:
-    """Wait until a backend runs a statement containing ``text`` and waits for a lock;
-    return its pid."""
+def _blocked_on_lock(raw: Conn, blocker: Conn, timeout: float = 20) -> int:
+    """Wait until a backend waits for a lock that ``blocker`` holds; return its pid.
+    (Matched by the blocker's pid: other runs share the server.)"""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         rows = raw.execute(
-            "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND position(%s in query) > 0",
-            (text,),
+            "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+            (blocker.info.backend_pid,),
         ).fetchall()
         if rows:
             return int(rows[0][0])
         time.sleep(0.01)
-    raise AssertionError(f"no backend blocked on a lock running {text!r}")
+    raise AssertionError(f"no backend waited for a lock of pid {blocker.info.backend_pid}")
 
 
 def _in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
@@ -115,7 +114,7 @@ def _ack_racing_a_publish(
     publisher = _open_publish(schema_url, op.lease.group_id, n)
     try:
         thread, out = _in_thread(lambda: queue._run(op))
-        _blocked_on_lock(raw, "groups")
+        _blocked_on_lock(raw, publisher)
         publisher.execute("COMMIT")
         thread.join(20)
     finally:
@@ -231,7 +230,7 @@ def _publish_behind_a_publisher(
         first.execute("BEGIN")
         _run(first, schema, sql.LOCK_GROUP, "g", 0)
         thread, out = _in_thread(publish)
-        _blocked_on_lock(raw, "groups")
+        _blocked_on_lock(raw, first)
         ((first_seq, _),) = _run(first, schema, sql.APPEND, "g", 0, Event(n=1).model_dump_json())
         first.execute("COMMIT")
         thread.join(20)

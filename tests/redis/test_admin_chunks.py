@@ -27,7 +27,7 @@ from transports_redis import AsyncRedisTransport, RedisTransport
 from transports_redis import _ops as ops
 from transports_redis import _scripts as scripts
 
-from .server import fresh_queue, with_queue
+from .server import fresh_queue, private_server, with_queue
 
 
 @pytest.fixture
@@ -72,9 +72,25 @@ def _scripts_run(raw: redis.Redis) -> int:
     return int(raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
 
 
+@pytest.fixture
+def alone(clock: ManualClock) -> Iterator[tuple[RedisTransport[Event], redis.Redis]]:
+    """A transport on a private server, and a plain client on it: the server's count of
+    scripts run is this test's alone (other runs share the local server)."""
+    with private_server() as server:
+        transport = open_transport(with_queue(server.url, "chunks"), clock=clock, on_dead="hold")
+        assert isinstance(transport, RedisTransport)
+        raw = redis.Redis.from_url(server.url, decode_responses=True)
+        try:
+            yield transport, raw
+        finally:
+            raw.close()
+            transport.close()
+
+
 def test_answers_that_span_many_chunks_are_whole(
-    tiny_chunks: int, manual: RedisTransport[Event], clock: ManualClock, raw: redis.Redis
+    tiny_chunks: int, alone: tuple[RedisTransport[Event], redis.Redis], clock: ManualClock
 ) -> None:
+    manual, raw = alone
     admin: TransportAdmin = manual
     # More groups than Redis keeps in a compact hash (512 on the shared server), which it
     # scans in one go whatever the count asked.
