@@ -160,10 +160,11 @@ def main(argv: list[str] | None = None) -> int:
             ratio = medians["runtime"] / medians["bare"]
             results[f"concurrency_{concurrency}"] = {**medians, "ratio": ratio, "all": rates}
             verdict = "ok" if ratio >= TARGET_RATIO else "MISSED"
+            spread = ", ".join(f"{name} {min(v):,.0f}-{max(v):,.0f}" for name, v in rates.items())
             print(
                 f"claim+ack, concurrency {concurrency}: bare {medians['bare']:,.0f}/s, "
                 f"runtime {medians['runtime']:,.0f}/s, ratio {ratio:.2f} "
-                f"(target >= {TARGET_RATIO}) {verdict}"
+                f"(target >= {TARGET_RATIO}) {verdict}; rounds' spread: {spread}"
             )
     results["cpus"] = os.cpu_count()
     results["backend"] = (args.url or "sqlite:").partition(":")[0]
