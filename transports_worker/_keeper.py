@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -50,6 +51,13 @@ def safety_margin(visibility: float) -> float:
     """How long before the last confirmed expiry a lease that cannot be renewed counts as
     lost: the handler must stop before another worker can claim the message."""
     return max(0.02, min(2.0, visibility / 10))
+
+
+@functools.lru_cache(maxsize=16)
+def _margins(visibility: float) -> tuple[float, float]:
+    """A checked visibility's safety margin and retry interval: a worker makes a keeper
+    per delivery, all with the same visibility."""
+    return safety_margin(visibility), retry_interval(visibility)
 
 
 def _check_visibility(visibility: object) -> float:
@@ -189,8 +197,9 @@ class Seat:
 
     def take(self, keeper: LeaseKeeper[Any]) -> None:
         self.keeper = keeper
-        self._renewals.expect(self._renew_due())
-        self._watchdog.expect(self._watch_due())
+        # A keeper just made is active: its dues are its plan, read without the checks.
+        self._renewals.expect(keeper._next)
+        self._watchdog.expect(keeper.deadline)
 
     def _renew_due(self) -> float:
         keeper = self.keeper
@@ -247,8 +256,7 @@ class _Keeping(Generic[E, T]):
         self.renewals = 0
         # ``sent``: when the claim (or last extend) that granted ``lease`` was sent.
         self._confirmed = (time.monotonic() if sent is None else sent) + self.visibility
-        self._margin = safety_margin(self.visibility)
-        self._retry = retry_interval(self.visibility)
+        self._margin, self._retry = _margins(self.visibility)
         self._setup()
 
     def _setup(self) -> None:

@@ -349,7 +349,8 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             if item.take():
                 _drive(self._ending(item, error), own)
         finally:
-            keeper.release()
+            if not keeper.released:  # settling released it, unless it never got there
+                keeper.release()
             if limit is not None:
                 self._watchdog.discard(limit)
             with self._running_lock:
