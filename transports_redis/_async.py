@@ -185,10 +185,10 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
         wait = check_wait(wait)
-        op = self._claim_op(worker_id, visibility, min_priority, wait > 0)
+        op = self._claim_op(worker_id, visibility, min_priority)
         got = await self._claim_once(op)
         if isinstance(got, ops.Idle) and wait > 0:
-            got = await self._drive(self._waiting_plan(wait), got, partial(self._look, op))
+            got = await self._drive(self._waiting_plan(wait), got, partial(self._look, op.woken()))
         return got.lease(self._codec) if isinstance(got, Claimed) else None
 
     async def check(self) -> list[str]:

@@ -169,7 +169,6 @@ class Claim(Op["core.Claimed | Idle"]):
         min_priority: int,
         max_attempts: int | None,
         on_dead: str,
-        waiting: bool = False,
     ) -> None:
         self.worker_id = core.check_worker_id(worker_id)
         self.params = (
@@ -178,9 +177,16 @@ class Claim(Op["core.Claimed | Idle"]):
             core.check_priority(min_priority, "min_priority"),
             max_attempts or 0,
             on_dead,
-            # A waiting claim passes the wake-up on when more is ready, for the next waiter.
-            1 if waiting else 0,
+            0,  # see `woken`
         )
+
+    def woken(self) -> Claim:
+        """The same claim, made after taking a wake-up token: it passes the wake-up on
+        when more is ready, for the next waiter. (A first look took no token, so it owes
+        none, and skips that work.)"""
+        again = Claim.__new__(Claim)
+        again.worker_id, again.params = self.worker_id, (*self.params[:-1], 1)
+        return again
 
     @property
     def floor(self) -> int:

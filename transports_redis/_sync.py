@@ -144,13 +144,9 @@ class Handle:
                 raise TransportError(refusal)
             warnings.warn(refusal, RuntimeWarning, stacklevel=stacklevel + 1)
 
-    def _new_claim(
-        self, worker_id: str, visibility: float, min_priority: int, waiting: bool
-    ) -> ops.Claim:
+    def _new_claim(self, worker_id: str, visibility: float, min_priority: int) -> ops.Claim:
         opts = self._options
-        return ops.Claim(
-            worker_id, visibility, min_priority, opts.max_attempts, opts.on_dead, waiting
-        )
+        return ops.Claim(worker_id, visibility, min_priority, opts.max_attempts, opts.on_dead)
 
     def _waiting_plan(self, wait: float) -> Generator[float, Any, Any]:
         """`_ops.waiting`'s plan, primed: send it what the claim found first."""
@@ -282,10 +278,10 @@ class RedisTransport(Handle, TransportBase[E]):
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
         wait = check_wait(wait)
-        op = self._claim_op(worker_id, visibility, min_priority, wait > 0)
+        op = self._claim_op(worker_id, visibility, min_priority)
         got = self._run(op)
         if isinstance(got, ops.Idle) and wait > 0:
-            got = self._drive(self._waiting_plan(wait), got, partial(self._look, op))
+            got = self._drive(self._waiting_plan(wait), got, partial(self._look, op.woken()))
         return got.lease(self._codec) if isinstance(got, Claimed) else None
 
     def check(self) -> list[str]:

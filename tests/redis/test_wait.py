@@ -70,3 +70,32 @@ def test_close_at_any_moment_of_a_waiting_claim_returns_none(queue_url: str) -> 
         transport.close()
         thread.join(WAIT + 5)
         assert got == [None], step
+
+
+def test_one_publish_wakes_a_waiter_for_each_group_it_readies(queue_url: str) -> None:
+    # A wake-up list holds one token: the waiter that takes it must pass it on while more
+    # is ready. The socket timeout puts the waiters' own re-look (half of it) past WAIT,
+    # so a waiter left asleep looks again only when its wait ends.
+    url = f"{queue_url}&socket_timeout=60"
+    waiters = [open_transport(url) for _ in range(3)]
+    try:
+        claims = [_claim_in_thread(waiter) for waiter in waiters]
+        deadline = time.monotonic() + WAIT
+        while sum(w._waiting for w in waiters) < 3:  # type: ignore[attr-defined]
+            assert time.monotonic() < deadline, "the claims never blocked"
+            time.sleep(0.01)
+        with open_transport(queue_url) as publisher:
+            publisher.publish_many([(f"g{n}", Event(n=n), 0) for n in range(3)])
+        # Woken, each returns at once; asleep, one returns only when its wait ends.
+        woken_by = time.monotonic() + WAIT / 2
+        for thread, _ in claims:
+            thread.join(max(woken_by - time.monotonic(), 0))
+        assert not any(thread.is_alive() for thread, _ in claims), "a waiter slept on"
+        for thread, _ in claims:
+            thread.join(WAIT + 5)
+        leases = [got[0] for _, got in claims]
+        assert all(lease is not None for lease in leases), leases
+        assert sorted(lease.group_id for lease in leases if lease is not None) == ["g0", "g1", "g2"]
+    finally:
+        for waiter in waiters:
+            waiter.close()
