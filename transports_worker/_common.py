@@ -213,23 +213,6 @@ def settling(hooks: Fanout, item: Running, settle: Settle, error: BaseException 
     return settle.action != "none"
 
 
-def burying(hooks: Fanout, exc: EventDecodeError) -> Flow:
-    """A message that no longer decodes is buried, and reported as a delivery."""
-    delivery = Delivery.of(exc.lease)
-    hooks.started(delivery)
-    failed = yield "bury", (exc.lease, failure_reason(exc))
-    hooks.settled(delivery, "buried" if failed is None else "lost", 0.0, failed or exc)
-    return failed is None
-
-
-def giving_back(lease: Lease[Any]) -> Flow:
-    """A message claimed as the worker stopped goes straight back."""
-    failed = yield "nack", (lease, 0.0)
-    if failed is not None:
-        LOGGER.warning("handing back message %d: %s", lease.seq, failed)
-    return failed is None
-
-
 @contextlib.contextmanager
 def logged(message: str, *args: object) -> Iterator[None]:
     """Log an exception from the block and go on: shutdown matters more than a handle
@@ -369,10 +352,19 @@ class Runtime(Generic[E, S, H]):
         return settling(self._hooks, item, LOST, None)
 
     def _burying(self, exc: EventDecodeError) -> Flow:
-        return burying(self._hooks, exc)
+        """A message that no longer decodes is buried, and reported as a delivery."""
+        delivery = Delivery.of(exc.lease)
+        self._hooks.started(delivery)
+        failed = yield "bury", (exc.lease, failure_reason(exc))
+        self._hooks.settled(delivery, "buried" if failed is None else "lost", 0.0, failed or exc)
+        return failed is None
 
     def _giving_back(self, lease: Lease[Any]) -> Flow:
-        return giving_back(lease)
+        """A message claimed as the worker stopped goes straight back."""
+        failed = yield "nack", (lease, 0.0)
+        if failed is not None:
+            LOGGER.warning("handing back message %d: %s", lease.seq, failed)
+        return failed is None
 
     def _exit_code(self) -> int:
         return EXIT_HANDED_BACK if self.handed_back else EXIT_DRAINED
