@@ -46,7 +46,7 @@ E = TypeVar("E")
 UNWIND: Final = 1.0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Running(Running):
     task: asyncio.Task[object] | None = None
 
@@ -121,7 +121,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         signals = self._install_signals()
         slots = [self._loop.create_task(self._slot(claimer)) for claimer in self._claimers]
         try:
-            code = await self._supervise()
+            await self._supervise()
         finally:
             for sig in signals:
                 self._loop.remove_signal_handler(sig)
@@ -133,7 +133,8 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             await self._close_handles()
         if self._fatal is not None:
             raise self._fatal
-        return code
+        # Only now: a slot whose claim returned as the worker stopped may have handed back.
+        return self._exit_code()
 
     def _install_signals(self) -> list[signal.Signals]:
         if not self._handle_signals or threading.current_thread() is not threading.main_thread():
@@ -150,7 +151,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             with logged("closing %r failed", handle):
                 await handle.close()
 
-    async def _supervise(self) -> int:
+    async def _supervise(self) -> None:
         wake = self._wake
         assert wake is not None
         while self._requests == 0 and self._fatal is None:
@@ -179,8 +180,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             await asyncio.wait({item.task}, timeout=UNWIND)
             if await _drive(self._handing_back(item), self._settler):
                 handed += 1
-        self.handed_back += handed
-        return self._exit_code()
+        self._count_handed_back(handed)
 
     async def _slot(self, claimer: AsyncTransport[E]) -> None:
         """Claim while free, handle, settle; until the worker stops."""
@@ -233,9 +233,6 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         assert settler is not None
         assert self._loop is not None
         delivery = Delivery.of(lease)
-        if self._closing:  # claimed as the worker stopped: give it straight back
-            self.handed_back += await _drive(self._giving_back(lease), own)
-            return
         task_box: list[asyncio.Task[object]] = []
 
         def lost(error: LeaseLost) -> None:
@@ -252,10 +249,15 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             on_renewed=self._hooks.renewal_of(delivery),
         )
         ctx = AsyncContext(self.worker_id, keeper, self._stopping)
+        item = _Running(keeper, ctx.cancel, delivery, lease.attempt)
         self._hooks.started(delivery)
+        if self._closing:  # claimed as the worker stopped: give it straight back
+            item.take()
+            self._count_handed_back(await _drive(self._handing_back(item), own))
+            return
         task: asyncio.Task[object] = self._loop.create_task(self._call(lease.event, ctx))
         task_box.append(task)
-        item = _Running(keeper, ctx.cancel, delivery, lease.attempt, task=task)
+        item.task = task
         self._running[id(item)] = item
         keeper.start()
         try:

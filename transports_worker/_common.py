@@ -164,7 +164,7 @@ class _Keeper(Protocol):
     def release(self) -> bool: ...
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Running:
     """One delivery in flight, in either worker."""
 
@@ -173,16 +173,16 @@ class Running:
     delivery: Delivery
     attempt: int
     started: float = dataclasses.field(default_factory=time.monotonic)
-    taken: bool = False  # someone has settled (or given up on) the lease
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # Held by whoever settles (or gives up on) the lease: a latch that is never released.
+    _once: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def take(self) -> bool:
         """Claim the one right to settle this delivery."""
-        with self.lock:
-            if self.taken:
-                return False
-            self.taken = True
-            return True
+        return self._once.acquire(blocking=False)
+
+    @property
+    def taken(self) -> bool:
+        return self._once.locked()
 
 
 def lost_error(keeper: _Keeper) -> BaseException | None:
@@ -289,8 +289,10 @@ class Runtime(Generic[E, S, H]):
         self._fatal: BaseException | None = None
         self._closing = False
         self.handed_back = 0
+        self._handed_lock = threading.Lock()  # the supervisor and the slots count
+        # Deliveries in flight. Threads add and remove their own without a shared lock
+        # (one dict operation each); see `Worker._deliver` for how stopping sees them.
         self._running: dict[int, Running] = {}
-        self._running_lock = threading.Lock()
         self._setup()
 
     def _setup(self) -> None:
@@ -359,12 +361,9 @@ class Runtime(Generic[E, S, H]):
         self._hooks.settled(delivery, "buried" if failed is None else "lost", 0.0, failed or exc)
         return failed is None
 
-    def _giving_back(self, lease: Lease[Any]) -> Flow:
-        """A message claimed as the worker stopped goes straight back."""
-        failed = yield "nack", (lease, 0.0)
-        if failed is not None:
-            LOGGER.warning("handing back message %d: %s", lease.seq, failed)
-        return failed is None
+    def _count_handed_back(self, handed: int) -> None:
+        with self._handed_lock:
+            self.handed_back += handed
 
     def _exit_code(self) -> int:
         return EXIT_HANDED_BACK if self.handed_back else EXIT_DRAINED

@@ -48,6 +48,19 @@ class _Keeper(Protocol[E_co]):
 
 
 class _Base(Generic[E]):
+    # Slotted, as a worker makes one per delivery; "__dict__" keeps `logger` cached and
+    # lets a handler's middleware hang its own attributes on the context.
+    __slots__ = (
+        "__dict__",
+        "_cancelled",
+        "_first",
+        "_keeper",
+        "_stopping",
+        "attempt",
+        "started",
+        "worker_id",
+    )
+
     def __init__(self, worker_id: str, keeper: _Keeper[E], stopping: threading.Event) -> None:
         self.worker_id = worker_id
         self._keeper = keeper
@@ -104,6 +117,8 @@ class Context(_Base[E]):
     should call one of them between steps. Nothing is settled after either is raised.
     """
 
+    __slots__ = ("_interrupt", "_sync_keeper")
+
     def __init__(
         self,
         worker_id: str,
@@ -136,6 +151,8 @@ class AsyncContext(_Base[E]):
     """What an async handler gets beside its event. Its task is cancelled at once when the
     lease is lost or the worker stops waiting, so `check` is only needed around code that
     catches `asyncio.CancelledError`."""
+
+    __slots__ = ()
 
     def __init__(
         self, worker_id: str, keeper: AsyncLeaseKeeper[E], stopping: threading.Event

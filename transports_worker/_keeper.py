@@ -234,6 +234,21 @@ class _Keeping(Generic[E, T]):
     on the local clock, the margins, and the `LeaseLost` a lost lease raises. ``T`` is
     the transport twin that renews."""
 
+    # Slotted: a worker makes a keeper for every delivery.
+    __slots__ = (
+        "_confirmed",
+        "_error",
+        "_lease",
+        "_lost",
+        "_margin",
+        "_on_lost",
+        "_on_renewed",
+        "_released",
+        "_retry",
+        "_transport",
+        "renewals",
+        "visibility",
+    )
     _lost: _Flag
 
     def __init__(
@@ -314,6 +329,7 @@ class LeaseKeeper(_Keeping[E, Transport[E]]):
     `check` raises `LeaseLost` (chained from the transport error when renewals failed).
     """
 
+    __slots__ = ("_lock", "_next", "_schedules")
     _lost: Signal
 
     def _setup(self) -> None:
@@ -438,6 +454,7 @@ class AsyncLeaseKeeper(_Keeping[E, AsyncTransport[E]]):
     """`LeaseKeeper` for an `AsyncTransport`: one task renews, and ``on_lost`` runs in the
     event loop at once (the worker cancels the handler's task there)."""
 
+    __slots__ = ("_stray", "_task", "_wake")
     _lost: asyncio.Event
 
     def _setup(self) -> None:

@@ -179,7 +179,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         try:
             for thread in threads:
                 thread.start()
-            code = self._supervise()
+            self._supervise()
             # Idle slots end as their claim returns; one in a handler that ignores its
             # cancellation is left behind (a daemon thread): nothing it does is settled.
             end = time.monotonic() + SHARED_WAIT + 1.0
@@ -195,7 +195,8 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             os.close(writer)
         if self._fatal is not None:
             raise self._fatal
-        return code
+        # Only now: a slot whose claim returned as the worker stopped may have handed back.
+        return self._exit_code()
 
     def _install_signals(self) -> Callable[[], None]:
         if not self._handle_signals or threading.current_thread() is not threading.main_thread():
@@ -214,7 +215,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             with logged("closing %r failed", handle):
                 handle.close()
 
-    def _supervise(self) -> int:
+    def _supervise(self) -> None:
         while self._requests == 0 and self._fatal is None:
             self._sleep(None)
         self._stopping.set()
@@ -226,28 +227,26 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                     slot.handle.close()  # wakes a blocked claim, which then leases nothing
         deadline = time.monotonic() + self.grace
         while self._requests < 2:
-            with self._running_lock:
-                running = len(self._running)
             left = deadline - time.monotonic()
-            if running == 0 or left <= 0:
+            if not self._running or left <= 0:
                 break
             self._sleep(left)
-        return self._hand_back()
+        self._hand_back()
 
-    def _hand_back(self) -> int:
-        with self._running_lock:
-            self._closing = True
-            running = list(self._running.values())
+    def _hand_back(self) -> None:
+        # Closing is set before the look at what runs, and a delivery registers before it
+        # looks at closing: so each delivery is seen here, or sees closing (or both, and
+        # then `Running.take` decides who gives it back).
+        self._closing = True
         handed = 0
-        for item in running:
+        for item in tuple(self._running.copy().values()):
             if not item.take():
                 continue
             item.cancel(Cancelled("shutdown"))
             if not _drive(self._handing_back(item), self._settler):
                 continue
             handed += 1
-        self.handed_back += handed
-        return self._exit_code()
+        self._count_handed_back(handed)
 
     # -- claiming --------------------------------------------------------------------
 
@@ -322,14 +321,13 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         ctx = Context(self.worker_id, keeper, self._stopping, interrupt)
         item = Running(keeper, ctx.cancel, delivery, lease.attempt)
         limit: Job | None = None
-        # One look at closing and the registration together, so that the hand-back
-        # either sees this delivery or this delivery sees that it has begun.
-        with self._running_lock:
-            closing = self._closing
-            if not closing:
-                self._running[id(item)] = item
-        if closing:  # claimed as the worker stopped: give it straight back
-            self.handed_back += _drive(self._giving_back(lease), own)
+        self._hooks.started(delivery)
+        key = id(item)
+        self._running[key] = item  # before the look at closing: see `_hand_back`
+        if self._closing:  # claimed as the worker stopped: give it straight back
+            if item.take():
+                self._count_handed_back(_drive(self._handing_back(item), own))
+            del self._running[key]
             return
         try:
             seat.take(keeper)
@@ -340,7 +338,6 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                     lambda: self._timed_out(item),
                 )
                 self._watchdog.add(limit)
-            self._hooks.started(delivery)
             error: BaseException | None = None
             try:
                 self._handler(lease.event, ctx)
@@ -353,8 +350,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                 keeper.release()
             if limit is not None:
                 self._watchdog.discard(limit)
-            with self._running_lock:
-                del self._running[id(item)]
+            del self._running[key]
             if self._stopping.is_set():
                 self._nudge()
 
