@@ -252,7 +252,6 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         item = _Running(keeper, ctx.cancel, delivery, lease.attempt)
         self._hooks.started(delivery)
         if self._closing:  # claimed as the worker stopped: give it straight back
-            item.take()
             self._count_handed_back(await _drive(self._handing_back(item), own))
             return
         task: asyncio.Task[object] = self._loop.create_task(self._call(lease.event, ctx))

@@ -290,8 +290,8 @@ class Runtime(Generic[E, S, H]):
         self._closing = False
         self.handed_back = 0
         self._handed_lock = threading.Lock()  # the supervisor and the slots count
-        # Deliveries in flight. Threads add and remove their own without a shared lock
-        # (one dict operation each); see `Worker._deliver` for how stopping sees them.
+        # Deliveries in flight. Slots add and remove their own without a lock they share:
+        # one that every slot takes for each delivery queues them behind each other.
         self._running: dict[int, Running] = {}
         self._setup()
 

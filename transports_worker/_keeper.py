@@ -61,6 +61,8 @@ def _margins(visibility: float) -> tuple[float, float]:
 
 
 def _check_visibility(visibility: object) -> float:
+    if type(visibility) is float and 0.0 < visibility < NEVER:  # as the worker passes it
+        return visibility
     if isinstance(visibility, bool) or not isinstance(visibility, (int, float)):
         raise TypeError(f"visibility must be a number of seconds, got {visibility!r}")
     if not 0 < visibility < float("inf"):
@@ -133,10 +135,11 @@ class Schedule:
             if due is not None and due < self._planned:
                 self._cond.notify()
 
-    def expect(self, due: float) -> None:
+    def expect(self, due: float, soon: float) -> None:
         """A job already on the schedule now falls due at ``due``: wake the thread only
-        if its next look, at most `IDLE_WAKE` after its last, could come too late."""
-        if due < time.monotonic() + IDLE_WAKE:
+        if its next look could come too late, that is if ``due`` is before ``soon``
+        (`IDLE_WAKE` from now: the longest the thread sleeps without a notify)."""
+        if due < soon:
             with self._cond:
                 if due < self._planned:
                     self._cond.notify()
@@ -198,8 +201,9 @@ class Seat:
     def take(self, keeper: LeaseKeeper[Any]) -> None:
         self.keeper = keeper
         # A keeper just made is active: its dues are its plan, read without the checks.
-        self._renewals.expect(keeper._next)
-        self._watchdog.expect(keeper.deadline)
+        soon = time.monotonic() + IDLE_WAKE
+        self._renewals.expect(keeper._next, soon)
+        self._watchdog.expect(keeper.deadline, soon)
 
     def _renew_due(self) -> float:
         keeper = self.keeper

@@ -234,10 +234,10 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         self._hand_back()
 
     def _hand_back(self) -> None:
-        # Closing is set before the look at what runs, and a delivery registers before it
-        # looks at closing: so each delivery is seen here, or sees closing (or both, and
-        # then `Running.take` decides who gives it back).
         self._closing = True
+        for slot in self._slots:  # a delivery registering now finishes (see `_deliver`)
+            with slot.lock:
+                pass
         handed = 0
         for item in tuple(self._running.copy().values()):
             if not item.take():
@@ -287,7 +287,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                 if lease is None:
                     continue
                 try:
-                    self._deliver(lease, sent, own, slot.seat)
+                    self._deliver(lease, sent, own, slot)
                 except Exception:  # ours or the backend's bug: the lease lapses, go on
                     LOGGER.exception("delivering message %d failed", lease.seq)
         except BaseException as exc:
@@ -300,7 +300,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
 
     # -- handling --------------------------------------------------------------------
 
-    def _deliver(self, lease: Lease[E], sent: float, own: Transport[E], seat: Seat) -> None:
+    def _deliver(self, lease: Lease[E], sent: float, own: Transport[E], slot: _Slot[E]) -> None:
         settler = self._settler
         assert settler is not None
         delivery = Delivery.of(lease)
@@ -323,14 +323,17 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         limit: Job | None = None
         self._hooks.started(delivery)
         key = id(item)
-        self._running[key] = item  # before the look at closing: see `_hand_back`
-        if self._closing:  # claimed as the worker stopped: give it straight back
-            if item.take():
-                self._count_handed_back(_drive(self._handing_back(item), own))
-            del self._running[key]
+        # Under the slot's own lock, which `_hand_back` passes through once it is closing:
+        # so the hand-back sees this delivery, or this delivery sees that it is closing.
+        with slot.lock:
+            closing = self._closing
+            if not closing:
+                self._running[key] = item
+        if closing:  # claimed as the worker stopped: give it straight back
+            self._count_handed_back(_drive(self._handing_back(item), own))
             return
         try:
-            seat.take(keeper)
+            slot.seat.take(keeper)
             if self.timeout is not None:
                 timeout = self.timeout
                 limit = Job(
