@@ -249,7 +249,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             on_renewed=self._hooks.renewal_of(delivery),
         )
         ctx = AsyncContext(self.worker_id, keeper, self._stopping)
-        item = _Running(keeper, ctx.cancel, delivery, lease.attempt)
+        item = _Running(keeper, ctx.cancel, delivery, lease.attempt, ctx.started)
         self._hooks.started(delivery)
         if self._closing:  # claimed as the worker stopped: give it straight back
             self._count_handed_back(await _drive(self._handing_back(item), own))

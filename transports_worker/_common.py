@@ -172,7 +172,7 @@ class Running:
     cancel: Callable[[Cancelled], None]  # its context's: the handler must stop
     delivery: Delivery
     attempt: int
-    started: float = dataclasses.field(default_factory=time.monotonic)
+    started: float  # monotonic: its context's
     # Held by whoever settles (or gives up on) the lease: a latch that is never released.
     _once: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 

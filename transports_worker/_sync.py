@@ -319,7 +319,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             on_renewed=self._hooks.renewal_of(delivery),
         )
         ctx = Context(self.worker_id, keeper, self._stopping, interrupt)
-        item = Running(keeper, ctx.cancel, delivery, lease.attempt)
+        item = Running(keeper, ctx.cancel, delivery, lease.attempt, ctx.started)
         limit: Job | None = None
         self._hooks.started(delivery)
         key = id(item)

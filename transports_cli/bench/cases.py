@@ -17,7 +17,9 @@ import asyncio
 import multiprocessing
 import os
 import platform
+import queue
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -82,7 +84,39 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "loadavg": list(os.getloadavg()),
+        "thread_trip_us": thread_trip() * 1e6,
     }
+
+
+def thread_trip(trips: int = 2000) -> float:
+    """Median seconds for an event loop to hand a call to another thread and be woken
+    with its answer: what an async transport pays for each call it runs off the loop."""
+    calls: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None]
+    calls = queue.SimpleQueue()
+
+    def serve() -> None:
+        while (call := calls.get()) is not None:
+            loop, future = call
+            loop.call_soon_threadsafe(future.set_result, None)
+
+    async def trip() -> list[float]:
+        loop = asyncio.get_running_loop()
+        times = []
+        for _ in range(trips):
+            began = time.perf_counter()
+            future = loop.create_future()
+            calls.put((loop, future))
+            await future
+            times.append(time.perf_counter() - began)
+        return times
+
+    thread = threading.Thread(target=serve, name="bench-thread-trip", daemon=True)
+    thread.start()
+    try:
+        return statistics.median(asyncio.run(trip()))
+    finally:
+        calls.put(None)
+        thread.join()
 
 
 @contextmanager
