@@ -166,7 +166,8 @@ def table(results: Results, checked: list[dict[str, Any]], meta: dict[str, Any])
     lines.append("")
     lines.append(
         f"python {machine['python']}, sqlite {machine['sqlite']}, {machine['cpus']} cpus, "
-        f"a thread trip {machine['thread_trip_us']:.0f} us, load {machine['loadavg'][0]:.2f} before / {meta['loadavg_after'][0]:.2f} after, "
+        f"a thread trip {machine['thread_trip_us']:.0f} us, "
+        f"load {machine['loadavg'][0]:.2f} before / {meta['loadavg_after'][0]:.2f} after, "
         f"{meta['seconds']:.0f} s"
     )
     return "\n".join(lines)
