@@ -8,9 +8,10 @@ connection part is handed to redis-py without its query. Imports no driver.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast
 from urllib.parse import parse_qsl, urlsplit
 
@@ -49,7 +50,7 @@ class RedisOptions:
     unless ``ssl_cert_reqs`` is ``none``).
     """
 
-    server: str
+    server: str = field(repr=False)  # shown redacted: see `__repr__`
     queue: str = "default"
     db: int | None = None
     socket_timeout: float = 10.0
@@ -65,8 +66,13 @@ class RedisOptions:
     ssl_cert_reqs: CertReqs = "required"
     ssl_check_hostname: bool | None = None
 
-    @property
+    def __repr__(self) -> str:
+        shown = (f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        return f"{type(self).__name__}(server={self.redacted!r}, {', '.join(shown)})"
+
+    @functools.cached_property
     def redacted(self) -> str:
+        """`server` with any password masked: worked out once, as every call names it."""
         return core.redact_url(self.server)
 
     @property

@@ -31,6 +31,8 @@ def test_our_options_leave_the_server_url_bare() -> None:
     assert (options.socket_timeout, options.connect_timeout) == (2.5, 1.0)
     assert options.maxmemory_policy == "warn"
     assert "s3cret" not in options.redacted
+    assert "s3cret" not in repr(options)
+    assert "server='rediss://app:***@h:6390/1', queue='orders'" in repr(options)
 
 
 def test_unix_socket_takes_its_database_as_an_option() -> None:
