@@ -220,7 +220,8 @@ def _print_report(report: dict[str, Any], sizes: cases.Sizes, out: Path | None) 
     machine = report["machine"]
     click.echo(
         f"Benchmark of {report['url']}: python {machine['python']}, "
-        f"{machine['cpus']} cpus, load {machine['loadavg'][0]:.2f}, "
+        f"{machine['cpus']} cpus, a thread trip {machine['thread_trip_us']:.0f} us, "
+        f"load {machine['loadavg'][0]:.2f}, "
         f"{report['seconds']:.1f} s"
     )
     _print_table(report["cases"], report["skipped"], sizes)
