@@ -12,7 +12,9 @@ Two measurements:
 * claim+ack: messages per second drained by the runtime with a no-op handler, against
   the bare loop (``claim`` then ``ack``, one handle per thread) on the same backend, at
   concurrency 1 and 8; the target is a ratio of at least 0.8. Each is the median of
-  several rounds, taken in alternation so that a noisy moment hits both.
+  several rounds, taken in alternation so that a noisy moment hits both. Beside the
+  rates: the process's CPU time (every thread) and context switches per message while
+  draining, which show where a ratio comes from (see docs/performance.md, "The worker").
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from transports_core import Event, Transport, open_transport
 from transports_worker import Context, Delivery, Hooks, Outcome, Worker
@@ -41,6 +44,27 @@ TARGET_RATIO = 0.8
 def _cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def _switches() -> int:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
+
+
+class Drain(NamedTuple):
+    """One round of draining ``n`` messages: the rate, and per message the CPU time
+    (microseconds) and context switches the whole process spent."""
+
+    rate: float
+    cpu_us: float
+    switches: float
+
+    @classmethod
+    def timed(cls, n: int, run: Callable[[], None]) -> Drain:
+        cpu, switches, began = _cpu(), _switches(), time.perf_counter()
+        run()
+        elapsed = time.perf_counter() - began
+        return cls(n / elapsed, (_cpu() - cpu) / n * 1e6, (_switches() - switches) / n)
 
 
 def _noop(event: Event, ctx: Context[Event]) -> None:
@@ -82,8 +106,8 @@ def idle(url: str, seconds: float) -> float:
     return used
 
 
-def bare(url: str, n: int, concurrency: int) -> float:
-    """Messages per second drained by ``concurrency`` threads looping claim, ack."""
+def bare(url: str, n: int, concurrency: int) -> Drain:
+    """``n`` messages drained by ``concurrency`` threads looping claim, ack."""
     _fill(url, n)
     handles = [open_transport(url) for _ in range(concurrency)]
 
@@ -92,19 +116,21 @@ def bare(url: str, n: int, concurrency: int) -> float:
             handle.ack(lease)
 
     threads = [threading.Thread(target=drain, args=(h,)) for h in handles]
-    began = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - began
+
+    def run() -> None:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    drained = Drain.timed(n, run)
     for handle in handles:
         handle.close()
-    return n / elapsed
+    return drained
 
 
-def runtime(url: str, n: int, concurrency: int) -> float:
-    """Messages per second drained by a `Worker` with a no-op handler."""
+def runtime(url: str, n: int, concurrency: int) -> Drain:
+    """``n`` messages drained by a `Worker` with a no-op handler."""
     _fill(url, n)
     count = _Count(n)
     # Opened before the clock starts, as the bare loop's handles are.
@@ -113,14 +139,16 @@ def runtime(url: str, n: int, concurrency: int) -> float:
         handles.pop, _noop, concurrency=concurrency, handle_signals=False, hooks=[count]
     )
     thread = threading.Thread(target=worker.run, daemon=True)
-    began = time.perf_counter()
-    thread.start()
-    if not count.all.wait(120):
-        raise RuntimeError(f"the worker settled only {count.done} of {n}")
-    elapsed = time.perf_counter() - began
+
+    def run() -> None:
+        thread.start()
+        if not count.all.wait(120):
+            raise RuntimeError(f"the worker settled only {count.done} of {n}")
+
+    drained = Drain.timed(n, run)
     worker.stop()
     thread.join()
-    return n / elapsed
+    return drained
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,23 +177,40 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "ok" if share < TARGET_IDLE else "MISSED"
         print(f"idle worker: {share:.3%} of a core (target < {TARGET_IDLE:.0%}) {verdict}")
         for concurrency in (1, 8):
-            cases: dict[str, Callable[[str, int, int], float]] = {
+            cases: dict[str, Callable[[str, int, int], Drain]] = {
                 "bare": bare,
                 "runtime": runtime,
             }
-            rates: dict[str, list[float]] = {name: [] for name in cases}
+            drains: dict[str, list[Drain]] = {name: [] for name in cases}
             for _ in range(rounds):
                 for name, case in cases.items():
-                    rates[name].append(case(fresh(), n, concurrency))
+                    drains[name].append(case(fresh(), n, concurrency))
+            rates = {name: [d.rate for d in values] for name, values in drains.items()}
             medians = {name: statistics.median(values) for name, values in rates.items()}
             ratio = medians["runtime"] / medians["bare"]
-            results[f"concurrency_{concurrency}"] = {**medians, "ratio": ratio, "all": rates}
+            costs = {
+                name: Drain(*(statistics.median(column) for column in zip(*values, strict=True)))
+                for name, values in drains.items()
+            }
+            results[f"concurrency_{concurrency}"] = {
+                **medians,
+                "ratio": ratio,
+                "all": rates,
+                "per_message": {name: cost._asdict() for name, cost in costs.items()},
+            }
             verdict = "ok" if ratio >= TARGET_RATIO else "MISSED"
             spread = ", ".join(f"{name} {min(v):,.0f}-{max(v):,.0f}" for name, v in rates.items())
             print(
                 f"claim+ack, concurrency {concurrency}: bare {medians['bare']:,.0f}/s, "
                 f"runtime {medians['runtime']:,.0f}/s, ratio {ratio:.2f} "
                 f"(target >= {TARGET_RATIO}) {verdict}; rounds' spread: {spread}"
+            )
+            print(
+                "  per message: "
+                + "; ".join(
+                    f"{name} {cost.cpu_us:.0f} us CPU, {cost.switches:.1f} context switches"
+                    for name, cost in costs.items()
+                )
             )
     results["cpus"] = os.cpu_count()
     results["backend"] = (args.url or "sqlite:").partition(":")[0]

@@ -1,4 +1,5 @@
-"""`python -m bench --quick` keeps working: it exits 0 and writes every case and target.
+"""`python -m bench --quick` and `python -m bench.worker --quick` keep working: they exit 0
+and write every case and target.
 
 Timings are not checked here (speed is judged by the benchmark itself, never by tests)."""
 
@@ -60,3 +61,27 @@ def test_quick_benchmark_runs_and_writes_its_report(tmp_path: Path) -> None:
     assert "async claim+ack vs sync twin, synchronous=full" in names
     assert "claim+ack" in done.stdout  # the table was printed
     assert not list(tmp_path.glob("bench-*")), "the benchmark left its databases behind"
+
+
+@pytest.mark.slow
+def test_quick_worker_benchmark_reports_rates_and_costs_per_message(tmp_path: Path) -> None:
+    out = tmp_path / "worker.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.worker", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert 0 <= report["idle_core_share"] < 1
+    for concurrency in (1, 8):
+        row = report[f"concurrency_{concurrency}"]
+        assert row["ratio"] == pytest.approx(row["runtime"] / row["bare"])
+        for case in ("bare", "runtime"):
+            assert row[case] > 0
+            cost = row["per_message"][case]
+            assert cost["rate"] == pytest.approx(row[case])  # one round: its median
+            assert cost["cpu_us"] > 0
+    assert "per message: bare" in done.stdout
