@@ -14,7 +14,8 @@ Two measurements:
   concurrency 1 and 8; the target is a ratio of at least 0.8. Each is the median of
   several rounds, taken in alternation so that a noisy moment hits both. Beside the
   rates: the process's CPU time (every thread) and context switches per message while
-  draining, which show where a ratio comes from (see docs/performance.md, "The worker").
+  draining, which show where a ratio comes from (see docs/worker.md, "What the worker
+  costs").
 """
 
 from __future__ import annotations
@@ -41,14 +42,10 @@ TARGET_IDLE = 0.01
 TARGET_RATIO = 0.8
 
 
-def _cpu() -> float:
+def _usage() -> tuple[float, int]:
+    """The process's CPU seconds (user + system, every thread) and context switches."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _switches() -> int:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_nvcsw + usage.ru_nivcsw
+    return usage.ru_utime + usage.ru_stime, usage.ru_nvcsw + usage.ru_nivcsw
 
 
 class Drain(NamedTuple):
@@ -61,10 +58,11 @@ class Drain(NamedTuple):
 
     @classmethod
     def timed(cls, n: int, run: Callable[[], None]) -> Drain:
-        cpu, switches, began = _cpu(), _switches(), time.perf_counter()
+        (cpu, switches), began = _usage(), time.perf_counter()
         run()
         elapsed = time.perf_counter() - began
-        return cls(n / elapsed, (_cpu() - cpu) / n * 1e6, (_switches() - switches) / n)
+        cpu_after, switches_after = _usage()
+        return cls(n / elapsed, (cpu_after - cpu) / n * 1e6, (switches_after - switches) / n)
 
 
 def _noop(event: Event, ctx: Context[Event]) -> None:
@@ -98,9 +96,9 @@ def idle(url: str, seconds: float) -> float:
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     time.sleep(1.0)  # past start-up: opening handles is not idling
-    cpu, wall = _cpu(), time.monotonic()
+    cpu, wall = _usage()[0], time.monotonic()
     time.sleep(seconds)
-    used = (_cpu() - cpu) / (time.monotonic() - wall)
+    used = (_usage()[0] - cpu) / (time.monotonic() - wall)
     worker.stop()
     thread.join()
     return used
@@ -186,12 +184,12 @@ def main(argv: list[str] | None = None) -> int:
                 for name, case in cases.items():
                     drains[name].append(case(fresh(), n, concurrency))
             rates = {name: [d.rate for d in values] for name, values in drains.items()}
-            medians = {name: statistics.median(values) for name, values in rates.items()}
-            ratio = medians["runtime"] / medians["bare"]
-            costs = {
+            costs = {  # each column's median: rate, CPU and switches per message
                 name: Drain(*(statistics.median(column) for column in zip(*values, strict=True)))
                 for name, values in drains.items()
             }
+            medians = {name: cost.rate for name, cost in costs.items()}
+            ratio = medians["runtime"] / medians["bare"]
             results[f"concurrency_{concurrency}"] = {
                 **medians,
                 "ratio": ratio,

@@ -15,17 +15,23 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
-def test_quick_benchmark_runs_and_writes_its_report(tmp_path: Path) -> None:
-    out = tmp_path / "report.json"
+def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m module --quick *args`` from the repository, which must exit 0."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--dir", str(tmp_path)],
+        [sys.executable, "-m", module, "--quick", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.mark.slow
+def test_quick_benchmark_runs_and_writes_its_report(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    done = _run("bench", "--out", str(out), "--dir", str(tmp_path))
     report = json.loads(out.read_text())
     assert set(report) == {"meta", "cases", "targets"}
     cases = report["cases"]
@@ -66,14 +72,7 @@ def test_quick_benchmark_runs_and_writes_its_report(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_quick_worker_benchmark_reports_rates_and_costs_per_message(tmp_path: Path) -> None:
     out = tmp_path / "worker.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.worker", "--quick", "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _run("bench.worker", "--out", str(out))
     report = json.loads(out.read_text())
     assert 0 <= report["idle_core_share"] < 1
     for concurrency in (1, 8):
