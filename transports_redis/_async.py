@@ -1,10 +1,11 @@
 """`AsyncRedisTransport`: the operations of `_ops` run over ``redis.asyncio``.
 
-The sync twin's runner, awaited, over the same `Handle`: one EVALSHA per call on a
-connection from the pool, retries off, error replies through `_errors.recover`. It
-connects on first use, or at ``async with`` (the maxmemory-policy check runs then). A
-claim that is cancelled while its script may have leased waits for the reply in the
-background and gives such a lease back, so no lease is left that nobody holds.
+The sync twin's runner, awaited, over the same `Handle`: one EVALSHA per call, on an idle
+connection of the handle's or one from the pool, retries off, error replies through
+`_errors.recover`. It connects on first use, or at ``async with`` (the maxmemory-policy
+check runs then). A claim that is cancelled while its script may have leased waits for
+the reply in the background and gives such a lease back, so no lease is left that nobody
+holds.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from transports_core import Event, Lease, TransportError
 from transports_core.backend import AsyncTransportBase, Claimed, check_wait
 
 from . import _ops as ops
-from ._errors import Exchange, connecting, redis_errors, woken
+from ._errors import Exchange, Node, connecting, redis_errors, woken
 from ._sync import CLOSE_KEY_MS, Handle, pool_kwargs
 from ._url import RedisOptions
 
@@ -63,10 +64,12 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
         """Send ``step``'s commands; the last reply (an error reply as its exception)."""
         if step.pause:
             await asyncio.sleep(step.pause)
-        pool = self._pool if step.node is None else self._pool_at(step.node)
+        node = self._home if step.node is None else step.node
+        pool = self._pool_at(node)
         server = self._options.redacted
-        with connecting(server):  # the pool connects it
-            conn: Any = await pool.get_connection()
+        with connecting(server):
+            conn = await self._connection(node, pool)
+        went_through = False
         try:
             with redis_errors(server, name, writes):
                 await conn.send_packed_command(step.commands)
@@ -74,17 +77,43 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
                     with contextlib.suppress(rex.ResponseError):
                         await conn.read_response()
                 if timeout:
-                    return await conn.read_response(timeout=timeout)
-                return await conn.read_response()
+                    reply = await conn.read_response(timeout=timeout)
+                else:
+                    reply = await conn.read_response()
+            went_through = True
+            return reply
         except rex.ResponseError as reply:
+            went_through = True
             return reply
         except BaseException:
             await conn.disconnect()
             raise
         finally:
-            await pool.release(conn)
-            if self._closed:  # closed while this call ran: its connection goes too
+            if not (went_through and self._keep(node, conn)):
+                await pool.release(conn)
+                if self._closed:  # closed while this call ran: its connection goes too
+                    await conn.disconnect()
+
+    async def _connection(self, node: Node, pool: Any) -> Any:
+        """The sync twin's, awaited."""
+        conn = self._reusable(node)
+        if conn is None:
+            return await pool.get_connection()
+        # redis-py 8 renamed the check; older versions have only the first name.
+        probe = getattr(conn, "can_read", None) or conn.can_read_destructive
+        try:
+            try:
+                stale = await probe()
+            except (rex.ConnectionError, rex.TimeoutError, OSError):
+                stale = True
+            if stale:
                 await conn.disconnect()
+                await conn.connect()
+        except BaseException:  # cancelled, too: the connection goes back, closed
+            await conn.disconnect()
+            await pool.release(conn)
+            raise
+        return conn
 
     @staticmethod
     async def _drive(
@@ -213,5 +242,8 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
             await asyncio.gather(*self._giving_back, return_exceptions=True)
         # Calls in flight finish on their connections (a blocked claim was woken above)
         # and drop them as they end.
+        for node, conn in self._drop_idle():
+            await conn.disconnect()
+            await self._pools[node].release(conn)
         for pool in list(self._pools.values()):
             await pool.disconnect(inuse_connections=False)

@@ -1,18 +1,21 @@
 """`RedisTransport`: the operations of `_ops` run over redis-py, and `Handle`, what both
 twins hold and decide alike.
 
-Each call takes a connection from a thread-safe pool, sends one EVALSHA and reads its
-reply, so threads share a transport and their calls run side by side on the server. An
-error reply goes to `_errors.recover`, which the runner drives: its steps are the only
-thing the twins do differently (one blocks, the other awaits). The pools are built with
-retries off: a script is never sent twice behind the caller's back. A waiting claim
-blocks in BLPOP on its floor's wake-up list and on this handle's close key, as
-`_ops.waiting` plans.
+Each call sends one EVALSHA on a connection of its own and reads the reply, so threads
+share a transport and their calls run side by side on the server. The connection is one
+that an earlier call of this handle left idle, checked as the pool would check it (the
+server has not closed it, no stray reply waits on it), else one from the thread-safe
+pool, whose checkout costs several times more. An error reply goes to `_errors.recover`,
+which the runner drives: its steps are the only thing the twins do differently (one
+blocks, the other awaits). The pools are built with retries off: a script is never sent
+twice behind the caller's back. A waiting claim blocks in BLPOP on its floor's wake-up
+list and on this handle's close key, as `_ops.waiting` plans.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import uuid
@@ -99,6 +102,9 @@ class Handle:
         # A unix socket is never redirected: its path stands in for the address.
         self._home: Node = (kwargs.get("host") or kwargs.get("path", ""), kwargs.get("port", 0))
         self._pools = {self._home: pool}
+        # Per node, the connections its pool lent that no call is using, newest last.
+        self._idle: dict[Node, list[Any]] = {self._home: []}
+        self._pid = os.getpid()
 
     @property
     def _pool(self) -> Any:
@@ -111,10 +117,43 @@ class Handle:
             first = next(iter(self._pools.values()))
             kwargs = {**first.connection_kwargs, "host": node[0], "port": node[1]}
             with self._lock:
+                self._idle.setdefault(node, [])
                 pool = self._pools.setdefault(
                     node, type(first)(connection_class=first.connection_class, **kwargs)
                 )
         return pool
+
+    def _reusable(self, node: Node) -> Any | None:
+        """A connection to ``node`` that an earlier call left idle, or None."""
+        if self._pid != os.getpid():  # forked: those are the parent's, left alone
+            self._pid = os.getpid()
+            self._idle = {known: [] for known in self._idle}
+        try:
+            return self._idle[node].pop()
+        except IndexError:
+            return None
+
+    def _keep(self, node: Node, conn: Any) -> bool:
+        """Keep ``conn``, whose call went through, for the next call to ``node``; False if
+        the handle is closed (the caller drops it)."""
+        if self._closed:
+            return False
+        idle = self._idle[node]
+        idle.append(conn)
+        if self._is_closed():  # close() may have emptied the list before this joined it
+            with contextlib.suppress(ValueError):
+                idle.remove(conn)
+                return False
+        return True
+
+    def _drop_idle(self) -> list[tuple[Node, Any]]:
+        """Empty the idle lists (the handle is closing): what they held, for disconnecting."""
+        dropped = []
+        for node, idle in list(self._idle.items()):
+            while idle:
+                with contextlib.suppress(IndexError):  # another thread took it meanwhile
+                    dropped.append((node, idle.pop()))
+        return dropped
 
     def _follow(self, node: Node) -> None:
         """MOVED: the queue's slot is served by ``node`` from now on (the old node's pool
@@ -194,26 +233,54 @@ class RedisTransport(Handle, TransportBase[E]):
         """Send ``step``'s commands; the last reply (an error reply as its exception)."""
         if step.pause:
             time.sleep(step.pause)
-        pool = self._pool if step.node is None else self._pool_at(step.node)
+        node = self._home if step.node is None else step.node
+        pool = self._pool_at(node)
         server = self._options.redacted
-        with connecting(server):  # the pool connects it
-            conn: Any = pool.get_connection()
+        with connecting(server):
+            conn = self._connection(node, pool)
+        went_through = False
         try:
             with redis_errors(server, name, writes):
                 conn.send_packed_command(step.commands)
                 for _ in step.commands[1:]:  # ASKING's: the call's own reply tells
                     with contextlib.suppress(rex.ResponseError):
                         conn.read_response()
-                return conn.read_response(timeout=timeout) if timeout else conn.read_response()
+                reply = conn.read_response(timeout=timeout) if timeout else conn.read_response()
+            went_through = True
+            return reply
         except rex.ResponseError as reply:
+            went_through = True
             return reply
         except BaseException:
             conn.disconnect()
             raise
         finally:
-            pool.release(conn)
-            if self._closed:  # closed while this call ran: its connection goes too
+            if not (went_through and self._keep(node, conn)):
+                pool.release(conn)
+                if self._closed:  # closed while this call ran: its connection goes too
+                    conn.disconnect()
+
+    def _connection(self, node: Node, pool: Any) -> Any:
+        """A connection to ``node`` ready to send: an idle one of this handle's, or the
+        pool's (which connects it)."""
+        conn = self._reusable(node)
+        if conn is None:
+            return pool.get_connection()
+        try:
+            try:
+                # What the pool checks: data waiting means a reply nobody read, or that
+                # the server closed the connection meanwhile (idle timeout, a restart).
+                stale = conn.can_read()
+            except (rex.ConnectionError, rex.TimeoutError, OSError):
+                stale = True
+            if stale:
                 conn.disconnect()
+                conn.connect()
+        except BaseException:
+            conn.disconnect()
+            pool.release(conn)
+            raise
+        return conn
 
     @staticmethod
     def _drive(plan: Generator[Any, Any, T], reply: Any, io: Callable[[Any], Any]) -> T:
@@ -306,5 +373,8 @@ class RedisTransport(Handle, TransportBase[E]):
         # Calls in flight finish on their connections (a blocked claim was woken above)
         # and drop them as they end: shutting a socket under a call would leave its outcome
         # unknown.
+        for node, conn in self._drop_idle():
+            conn.disconnect()
+            self._pools[node].release(conn)
         for pool in list(self._pools.values()):
             pool.disconnect(inuse_connections=False)

@@ -3,13 +3,23 @@ scripts, and set an evicting maxmemory-policy."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import threading
 import time
 
 import pytest
 import redis
 
-from transports_core import Event, OutcomeUnknown, Transport, TransportError, open_transport
+from transports_core import (
+    Event,
+    OutcomeUnknown,
+    Transport,
+    TransportError,
+    open_async_transport,
+    open_transport,
+)
 from transports_redis import RedisTransport
 
 from .server import private_server, with_queue
@@ -53,6 +63,85 @@ def test_a_connection_killed_mid_call_is_outcome_unknown_and_the_next_call_recon
             assert isinstance(errors[0], OutcomeUnknown)
             assert errors[0].operation == "publish"
             assert transport.publish("g", Event(n=2)) >= 2  # a fresh connection
+            assert_sound(transport)
+        raw.close()
+
+
+def _clients(raw: redis.Redis) -> int:
+    """The server's connections, but for ``raw``'s own."""
+    return len(raw.client_list()) - 1
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced_before_the_next_call() -> None:
+    # The handle keeps its idle connection for the next call: that call must not find
+    # out by sending on a dead socket, which would leave its outcome unknown.
+    with private_server() as server:
+        raw = redis.Redis(port=server.port)
+        with open_transport(with_queue(server.url, "idle")) as transport:
+            first = transport.publish("g", Event(n=1))
+            assert _clients(raw) == 1
+            raw.client_kill_filter(_type="normal", skipme=True)  # as `timeout` does
+            assert transport.publish("g", Event(n=2)) == first + 1
+            lease = transport.claim("w", 5)
+            assert lease is not None
+            transport.ack(lease)
+            assert_sound(transport)
+        assert _clients(raw) == 0  # closing dropped the idle connection too
+        raw.close()
+
+
+def test_the_async_twin_replaces_a_closed_idle_connection_and_leaks_none() -> None:
+    async def main(url: str, raw: redis.Redis) -> None:
+        transport = open_async_transport(url)
+        first = await transport.publish("g", Event(n=1))
+        raw.client_kill_filter(_type="normal", skipme=True)
+        # The event loop learns of the close as it would have while the connection sat
+        # idle (loopback: the close arrived before the kill returned): one turn polls the
+        # socket, and its callback runs after this task's step, before the next turn's.
+        for _ in range(2):
+            await asyncio.sleep(0)
+        assert await transport.publish("g", Event(n=2)) == first + 1
+        # Calls cancelled at every point of their flight, checking a connection included,
+        # leave none open once the handle closes.
+        for delay in (0, 0.0001, 0.0003, 0.001, 0.002):
+            call = asyncio.ensure_future(transport.publish("g", Event(n=3)))
+            await asyncio.sleep(delay)
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TransportError):
+                await call
+        await transport.close()
+
+    with private_server() as server:
+        raw = redis.Redis(port=server.port)
+        asyncio.run(main(with_queue(server.url, "aidle"), raw))
+        assert _clients(raw) == 0
+        raw.close()
+
+
+def test_a_forked_child_does_not_share_its_parent_s_idle_connection() -> None:
+    with private_server() as server:
+        raw = redis.Redis(port=server.port)
+        with open_transport(with_queue(server.url, "fork")) as transport:
+            transport.publish("g", Event(n=1))  # leaves a connection idle
+            before = raw.info("stats")["total_connections_received"]
+            pid = os.fork()
+            if pid == 0:  # the child: one call on the inherited handle, then out
+                code = 1
+                try:
+                    transport.publish("g", Event(n=2))
+                    code = 0
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            # The child connected afresh: the two processes never write to one socket.
+            assert raw.info("stats")["total_connections_received"] == before + 1
+            assert transport.publish("g", Event(n=3)) == 3
+            events = []
+            while (lease := transport.claim("w", 5)) is not None:
+                events.append(lease.event.n)
+                transport.ack(lease)
+            assert events == [1, 2, 3]
             assert_sound(transport)
         raw.close()
 
