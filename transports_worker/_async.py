@@ -13,7 +13,6 @@ import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from transports_core import (
@@ -26,15 +25,16 @@ from transports_core import (
 )
 
 from ._common import (
+    HAND_BACK,
     LOGGER,
+    LOST,
     OWN_WAIT,
     Backoff,
-    Flow,
-    Running,
     Runtime,
+    Settle,
     logged,
 )
-from ._context import AsyncContext
+from ._context import AsyncContext, Running
 from ._hooks import Delivery
 from ._keeper import AsyncLeaseKeeper
 from ._outcomes import Cancelled
@@ -44,28 +44,6 @@ __all__ = ["AsyncWorker"]
 E = TypeVar("E")
 # How long a cancelled handler may take to unwind before the worker stops waiting.
 UNWIND: Final = 1.0
-
-
-@dataclass(eq=False, slots=True)
-class _Running(Running):
-    task: asyncio.Task[object] | None = None
-
-
-async def _drive(flow: Flow, transport: AsyncTransport[E] | None) -> bool:
-    """`_sync._drive`, awaiting each call."""
-    assert transport is not None
-    failed: TransportError | None = None
-    try:
-        while True:
-            name, args = flow.send(failed)
-            try:
-                await getattr(transport, name)(*args)
-                failed = None
-            except TransportError as exc:
-                failed = exc
-    except StopIteration as stop:
-        answer: bool = stop.value
-        return answer
 
 
 class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], Awaitable[object]]]):
@@ -171,15 +149,14 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         self._closing = True
         handed = 0
         for item in list(self._running.values()):
-            if not item.take():
+            if not item._take():
                 continue
             item.cancel(Cancelled("shutdown"))
-            assert isinstance(item, _Running)
-            assert item.task is not None
-            item.task.cancel()
-            await asyncio.wait({item.task}, timeout=UNWIND)
-            if await _drive(self._handing_back(item), self._settler):
-                handed += 1
+            assert isinstance(item, AsyncContext)
+            assert item._task is not None
+            item._task.cancel()
+            await asyncio.wait({item._task}, timeout=UNWIND)
+            handed += await self._settle(item, HAND_BACK, None, self._settler)
         self._count_handed_back(handed)
 
     async def _slot(self, claimer: AsyncTransport[E]) -> None:
@@ -225,7 +202,33 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                 self._wake.set()
 
     async def _bury_undecodable(self, exc: EventDecodeError) -> None:
-        await _drive(self._burying(exc), self._settler)
+        delivery, reason = self._undecodable(exc)
+        assert self._settler is not None
+        try:
+            await self._settler.bury(exc.lease, reason)
+        except TransportError as failed:
+            self._buried(delivery, exc, failed)
+        else:
+            self._buried(delivery, exc, None)
+
+    async def _settle(
+        self,
+        item: Running[E],
+        settle: Settle,
+        error: BaseException | None,
+        transport: AsyncTransport[E] | None,
+    ) -> bool:
+        """`Worker._settle`, awaiting the call."""
+        call = self._settle_call(item, settle, error)
+        if call is None:
+            return False
+        assert transport is not None
+        name, args = call
+        try:
+            await getattr(transport, name)(*args)
+        except TransportError as failed:
+            return self._settle_done(item, settle, error, failed)
+        return self._settle_done(item, settle, error, None)
 
     async def _deliver(self, lease: Lease[E], sent: float, own: AsyncTransport[E]) -> None:
         """Run the handler; settle on ``own``, the handle that claimed (as `Worker`)."""
@@ -233,10 +236,12 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         assert settler is not None
         assert self._loop is not None
         delivery = Delivery.of(lease)
+        hooks = self._hooks
         task_box: list[asyncio.Task[object]] = []
 
+        # Not a reference to the context, which holds the keeper that holds this.
         def lost(error: LeaseLost) -> None:
-            self._hooks.lost(delivery, error)
+            hooks.lost(delivery, error)
             for task in task_box:
                 task.cancel()
 
@@ -246,44 +251,42 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             self.visibility,
             sent=sent,
             on_lost=lost,
-            on_renewed=self._hooks.renewal_of(delivery),
+            on_renewed=hooks.renewal_of(delivery),
         )
-        ctx = AsyncContext(self.worker_id, keeper, self._stopping)
-        item = _Running(keeper, ctx.cancel, delivery, lease.attempt, ctx.started)
-        self._hooks.started(delivery)
+        ctx = AsyncContext(self.worker_id, keeper, self._stopping, delivery)
+        hooks.started(delivery)
         if self._closing:  # claimed as the worker stopped: give it straight back
-            self._count_handed_back(await _drive(self._handing_back(item), own))
+            self._count_handed_back(await self._settle(ctx, HAND_BACK, None, own))
             return
         task: asyncio.Task[object] = self._loop.create_task(self._call(lease.event, ctx))
+        ctx._task = task
         task_box.append(task)
-        item.task = task
-        self._running[id(item)] = item
+        self._running[id(ctx)] = ctx
         keeper.start()
         try:
             done, _ = await asyncio.wait({task}, timeout=self.timeout)
             if not done:
-                if item.take():
+                if ctx._take():
                     ctx.cancel(Cancelled("timeout"))
                     task.cancel()
                     await asyncio.wait({task}, timeout=UNWIND)
                     error: BaseException | None = TimeoutError(
                         f"the handler ran past its timeout of {self.timeout:g}s"
                     )
-                    assert error is not None
-                    await _drive(self._ending(item, error), own)
+                    await self._settle(ctx, self._ending(ctx, error), error, own)
                 return
-            if not item.take():
+            if not ctx._take():
                 return
             if task.cancelled():
-                await _drive(self._losing(item), own)
+                await self._settle(ctx, LOST, None, own)
                 return
             error = task.exception()
             if error is not None and not isinstance(error, Exception):
                 raise error
-            await _drive(self._ending(item, error), own)
+            await self._settle(ctx, self._ending(ctx, error), error, own)
         finally:
             await keeper.close()
-            del self._running[id(item)]
+            del self._running[id(ctx)]
             if self._stopping.is_set() and self._wake is not None:
                 self._wake.set()
 

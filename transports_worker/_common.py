@@ -1,13 +1,13 @@
 """What both workers share: their options and checks, the worker id, the handles they
 open, and every decision: what a finished handler leads to, and how a delivery is
-settled and reported, as generators that yield the transport call to make (the sans-I/O
-shape of the backends), which each twin drives with its own kind of call. No I/O.
+settled and reported. A settle is one transport call at most: the decisions name it
+(`Runtime._settle_call`) and take its outcome (`Runtime._settle_done`), and each twin
+makes it with its own kind of call. No I/O.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
 import logging
 import math
@@ -16,9 +16,9 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Generic, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
 
 from transports_core import (
     Event,
@@ -30,6 +30,7 @@ from transports_core import (
 )
 from transports_core.backend import check_worker_id
 
+from ._context import Running
 from ._hooks import Delivery, Fanout, Hooks, LoggingHooks
 from ._outcomes import Bury, Cancelled, Outcome, Retry, RetryPolicy, failure_reason
 
@@ -55,8 +56,6 @@ OWN_WAIT: Final = 10.0  # the longest a claim on a handle of the worker's own wa
 CLAIM_BACKOFF: Final = (0.1, 5.0)
 # A transport call: the method's name and its arguments.
 Call = tuple[str, tuple[Any, ...]]
-# What a settle's transport call raised (a TransportError), or None once it returned.
-Flow = Generator[Call, "TransportError | None", bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,67 +149,13 @@ def describe_handler(handler: Callable[..., object]) -> str:
     return f"{module}:{name}" if module else name
 
 
-class _Keeper(Protocol):
-    """What the settling reads of a delivery's lease keeper (either twin's)."""
-
-    @property
-    def lease(self) -> Lease[Any]: ...
-
-    @property
-    def lost(self) -> bool: ...
-
-    def check(self) -> None: ...
-
-    def release(self) -> bool: ...
-
-
-@dataclass(eq=False, slots=True)
-class Running:
-    """One delivery in flight, in either worker."""
-
-    keeper: _Keeper
-    cancel: Callable[[Cancelled], None]  # its context's: the handler must stop
-    delivery: Delivery
-    attempt: int
-    started: float  # monotonic: its context's
-    # Held by whoever settles (or gives up on) the lease: a latch that is never released.
-    _once: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-
-    def take(self) -> bool:
-        """Claim the one right to settle this delivery."""
-        return self._once.acquire(blocking=False)
-
-    @property
-    def taken(self) -> bool:
-        return self._once.locked()
-
-
-def lost_error(keeper: _Keeper) -> BaseException | None:
-    """The `LeaseLost` a lost lease raises, or None."""
+def lost_error(item: Running[Any]) -> BaseException | None:
+    """The `LeaseLost` the delivery's lost lease raises, or None."""
     try:
-        keeper.check()
+        item._keeper.check()
     except LeaseLost as exc:
         return exc
     return None
-
-
-def settling(hooks: Fanout, item: Running, settle: Settle, error: BaseException | None) -> Flow:
-    """Carry out ``settle`` once the handler is done (or given up on), and report it;
-    return whether the transport took it."""
-    keeper = item.keeper
-    seconds = time.monotonic() - item.started
-    if keeper.lost or not keeper.release():
-        hooks.settled(item.delivery, "lost", seconds, error or lost_error(keeper))
-        return False
-    if settle.action != "none":
-        # LeaseLost: someone else settled it; anything else: the lease lapses and the
-        # message comes back. Either way this delivery is over without our settle.
-        failed = yield settle.call(keeper.lease)
-        if failed is not None:
-            hooks.settled(item.delivery, "lost", seconds, failed)
-            return False
-    hooks.settled(item.delivery, settle.outcome, seconds, error)
-    return settle.action != "none"
 
 
 @contextlib.contextmanager
@@ -292,7 +237,7 @@ class Runtime(Generic[E, S, H]):
         self._handed_lock = threading.Lock()  # the supervisor and the slots count
         # Deliveries in flight. Slots add and remove their own without a lock they share:
         # one that every slot takes for each delivery queues them behind each other.
-        self._running: dict[int, Running] = {}
+        self._running: dict[int, Running[Any]] = {}
         self._setup()
 
     def _setup(self) -> None:
@@ -340,26 +285,59 @@ class Runtime(Generic[E, S, H]):
             return []
         return [h for h in (*self._claimers, self._settler) if h is not None]
 
-    # -- decisions: each a flow that a twin's runner drives on a handle -------------
+    # -- decisions: a settle takes one transport call at most, which each twin's
+    # `_settle` makes with its own kind of call, between these two --------------------
 
-    def _ending(self, item: Running, error: BaseException | None) -> Flow:
-        """Settle a delivery whose handler returned (``error`` None) or raised."""
-        return settling(self._hooks, item, decide(error, item.attempt, self.retry), error)
+    def _ending(self, item: Running[Any], error: BaseException | None) -> Settle:
+        """The settle for a delivery whose handler returned (``error`` None) or raised."""
+        return decide(error, item.attempt, self.retry)
 
-    def _handing_back(self, item: Running) -> Flow:
-        return settling(self._hooks, item, HAND_BACK, None)
+    def _settle_call(
+        self, item: Running[Any], settle: Settle, error: BaseException | None
+    ) -> Call | None:
+        """Stop keeping the lease to carry out ``settle``: the transport call to make, or
+        None when there is none (the delivery is reported here: its lease was lost, or
+        ``settle`` sends nothing)."""
+        keeper = item._keeper
+        if keeper.lost or not keeper.release():
+            self._report(item, "lost", error or lost_error(item))
+            return None
+        if settle.action == "none":
+            self._report(item, settle.outcome, error)
+            return None
+        return settle.call(keeper.lease)
 
-    def _losing(self, item: Running) -> Flow:
-        """Report a delivery whose handler was stopped by its lost lease."""
-        return settling(self._hooks, item, LOST, None)
+    def _settle_done(
+        self,
+        item: Running[Any],
+        settle: Settle,
+        error: BaseException | None,
+        failed: TransportError | None,
+    ) -> bool:
+        """Report how ``settle``'s call went (``failed``: what it raised); True if the
+        transport took it. LeaseLost means someone else settled the message; any other
+        failure, that the lease lapses and the message comes back. Either way this
+        delivery is over without our settle."""
+        if failed is not None:
+            self._report(item, "lost", failed)
+            return False
+        self._report(item, settle.outcome, error)
+        return True
 
-    def _burying(self, exc: EventDecodeError) -> Flow:
-        """A message that no longer decodes is buried, and reported as a delivery."""
+    def _report(self, item: Running[Any], outcome: Outcome, error: BaseException | None) -> None:
+        self._hooks.settled(item._delivery, outcome, time.monotonic() - item.started, error)
+
+    def _undecodable(self, exc: EventDecodeError) -> tuple[Delivery, str]:
+        """A message that no longer decodes is buried, with this reason, and reported as
+        a delivery (started now, then `_buried`)."""
         delivery = Delivery.of(exc.lease)
         self._hooks.started(delivery)
-        failed = yield "bury", (exc.lease, failure_reason(exc))
+        return delivery, failure_reason(exc)
+
+    def _buried(
+        self, delivery: Delivery, exc: EventDecodeError, failed: TransportError | None
+    ) -> None:
         self._hooks.settled(delivery, "buried" if failed is None else "lost", 0.0, failed or exc)
-        return failed is None
 
     def _count_handed_back(self, handed: int) -> None:
         with self._handed_lock:

@@ -15,10 +15,11 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from transports_core import Lease
 
+from ._hooks import Delivery
 from ._keeper import AsyncLeaseKeeper, LeaseKeeper, Signal
 from ._outcomes import Cancelled
 
-__all__ = ["AsyncContext", "Context"]
+__all__ = ["AsyncContext", "Context", "Running"]
 
 E = TypeVar("E")
 E_co = TypeVar("E_co", covariant=True)
@@ -46,29 +47,51 @@ class _Keeper(Protocol[E_co]):
 
     def check(self) -> None: ...
 
+    def release(self) -> bool: ...
 
-class _Base(Generic[E]):
+
+class Running(Generic[E]):
+    """What both contexts share, and what the worker keeps of a delivery in flight: its
+    lease keeper, hooks' view (``_delivery``), start, and the one right to settle it
+    (`_take`), which the handler's end, its timeout and shutdown's hand-back race for.
+    (One object for both roles: a worker makes one per delivery.)"""
+
     # Slotted, as a worker makes one per delivery; "__dict__" keeps `logger` cached and
     # lets a handler's middleware hang its own attributes on the context.
     __slots__ = (
         "__dict__",
         "_cancelled",
+        "_delivery",
         "_first",
         "_keeper",
+        "_once",
         "_stopping",
         "attempt",
         "started",
         "worker_id",
     )
 
-    def __init__(self, worker_id: str, keeper: _Keeper[E], stopping: threading.Event) -> None:
+    def __init__(
+        self, worker_id: str, keeper: _Keeper[E], stopping: threading.Event, delivery: Delivery
+    ) -> None:
         self.worker_id = worker_id
         self._keeper = keeper
         self._stopping = stopping
+        self._delivery = delivery
         self._cancelled: Cancelled | None = None
-        self._first = keeper.lease
-        self.attempt = self._first.attempt
+        self._first = first = keeper.lease
+        self.attempt = first.attempt
         self.started = time.monotonic()
+        # Held by whoever settles (or gives up on) the lease: a latch, never released.
+        self._once = threading.Lock()
+
+    def _take(self) -> bool:
+        """Claim the one right to settle this delivery."""
+        return self._once.acquire(False)
+
+    @property
+    def _taken(self) -> bool:
+        return self._once.locked()
 
     @functools.cached_property
     def logger(self) -> DeliveryLog:
@@ -108,7 +131,7 @@ class _Base(Generic[E]):
         self._cancelled = why
 
 
-class Context(_Base[E]):
+class Context(Running[E]):
     """What a sync handler gets beside its event.
 
     ``lease`` is kept current as the lease keeper renews it. `check` and `sleep` raise
@@ -124,10 +147,12 @@ class Context(_Base[E]):
         worker_id: str,
         keeper: LeaseKeeper[E],
         stopping: threading.Event,
+        delivery: Delivery,
         interrupt: Signal,
     ) -> None:
-        super().__init__(worker_id, keeper, stopping)
+        super().__init__(worker_id, keeper, stopping, delivery)
         self._sync_keeper = keeper
+        # Set once the handler must stop: the worker sets it when the lease is lost.
         self._interrupt = interrupt
 
     def sleep(self, seconds: float) -> None:
@@ -147,17 +172,22 @@ class Context(_Base[E]):
         self._interrupt.set()
 
 
-class AsyncContext(_Base[E]):
+class AsyncContext(Running[E]):
     """What an async handler gets beside its event. Its task is cancelled at once when the
     lease is lost or the worker stops waiting, so `check` is only needed around code that
     catches `asyncio.CancelledError`."""
 
-    __slots__ = ()
+    __slots__ = ("_task",)
 
     def __init__(
-        self, worker_id: str, keeper: AsyncLeaseKeeper[E], stopping: threading.Event
+        self,
+        worker_id: str,
+        keeper: AsyncLeaseKeeper[E],
+        stopping: threading.Event,
+        delivery: Delivery,
     ) -> None:
-        super().__init__(worker_id, keeper, stopping)
+        super().__init__(worker_id, keeper, stopping, delivery)
+        self._task: asyncio.Task[object] | None = None  # the handler's, once started
 
     async def sleep(self, seconds: float) -> None:
         self.check()

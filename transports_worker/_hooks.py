@@ -20,6 +20,7 @@ from ._outcomes import Outcome
 __all__ = ["Delivery", "Hooks", "LoggingHooks"]
 
 LOGGER: Final = logging.getLogger("transports_worker")
+_new: Final = tuple.__new__
 
 
 class Delivery(NamedTuple):
@@ -34,7 +35,8 @@ class Delivery(NamedTuple):
 
     @classmethod
     def of(cls, lease: Lease[object]) -> Delivery:
-        return cls(lease.group_id, lease.seq, lease.attempt, lease.worker_id)
+        # tuple.__new__ directly: the named tuple's own __new__ is a Python function.
+        return _new(cls, (lease.group_id, lease.seq, lease.attempt, lease.worker_id))
 
 
 class Hooks:
@@ -114,6 +116,8 @@ class Fanout:
             )
             for event in self.EVENTS
         }
+        self._started = self._calls["started"]
+        self._settled = self._calls["settled"]
 
     def _each(self, event: str, *args: object) -> None:
         for call in self._calls[event]:
@@ -123,12 +127,14 @@ class Fanout:
                 LOGGER.exception("hook %r failed in %s", getattr(call, "__self__", call), event)
 
     def started(self, delivery: Delivery) -> None:
-        self._each("started", delivery)
+        if self._started:  # called for every delivery: skipped at once when none listens
+            self._each("started", delivery)
 
     def settled(
         self, delivery: Delivery, outcome: Outcome, seconds: float, error: BaseException | None
     ) -> None:
-        self._each("settled", delivery, outcome, seconds, error)
+        if self._settled:
+            self._each("settled", delivery, outcome, seconds, error)
 
     def renewed(self, delivery: Delivery) -> None:
         self._each("renewed", delivery)

@@ -61,8 +61,6 @@ def _margins(visibility: float) -> tuple[float, float]:
 
 
 def _check_visibility(visibility: object) -> float:
-    if type(visibility) is float and 0.0 < visibility < NEVER:  # as the worker passes it
-        return visibility
     if isinstance(visibility, bool) or not isinstance(visibility, (int, float)):
         raise TypeError(f"visibility must be a number of seconds, got {visibility!r}")
     if not 0 < visibility < float("inf"):
@@ -135,14 +133,13 @@ class Schedule:
             if due is not None and due < self._planned:
                 self._cond.notify()
 
-    def expect(self, due: float, soon: float) -> None:
-        """A job already on the schedule now falls due at ``due``: wake the thread only
-        if its next look could come too late, that is if ``due`` is before ``soon``
-        (`IDLE_WAKE` from now: the longest the thread sleeps without a notify)."""
-        if due < soon:
-            with self._cond:
-                if due < self._planned:
-                    self._cond.notify()
+    def expect(self, due: float) -> None:
+        """A job already on the schedule now falls due at ``due``: wake the thread if it
+        plans to look later than that. (Needed only for a ``due`` sooner than
+        `IDLE_WAKE` from now: the longest the thread sleeps without a notify.)"""
+        with self._cond:
+            if due < self._planned:
+                self._cond.notify()
 
     def discard(self, job: Job) -> None:
         with self._cond:
@@ -201,9 +198,11 @@ class Seat:
     def take(self, keeper: LeaseKeeper[Any]) -> None:
         self.keeper = keeper
         # A keeper just made is active: its dues are its plan, read without the checks.
+        # A schedule looks on its own within IDLE_WAKE: only a sooner due needs a wake.
         soon = time.monotonic() + IDLE_WAKE
-        self._renewals.expect(keeper._next, soon)
-        self._watchdog.expect(keeper.deadline, soon)
+        if keeper._next < soon or keeper.deadline < soon:
+            self._renewals.expect(keeper._next)
+            self._watchdog.expect(keeper.deadline)
 
     def _renew_due(self) -> float:
         keeper = self.keeper
@@ -265,7 +264,10 @@ class _Keeping(Generic[E, T]):
         on_lost: Callable[[LeaseLost], None] | None = None,
         on_renewed: Callable[[Lease[E]], None] | None = None,
     ) -> None:
-        self.visibility = _check_visibility(visibility)
+        if type(visibility) is not float or not 0.0 < visibility < NEVER:  # not as checked
+            visibility = _check_visibility(visibility)
+        self.visibility = visibility
+        self._margin, self._retry = _margins(visibility)
         self._transport = transport
         self._lease = lease
         self._on_lost = on_lost
@@ -275,7 +277,6 @@ class _Keeping(Generic[E, T]):
         self.renewals = 0
         # ``sent``: when the claim (or last extend) that granted ``lease`` was sent.
         self._confirmed = (time.monotonic() if sent is None else sent) + self.visibility
-        self._margin, self._retry = _margins(self.visibility)
         self._setup()
 
     def _setup(self) -> None:
@@ -292,9 +293,14 @@ class _Keeping(Generic[E, T]):
 
     @property
     def lost(self) -> bool:
-        if not self._lost.is_set() and not self._released and time.monotonic() >= self.deadline:
+        flag = self._lost
+        if (
+            not flag.is_set()
+            and not self._released
+            and time.monotonic() >= self._confirmed - self._margin  # the deadline
+        ):
             self._lose(None)
-        return self._lost.is_set()
+        return flag.is_set()
 
     @property
     def released(self) -> bool:
@@ -358,9 +364,11 @@ class LeaseKeeper(_Keeping[E, Transport[E]]):
 
     def release(self) -> bool:
         """Stop renewing. Returns False if the lease was already lost."""
-        with self._lock:
-            again, self._released = self._released, True
-            kept = not self._lost.is_set()
+        lock = self._lock  # acquire and release: half the cost of a with block
+        lock.acquire()
+        again, self._released = self._released, True
+        kept = not self._lost.is_set()
+        lock.release()
         if not again:
             for schedule, job in self._schedules:
                 schedule.discard(job)

@@ -29,15 +29,15 @@ from transports_core import (
 )
 
 from ._common import (
+    HAND_BACK,
     LOGGER,
     OWN_WAIT,
     Backoff,
-    Flow,
-    Running,
     Runtime,
+    Settle,
     logged,
 )
-from ._context import Context
+from ._context import Context, Running
 from ._hooks import Delivery
 from ._keeper import Job, LeaseKeeper, Schedule, Seat, Signal
 from ._outcomes import Cancelled
@@ -52,7 +52,10 @@ SHARED_WAIT: Final = 0.5
 
 @dataclass(eq=False)
 class _Slot(Generic[E]):
-    """A slot's claiming handle, and whether stopping may close it under a claim."""
+    """A slot's claiming handle, and whether stopping may close it under a claim.
+
+    The lock is taken three times a delivery: by `acquire` and `release`, which cost
+    half of a ``with`` block; nothing between them can raise."""
 
     handle: Transport[E]
     seat: Seat
@@ -62,38 +65,24 @@ class _Slot(Generic[E]):
 
     def begin_claim(self) -> bool:
         """Mark a claim as under way; False once stopping has closed the slot."""
-        with self.lock:
-            self.claiming = not self.closed
-            return self.claiming
+        self.lock.acquire()
+        claiming = self.claiming = not self.closed
+        self.lock.release()
+        return claiming
 
     def end_claim(self) -> bool:
         """Mark the claim as returned; True if the handle is still open."""
-        with self.lock:
-            self.claiming = False
-            return not self.closed
+        self.lock.acquire()
+        self.claiming = False
+        open_ = not self.closed
+        self.lock.release()
+        return open_
 
     def close(self) -> bool:
         """Close the slot to claims; True if a claim is under way (to be woken)."""
         with self.lock:
             self.closed = True
             return self.claiming
-
-
-def _drive(flow: Flow, transport: Transport[E] | None) -> bool:
-    """Run a settling flow's calls on ``transport``; return the flow's answer."""
-    assert transport is not None
-    failed: TransportError | None = None
-    try:
-        while True:
-            name, args = flow.send(failed)
-            try:
-                getattr(transport, name)(*args)
-                failed = None
-            except TransportError as exc:
-                failed = exc
-    except StopIteration as stop:
-        answer: bool = stop.value
-        return answer
 
 
 class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
@@ -240,12 +229,10 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                 pass
         handed = 0
         for item in tuple(self._running.copy().values()):
-            if not item.take():
+            if not item._take():
                 continue
             item.cancel(Cancelled("shutdown"))
-            if not _drive(self._handing_back(item), self._settler):
-                continue
-            handed += 1
+            handed += self._settle(item, HAND_BACK, None, self._settler)
         self._count_handed_back(handed)
 
     # -- claiming --------------------------------------------------------------------
@@ -296,7 +283,34 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             self._nudge()
 
     def _bury_undecodable(self, exc: EventDecodeError) -> None:
-        _drive(self._burying(exc), self._settler)
+        delivery, reason = self._undecodable(exc)
+        assert self._settler is not None
+        try:
+            self._settler.bury(exc.lease, reason)
+        except TransportError as failed:
+            self._buried(delivery, exc, failed)
+        else:
+            self._buried(delivery, exc, None)
+
+    def _settle(
+        self,
+        item: Running[E],
+        settle: Settle,
+        error: BaseException | None,
+        transport: Transport[E] | None,
+    ) -> bool:
+        """Carry out ``settle`` on ``transport`` and report it; True if the transport
+        took it."""
+        call = self._settle_call(item, settle, error)
+        if call is None:
+            return False
+        assert transport is not None
+        name, args = call
+        try:
+            getattr(transport, name)(*args)
+        except TransportError as failed:
+            return self._settle_done(item, settle, error, failed)
+        return self._settle_done(item, settle, error, None)
 
     # -- handling --------------------------------------------------------------------
 
@@ -304,11 +318,13 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         settler = self._settler
         assert settler is not None
         delivery = Delivery.of(lease)
+        hooks = self._hooks
         interrupt = Signal()
 
+        # Not a reference to the context, which holds the keeper that holds this.
         def lost(error: LeaseLost) -> None:
             interrupt.set()
-            self._hooks.lost(delivery, error)
+            hooks.lost(delivery, error)
 
         keeper = LeaseKeeper(
             settler,
@@ -316,38 +332,33 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             self.visibility,
             sent=sent,
             on_lost=lost,
-            on_renewed=self._hooks.renewal_of(delivery),
+            on_renewed=hooks.renewal_of(delivery),
         )
-        ctx = Context(self.worker_id, keeper, self._stopping, interrupt)
-        item = Running(keeper, ctx.cancel, delivery, lease.attempt, ctx.started)
-        limit: Job | None = None
-        self._hooks.started(delivery)
-        key = id(item)
+        ctx = Context(self.worker_id, keeper, self._stopping, delivery, interrupt)
+        hooks.started(delivery)
+        key = id(ctx)
         # Under the slot's own lock, which `_hand_back` passes through once it is closing:
         # so the hand-back sees this delivery, or this delivery sees that it is closing.
-        with slot.lock:
-            closing = self._closing
-            if not closing:
-                self._running[key] = item
+        slot.lock.acquire()
+        closing = self._closing
+        if not closing:
+            self._running[key] = ctx
+        slot.lock.release()
         if closing:  # claimed as the worker stopped: give it straight back
-            self._count_handed_back(_drive(self._handing_back(item), own))
+            self._count_handed_back(self._settle(ctx, HAND_BACK, None, own))
             return
+        limit: Job | None = None
         try:
             slot.seat.take(keeper)
             if self.timeout is not None:
-                timeout = self.timeout
-                limit = Job(
-                    lambda: None if item.taken else item.started + timeout,
-                    lambda: self._timed_out(item),
-                )
-                self._watchdog.add(limit)
-            error: BaseException | None = None
+                limit = self._limit(ctx, self.timeout)
+            error: Exception | None = None
             try:
                 self._handler(lease.event, ctx)
             except Exception as exc:
                 error = exc
-            if item.take():
-                _drive(self._ending(item, error), own)
+            if ctx._take():
+                self._settle(ctx, self._ending(ctx, error), error, own)
         finally:
             if not keeper.released:  # settling released it, unless it never got there
                 keeper.release()
@@ -357,15 +368,22 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             if self._stopping.is_set():
                 self._nudge()
 
-    def _timed_out(self, item: Running) -> None:
-        if not item.take():
+    def _limit(self, ctx: Context[E], timeout: float) -> Job:
+        """The watchdog's job that cancels the handler once ``timeout`` has passed."""
+        started = ctx.started
+        limit = Job(lambda: None if ctx._taken else started + timeout, lambda: self._timed_out(ctx))
+        self._watchdog.add(limit)
+        return limit
+
+    def _timed_out(self, item: Running[E]) -> None:
+        if not item._take():
             return
         item.cancel(Cancelled("timeout"))
         error = TimeoutError(f"the handler ran past its timeout of {self.timeout:g}s")
         # Settle off the watchdog thread, which other leases' deadlines depend on.
         threading.Thread(
-            target=_drive,
-            args=(self._ending(item, error), self._settler),
+            target=self._settle,
+            args=(item, self._ending(item, error), error, self._settler),
             name="worker-timeout",
             daemon=True,
         ).start()
