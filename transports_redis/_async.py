@@ -96,9 +96,12 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
 
     async def _connection(self, node: Node, pool: Any) -> Any:
         """The sync twin's, awaited."""
-        conn = self._reusable(node)
-        if conn is None:
+        reusable = self._reusable(node)
+        if reusable is None:
             return await pool.get_connection()
+        conn, check = reusable
+        if not check:
+            return conn
         # redis-py 8 renamed the check; older versions have only the first name.
         probe = getattr(conn, "can_read", None) or conn.can_read_destructive
         try:

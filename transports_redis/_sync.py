@@ -3,13 +3,14 @@ twins hold and decide alike.
 
 Each call sends one EVALSHA on a connection of its own and reads the reply, so threads
 share a transport and their calls run side by side on the server. The connection is one
-that an earlier call of this handle left idle, checked as the pool would check it (the
-server has not closed it, no stray reply waits on it), else one from the thread-safe
-pool, whose checkout costs several times more. An error reply goes to `_errors.recover`,
-which the runner drives: its steps are the only thing the twins do differently (one
-blocks, the other awaits). The pools are built with retries off: a script is never sent
-twice behind the caller's back. A waiting claim blocks in BLPOP on its floor's wake-up
-list and on this handle's close key, as `_ops.waiting` plans.
+that an earlier call of this handle left idle, else one from the thread-safe pool, whose
+checkout costs several times more. One idle for longer than `FRESH` is first checked as
+the pool would check it (the server has not closed it, no stray reply waits on it). An
+error reply goes to `_errors.recover`, which the runner drives: its steps are the only
+thing the twins do differently (one blocks, the other awaits). The pools are built with
+retries off: a script is never sent twice behind the caller's back. A waiting claim
+blocks in BLPOP on its floor's wake-up list and on this handle's close key, as
+`_ops.waiting` plans.
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ T = TypeVar("T")
 CLOCK_RECHECK = 0.02
 # The close key lives only long enough for a claim about to block to see it.
 CLOSE_KEY_MS = 5000
+# A connection idle for less than this many seconds is used without checking that the
+# server has not closed it. The server closes idle clients only after whole seconds (its
+# `timeout`); a restart or kill in that window fails the call as it would fail one under
+# way, and the next call reconnects. The check is a system call, which lets the other
+# threads take the interpreter lock: at every call, with many threads, they queue for it.
+FRESH = 0.05
 
 
 def pool_kwargs(options: RedisOptions, retry: Any = Retry) -> dict[str, Any]:
@@ -102,8 +109,9 @@ class Handle:
         # A unix socket is never redirected: its path stands in for the address.
         self._home: Node = (kwargs.get("host") or kwargs.get("path", ""), kwargs.get("port", 0))
         self._pools = {self._home: pool}
-        # Per node, the connections its pool lent that no call is using, newest last.
-        self._idle: dict[Node, list[Any]] = {self._home: []}
+        # Per node, the connections its pool lent that no call is using, newest last,
+        # each with the moment it went idle.
+        self._idle: dict[Node, list[tuple[Any, float]]] = {self._home: []}
         self._pid = os.getpid()
 
     @property
@@ -123,15 +131,17 @@ class Handle:
                 )
         return pool
 
-    def _reusable(self, node: Node) -> Any | None:
-        """A connection to ``node`` that an earlier call left idle, or None."""
+    def _reusable(self, node: Node) -> tuple[Any, bool] | None:
+        """A connection to ``node`` that an earlier call left idle, and whether it has
+        been idle long enough to be checked before use (see `FRESH`); or None."""
         if self._pid != os.getpid():  # forked: those are the parent's, left alone
             self._pid = os.getpid()
             self._idle = {known: [] for known in self._idle}
         try:
-            return self._idle[node].pop()
+            conn, since = self._idle[node].pop()
         except IndexError:
             return None
+        return conn, time.monotonic() - since >= FRESH
 
     def _keep(self, node: Node, conn: Any) -> bool:
         """Keep ``conn``, whose call went through, for the next call to ``node``; False if
@@ -139,10 +149,11 @@ class Handle:
         if self._closed:
             return False
         idle = self._idle[node]
-        idle.append(conn)
+        entry = (conn, time.monotonic())
+        idle.append(entry)
         if self._is_closed():  # close() may have emptied the list before this joined it
             with contextlib.suppress(ValueError):
-                idle.remove(conn)
+                idle.remove(entry)
                 return False
         return True
 
@@ -152,7 +163,7 @@ class Handle:
         for node, idle in list(self._idle.items()):
             while idle:
                 with contextlib.suppress(IndexError):  # another thread took it meanwhile
-                    dropped.append((node, idle.pop()))
+                    dropped.append((node, idle.pop()[0]))
         return dropped
 
     def _follow(self, node: Node) -> None:
@@ -263,9 +274,12 @@ class RedisTransport(Handle, TransportBase[E]):
     def _connection(self, node: Node, pool: Any) -> Any:
         """A connection to ``node`` ready to send: an idle one of this handle's, or the
         pool's (which connects it)."""
-        conn = self._reusable(node)
-        if conn is None:
+        reusable = self._reusable(node)
+        if reusable is None:
             return pool.get_connection()
+        conn, check = reusable
+        if not check:
+            return conn
         try:
             try:
                 # What the pool checks: data waiting means a reply nobody read, or that
