@@ -195,14 +195,16 @@ class Seat:
         renewals.add(Job(self._renew_due, self._renew))
         watchdog.add(Job(self._watch_due, self._watch))
 
-    def take(self, keeper: LeaseKeeper[Any]) -> None:
+    def take(self, keeper: LeaseKeeper[Any], now: float) -> None:
+        """Seat ``keeper``, made at ``now`` (monotonic)."""
         self.keeper = keeper
         # A keeper just made is active: its dues are its plan, read without the checks.
         # A schedule looks on its own within IDLE_WAKE: only a sooner due needs a wake.
-        soon = time.monotonic() + IDLE_WAKE
-        if keeper._next < soon or keeper.deadline < soon:
+        soon = now + IDLE_WAKE
+        deadline = keeper._confirmed - keeper._margin
+        if keeper._next < soon or deadline < soon:
             self._renewals.expect(keeper._next)
-            self._watchdog.expect(keeper.deadline)
+            self._watchdog.expect(deadline)
 
     def _renew_due(self) -> float:
         keeper = self.keeper

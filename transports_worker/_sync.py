@@ -349,7 +349,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             return
         limit: Job | None = None
         try:
-            slot.seat.take(keeper)
+            slot.seat.take(keeper, ctx.started)
             if self.timeout is not None:
                 limit = self._limit(ctx, self.timeout)
             error: Exception | None = None
