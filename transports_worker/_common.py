@@ -299,7 +299,7 @@ class Runtime(Generic[E, S, H]):
         None when there is none (the delivery is reported here: its lease was lost, or
         ``settle`` sends nothing)."""
         keeper = item._keeper
-        if keeper.lost or not keeper.release():
+        if not keeper.release():
             self._report(item, "lost", error or lost_error(item))
             return None
         if settle.action == "none":

@@ -124,17 +124,25 @@ class Fanout:
             try:
                 call(*args)
             except Exception:
-                LOGGER.exception("hook %r failed in %s", getattr(call, "__self__", call), event)
+                _failed(call, event)
+
+    # `started` and `settled` come with every delivery: their loops are written out.
 
     def started(self, delivery: Delivery) -> None:
-        if self._started:  # called for every delivery: skipped at once when none listens
-            self._each("started", delivery)
+        for call in self._started:
+            try:
+                call(delivery)
+            except Exception:
+                _failed(call, "started")
 
     def settled(
         self, delivery: Delivery, outcome: Outcome, seconds: float, error: BaseException | None
     ) -> None:
-        if self._settled:
-            self._each("settled", delivery, outcome, seconds, error)
+        for call in self._settled:
+            try:
+                call(delivery, outcome, seconds, error)
+            except Exception:
+                _failed(call, "settled")
 
     def renewed(self, delivery: Delivery) -> None:
         self._each("renewed", delivery)
@@ -147,3 +155,7 @@ class Fanout:
 
     def lost(self, delivery: Delivery, error: BaseException) -> None:
         self._each("lost", delivery, error)
+
+
+def _failed(call: Callable[..., None], event: str) -> None:
+    LOGGER.exception("hook %r failed in %s", getattr(call, "__self__", call), event)

@@ -295,14 +295,18 @@ class _Keeping(Generic[E, T]):
 
     @property
     def lost(self) -> bool:
-        flag = self._lost
+        self._lose_if_late()
+        return self._lost.is_set()
+
+    def _lose_if_late(self) -> None:
+        """Lose the lease once its deadline has passed without a renewal: whoever looks
+        first, the keeper's own watch or a reader, reports it."""
         if (
-            not flag.is_set()
-            and not self._released
+            not self._released
             and time.monotonic() >= self._confirmed - self._margin  # the deadline
+            and not self._lost.is_set()
         ):
             self._lose(None)
-        return flag.is_set()
 
     @property
     def released(self) -> bool:
@@ -365,7 +369,9 @@ class LeaseKeeper(_Keeping[E, Transport[E]]):
         return self._lost.is_set()
 
     def release(self) -> bool:
-        """Stop renewing. Returns False if the lease was already lost."""
+        """Stop renewing. Returns False if the lease was already lost (its deadline
+        passing without a renewal counts: it is lost then)."""
+        self._lose_if_late()
         lock = self._lock  # acquire and release: half the cost of a with block
         lock.acquire()
         again, self._released = self._released, True
@@ -486,7 +492,9 @@ class AsyncLeaseKeeper(_Keeping[E, AsyncTransport[E]]):
         self._task = asyncio.get_running_loop().create_task(self._keep())
 
     def release(self) -> bool:
-        """Stop renewing. Returns False if the lease was already lost."""
+        """Stop renewing. Returns False if the lease was already lost (its deadline
+        passing without a renewal counts: it is lost then)."""
+        self._lose_if_late()
         self._released = True
         self._wake.set()
         return not self._lost.is_set()
