@@ -1,5 +1,5 @@
-"""`python -m bench --quick` and `python -m bench.worker --quick` keep working: they exit 0
-and write every case and target.
+"""`python -m bench --quick`, `python -m bench.worker --quick` and `python -m
+bench.overhead --quick` keep working: they exit 0 and write every case and target.
 
 Timings are not checked here (speed is judged by the benchmark itself, never by tests)."""
 
@@ -84,3 +84,16 @@ def test_quick_worker_benchmark_reports_rates_and_costs_per_message(tmp_path: Pa
             assert cost["rate"] == pytest.approx(row[case])  # one round: its median
             assert cost["cpu_us"] > 0
     assert "per message: bare" in done.stdout
+
+
+def test_quick_overhead_benchmark_prints_both_loops_and_their_difference() -> None:
+    done = _run("bench.overhead", "--concurrency", "2")
+    costs = {}
+    for line in done.stdout.splitlines():
+        name, _, rest = line.partition(": ")
+        if name in ("bare", "runtime"):
+            costs[name] = float(rest.split()[0])
+    assert set(costs) == {"bare", "runtime"}
+    assert all(cost > 0 for cost in costs.values())
+    added = float(done.stdout.split("the runtime adds ")[1].split()[0])
+    assert added == pytest.approx(costs["runtime"] - costs["bare"], abs=0.01)
