@@ -18,13 +18,13 @@ import argparse
 import itertools
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import cast
 
 from transports_core import Event, Lease, Transport
-from transports_worker import Context, Delivery, Hooks, Outcome, Worker
+
+from .worker import draining
 
 EVENT = Event(n=1)
 
@@ -61,22 +61,6 @@ class Hollow:
         pass
 
 
-class _Settled(Hooks):
-    def __init__(self, total: int) -> None:
-        self.total, self.all = total, threading.Event()
-        self._count = itertools.count(1)
-
-    def settled(
-        self, delivery: Delivery, outcome: Outcome, seconds: float, error: BaseException | None
-    ) -> None:
-        if next(self._count) >= self.total:
-            self.all.set()
-
-
-def _noop(event: Event, ctx: Context[Event]) -> None:
-    pass
-
-
 def bare(total: int) -> float:
     """Seconds for the bare loop to drain ``total`` leases."""
     handle = Hollow(itertools.count(1), total)
@@ -89,28 +73,15 @@ def bare(total: int) -> float:
 def runtime(total: int, concurrency: int = 1) -> float:
     """Seconds for a `Worker` to settle ``total`` leases."""
     counter = itertools.count(1)
-    settled = _Settled(total)
 
     def hollow() -> Transport[Event]:
         # Only what a worker calls: the rest of the protocol is left out.
         return cast("Transport[Event]", Hollow(counter, total))
 
-    worker = Worker(
-        hollow,
-        _noop,
-        concurrency=concurrency,
-        handle_signals=False,
-        hooks=[settled],
-    )
-    thread = threading.Thread(target=worker.run, daemon=True)
-    began = time.perf_counter()
-    thread.start()
-    if not settled.all.wait(300):
-        raise RuntimeError("the worker did not settle every lease")
-    elapsed = time.perf_counter() - began
-    worker.stop()
-    thread.join()
-    return elapsed
+    with draining(hollow, total, concurrency) as run:
+        began = time.perf_counter()
+        run()
+        return time.perf_counter() - began
 
 
 def main(argv: list[str] | None = None) -> int:

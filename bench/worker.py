@@ -30,7 +30,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -127,15 +128,15 @@ def bare(url: str, n: int, concurrency: int) -> Drain:
     return drained
 
 
-def runtime(url: str, n: int, concurrency: int) -> Drain:
-    """``n`` messages drained by a `Worker` with a no-op handler."""
-    _fill(url, n)
+@contextmanager
+def draining(
+    source: Callable[[], Transport[Event]], n: int, concurrency: int
+) -> Iterator[Callable[[], None]]:
+    """A `Worker` with a no-op handler on handles from ``source``: the block gets the
+    call that starts it and returns once it has settled ``n`` messages (the part to
+    time); the worker is stopped when the block ends."""
     count = _Count(n)
-    # Opened before the clock starts, as the bare loop's handles are.
-    handles = [open_transport(url) for _ in range(concurrency + 1)]  # a claimer per slot
-    worker = Worker(
-        handles.pop, _noop, concurrency=concurrency, handle_signals=False, hooks=[count]
-    )
+    worker = Worker(source, _noop, concurrency=concurrency, handle_signals=False, hooks=[count])
     thread = threading.Thread(target=worker.run, daemon=True)
 
     def run() -> None:
@@ -143,10 +144,21 @@ def runtime(url: str, n: int, concurrency: int) -> Drain:
         if not count.all.wait(120):
             raise RuntimeError(f"the worker settled only {count.done} of {n}")
 
-    drained = Drain.timed(n, run)
-    worker.stop()
-    thread.join()
-    return drained
+    try:
+        yield run
+    finally:
+        worker.stop()
+        if thread.ident is not None:
+            thread.join()
+
+
+def runtime(url: str, n: int, concurrency: int) -> Drain:
+    """``n`` messages drained by a `Worker` with a no-op handler."""
+    _fill(url, n)
+    # Opened before the clock starts, as the bare loop's handles are.
+    handles = [open_transport(url) for _ in range(concurrency + 1)]  # a claimer per slot
+    with draining(handles.pop, n, concurrency) as run:
+        return Drain.timed(n, run)
 
 
 def main(argv: list[str] | None = None) -> int:
