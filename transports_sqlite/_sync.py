@@ -144,7 +144,12 @@ class Engine:
             return self._attempt(conn, op)  # the common case, kept free of bookkeeping
         except sqlite3.DatabaseError as exc:
             failed = exc
-        return self._retry(conn, op, failed, started)
+        try:
+            return self._retry(conn, op, failed, started)
+        finally:
+            # The error's traceback holds this frame, which would hold the error: a
+            # cycle left for the garbage collector at every contended transaction.
+            del failed
 
     def _retry(
         self,
@@ -171,6 +176,7 @@ class Engine:
                         failed = exc
                 raise failed
             finally:
+                del failed  # as in `_transaction`
                 if patient:
                     conn.execute(sql.busy_timeout(rests))
 
