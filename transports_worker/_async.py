@@ -222,10 +222,8 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         call = self._settle_call(item, settle, error)
         if call is None:
             return False
-        assert transport is not None
-        name, args = call
         try:
-            await getattr(transport, name)(*args)
+            await getattr(transport, call[0])(*call[1])
         except TransportError as failed:
             return self._settle_done(item, settle, error, failed)
         return self._settle_done(item, settle, error, None)

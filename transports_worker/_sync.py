@@ -304,10 +304,8 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         call = self._settle_call(item, settle, error)
         if call is None:
             return False
-        assert transport is not None
-        name, args = call
         try:
-            getattr(transport, name)(*args)
+            getattr(transport, call[0])(*call[1])
         except TransportError as failed:
             return self._settle_done(item, settle, error, failed)
         return self._settle_done(item, settle, error, None)
