@@ -100,8 +100,8 @@ def test_the_async_twin_replaces_a_closed_idle_connection_and_leaks_none() -> No
         raw.client_kill_filter(_type="normal", skipme=True)
         await asyncio.sleep(FRESH * 2)  # the loop reads the close meanwhile
         assert await transport.publish("g", Event(n=2)) == first + 1
-        # Calls cancelled at every point of their flight, checking a connection included,
-        # leave none open once the handle closes.
+        # Calls cancelled at every point of their flight leave no connection open once
+        # the handle closes.
         for delay in (0, 0.0001, 0.0003, 0.001, 0.002):
             call = asyncio.ensure_future(transport.publish("g", Event(n=3)))
             await asyncio.sleep(delay)
