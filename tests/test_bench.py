@@ -96,4 +96,6 @@ def test_quick_overhead_benchmark_prints_both_loops_and_their_difference() -> No
     assert set(costs) == {"bare", "runtime"}
     assert all(cost > 0 for cost in costs.values())
     added = float(done.stdout.split("the runtime adds ")[1].split()[0])
-    assert added == pytest.approx(costs["runtime"] - costs["bare"], abs=0.01)
+    # All three are printed to 0.01, each within 0.005 of its value: the printed
+    # difference and the difference of the printed two can be 0.015 apart.
+    assert added == pytest.approx(costs["runtime"] - costs["bare"], abs=0.0151)
