@@ -30,6 +30,7 @@ from ._common import (
     LOST,
     OWN_WAIT,
     Backoff,
+    Call,
     Runtime,
     Settle,
     logged,
@@ -44,6 +45,15 @@ __all__ = ["AsyncWorker"]
 E = TypeVar("E")
 # How long a cancelled handler may take to unwind before the worker stops waiting.
 UNWIND: Final = 1.0
+
+
+async def _make(call: Call, transport: AsyncTransport[E] | None) -> TransportError | None:
+    """`_sync._make`, awaiting the call."""
+    try:
+        await getattr(transport, call[0])(*call[1])
+    except TransportError as failed:
+        return failed
+    return None
 
 
 class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], Awaitable[object]]]):
@@ -202,14 +212,8 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                 self._wake.set()
 
     async def _bury_undecodable(self, exc: EventDecodeError) -> None:
-        delivery, reason = self._undecodable(exc)
-        assert self._settler is not None
-        try:
-            await self._settler.bury(exc.lease, reason)
-        except TransportError as failed:
-            self._buried(delivery, exc, failed)
-        else:
-            self._buried(delivery, exc, None)
+        delivery, call = self._undecodable(exc)
+        self._buried(delivery, exc, await _make(call, self._settler))
 
     async def _settle(
         self,
@@ -222,11 +226,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         call = self._settle_call(item, settle, error)
         if call is None:
             return False
-        try:
-            await getattr(transport, call[0])(*call[1])
-        except TransportError as failed:
-            return self._settle_done(item, settle, error, failed)
-        return self._settle_done(item, settle, error, None)
+        return self._settle_done(item, settle, error, await _make(call, transport))
 
     async def _deliver(self, lease: Lease[E], sent: float, own: AsyncTransport[E]) -> None:
         """Run the handler; settle on ``own``, the handle that claimed (as `Worker`)."""

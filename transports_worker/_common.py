@@ -327,12 +327,12 @@ class Runtime(Generic[E, S, H]):
     def _report(self, item: Running[Any], outcome: Outcome, error: BaseException | None) -> None:
         self._hooks.settled(item._delivery, outcome, time.monotonic() - item.started, error)
 
-    def _undecodable(self, exc: EventDecodeError) -> tuple[Delivery, str]:
-        """A message that no longer decodes is buried, with this reason, and reported as
-        a delivery (started now, then `_buried`)."""
+    def _undecodable(self, exc: EventDecodeError) -> tuple[Delivery, Call]:
+        """A message that no longer decodes is buried, by this call, and reported as a
+        delivery (started now, then `_buried`)."""
         delivery = Delivery.of(exc.lease)
         self._hooks.started(delivery)
-        return delivery, failure_reason(exc)
+        return delivery, ("bury", (exc.lease, failure_reason(exc)))
 
     def _buried(
         self, delivery: Delivery, exc: EventDecodeError, failed: TransportError | None

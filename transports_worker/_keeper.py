@@ -439,8 +439,7 @@ class LeaseKeeper(_Keeping[E, Transport[E]]):
 
     def watch(self) -> None:
         """Lose the lease once its deadline has passed without a renewal."""
-        if self._active() and time.monotonic() >= self.deadline:
-            self._lose(None)
+        self._lose_if_late()
 
 
 @contextlib.contextmanager

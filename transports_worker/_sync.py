@@ -33,6 +33,7 @@ from ._common import (
     LOGGER,
     OWN_WAIT,
     Backoff,
+    Call,
     Runtime,
     Settle,
     logged,
@@ -83,6 +84,16 @@ class _Slot(Generic[E]):
         with self.lock:
             self.closed = True
             return self.claiming
+
+
+def _make(call: Call, transport: Transport[E] | None) -> TransportError | None:
+    """Make a decision's transport ``call``: what it raised (a `TransportError`), or
+    None once it returned. The one place the worker's settles meet the transport."""
+    try:
+        getattr(transport, call[0])(*call[1])
+    except TransportError as failed:
+        return failed
+    return None
 
 
 class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
@@ -283,14 +294,8 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             self._nudge()
 
     def _bury_undecodable(self, exc: EventDecodeError) -> None:
-        delivery, reason = self._undecodable(exc)
-        assert self._settler is not None
-        try:
-            self._settler.bury(exc.lease, reason)
-        except TransportError as failed:
-            self._buried(delivery, exc, failed)
-        else:
-            self._buried(delivery, exc, None)
+        delivery, call = self._undecodable(exc)
+        self._buried(delivery, exc, _make(call, self._settler))
 
     def _settle(
         self,
@@ -304,11 +309,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         call = self._settle_call(item, settle, error)
         if call is None:
             return False
-        try:
-            getattr(transport, call[0])(*call[1])
-        except TransportError as failed:
-            return self._settle_done(item, settle, error, failed)
-        return self._settle_done(item, settle, error, None)
+        return self._settle_done(item, settle, error, _make(call, transport))
 
     # -- handling --------------------------------------------------------------------
 
