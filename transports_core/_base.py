@@ -26,6 +26,7 @@ from ._admin import DeadLetter, GroupInfo, HeldGroup, QueueStats
 from ._codec import EventCodec
 from ._errors import LeaseLost
 from ._models import Lease
+from ._seam import Operation
 from ._validate import check_lease, check_priority, check_visibility, check_worker_id
 
 try:
@@ -37,7 +38,6 @@ __all__ = [
     "AsyncClosing",
     "AsyncTransportBase",
     "Closing",
-    "Operation",
     "Operations",
     "Claiming",
     "ReuseLast",
@@ -50,21 +50,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Operation(Generic[T]):
-    """The root type of a backend's operations: one call, its arguments already checked,
-    that the backend's runner turns into a value of type ``T`` (or an error).
-
-    It has no members: what a runner asks of an operation (statements and their rows, a
-    script and its reply) is the backend's to define, on a subclass of its own. The type
-    parameter is what this class is for: it ties each builder of `Operations` to the
-    value that ``_run`` returns for its operation. Slotted and empty, so it costs nothing
-    to build.
-    """
-
-    __slots__ = ()
-
-
-class Claiming(Operation[T]):
+class Claiming(Operation[Any, Any, T]):
     """The root of a claim's operation: ``worker_id``, ``visibility`` and ``min_priority``
     checked when it is built (so a worker's bad arguments never reach the store, and a
     kept operation, see `ReuseLast`, is checked once), and the transport's dead-letter
@@ -89,7 +75,7 @@ class Claiming(Operation[T]):
         self.on_dead = on_dead
 
 
-class Settle(Operation[T]):
+class Settle(Operation[Any, Any, T]):
     """An operation on a held lease (ack, nack, extend, bury): it checks ``lease`` when
     built (`check_lease`), and its reply says whether the lease was still current.
 
@@ -126,33 +112,35 @@ class Operations(Protocol):
 
     def Publish(
         self, codec: EventCodec[Any], group_id: str, event: object, priority: int, /
-    ) -> Operation[int]: ...
+    ) -> Operation[Any, Any, int]: ...
 
     def PublishMany(
         self, codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]], /
-    ) -> Operation[list[int]]: ...
+    ) -> Operation[Any, Any, list[int]]: ...
 
-    def Ack(self, lease: Lease[Any], /) -> Operation[None]: ...
+    def Ack(self, lease: Lease[Any], /) -> Operation[Any, Any, None]: ...
 
-    def Nack(self, lease: Lease[Any], delay: float, /) -> Operation[None]: ...
+    def Nack(self, lease: Lease[Any], delay: float, /) -> Operation[Any, Any, None]: ...
 
-    def Extend(self, lease: Lease[T], visibility: float, /) -> Operation[Lease[T]]: ...
+    def Extend(self, lease: Lease[T], visibility: float, /) -> Operation[Any, Any, Lease[T]]: ...
 
-    def Bury(self, lease: Lease[Any], reason: str, on_dead: str, /) -> Operation[None]: ...
+    def Bury(
+        self, lease: Lease[Any], reason: str, on_dead: str, /
+    ) -> Operation[Any, Any, None]: ...
 
-    def Stats(self) -> Operation[QueueStats]: ...
+    def Stats(self) -> Operation[Any, Any, QueueStats]: ...
 
-    def Groups(self, limit: int, /) -> Operation[list[GroupInfo]]: ...
+    def Groups(self, limit: int, /) -> Operation[Any, Any, list[GroupInfo]]: ...
 
-    def DeadLetters(self, limit: int | None, /) -> Operation[list[DeadLetter]]: ...
+    def DeadLetters(self, limit: int | None, /) -> Operation[Any, Any, list[DeadLetter]]: ...
 
-    def HeldGroups(self) -> Operation[list[HeldGroup]]: ...
+    def HeldGroups(self) -> Operation[Any, Any, list[HeldGroup]]: ...
 
-    def Requeue(self, seq: int, /) -> Operation[bool]: ...
+    def Requeue(self, seq: int, /) -> Operation[Any, Any, bool]: ...
 
-    def Discard(self, seq: int, /) -> Operation[bool]: ...
+    def Discard(self, seq: int, /) -> Operation[Any, Any, bool]: ...
 
-    def PurgeGroup(self, group_id: str, /) -> Operation[int]: ...
+    def PurgeGroup(self, group_id: str, /) -> Operation[Any, Any, int]: ...
 
 
 class ReuseLast(Generic[P, T]):
@@ -241,7 +229,7 @@ class TransportBase(Closing, Generic[E]):
     _codec: EventCodec[E]
     _on_dead: str
 
-    def _run(self, op: Operation[T]) -> T:
+    def _run(self, op: Operation[Any, Any, T]) -> T:
         """Run ``op`` in one transaction (or one script call) and return its value."""
         raise NotImplementedError
 
@@ -294,7 +282,7 @@ class AsyncTransportBase(AsyncClosing, Generic[E]):
     _codec: EventCodec[E]
     _on_dead: str
 
-    async def _run(self, op: Operation[T]) -> T:
+    async def _run(self, op: Operation[Any, Any, T]) -> T:
         """Run ``op`` in one transaction (or one script call) and return its value."""
         raise NotImplementedError
 

@@ -9,6 +9,11 @@ without breaking anyone. It holds:
 * options: `OptionTable`, a backend's typed whitelist (an option from the URL's query or
   a keyword, once; unknown names refused, the known ones listed), `check_clock` and
   `seconds_option`;
+* the operation shape and its drivers (`Operation`, `More`/`MORE`, `drive`,
+  `drive_async`): a backend writes its calls as sans-I/O operations and core runs them;
+  the wait plan of a blocking claim (`wait_plan`, `WaitState`, `LOOK`, `CLAIM`,
+  `Backoff`, driven by `wait_for`/`wait_for_async`); `GiveBack`, the rule for a
+  cancelled async claim;
 * the transport classes' common part: `TransportBase` and `AsyncTransportBase` implement
   every method but ``claim`` and ``close`` over a backend's `Operations` (its builders of
   `Operation` objects) and its runner, and `Closing`/`AsyncClosing` the context-manager
@@ -42,7 +47,6 @@ from ._base import (
     AsyncTransportBase,
     Claiming,
     Closing,
-    Operation,
     Operations,
     ReuseLast,
     Settle,
@@ -51,6 +55,24 @@ from ._base import (
 from ._codec import Claimed, EventCodec
 from ._options import OptionTable, build_backend, check_clock, seconds_option
 from ._registry import ENTRY_POINT_GROUP, Backend, redact_url, register_backend
+from ._seam import (
+    AFTER_DUE,
+    CLAIM,
+    LOOK,
+    MORE,
+    Backoff,
+    GiveBack,
+    More,
+    Operation,
+    Steps,
+    WaitState,
+    WaitStep,
+    drive,
+    drive_async,
+    wait_for,
+    wait_for_async,
+    wait_plan,
+)
 from ._validate import (
     MAX_PRIORITY,
     MAX_REASON,
@@ -73,24 +95,34 @@ from ._validate import (
 )
 
 __all__ = [
+    "AFTER_DUE",
+    "CLAIM",
     "ENTRY_POINT_GROUP",
+    "LOOK",
     "MAX_PRIORITY",
     "MAX_REASON",
+    "MORE",
     "ON_DEAD_CHOICES",
     "RESERVED_PREFIX",
     "AsyncClosing",
     "AsyncTransportBase",
     "Backend",
+    "Backoff",
     "Claimed",
     "Claiming",
     "Closing",
     "EventCodec",
+    "GiveBack",
+    "More",
     "Operation",
     "Operations",
     "OptionTable",
     "ReuseLast",
     "Settle",
+    "Steps",
     "TransportBase",
+    "WaitState",
+    "WaitStep",
     "build_backend",
     "buried_reason",
     "check_clock",
@@ -109,6 +141,8 @@ __all__ = [
     "check_wait",
     "check_worker_id",
     "dead_letter",
+    "drive",
+    "drive_async",
     "exhausted_reason",
     "group_info",
     "held_group",
@@ -116,4 +150,7 @@ __all__ = [
     "redact_url",
     "register_backend",
     "seconds_option",
+    "wait_for",
+    "wait_for_async",
+    "wait_plan",
 ]
