@@ -327,14 +327,15 @@ class GiveBack(Generic[C]):
     `claim` awaits the store's call shielded from the caller's cancellation; if the
     caller is cancelled meanwhile, the call still finishes, and whatever it leased goes
     to ``give_back`` (the backend's operation that undoes a claim) in a task of its own.
-    `drain` waits for those tasks, so that closing a transport does not cut one short.
+    `drain` waits for those calls and tasks, so that closing a transport does not cut
+    one short.
     """
 
     __slots__ = ("_give_back", "_giving")
 
     def __init__(self, give_back: Callable[[C], Awaitable[object]]) -> None:
         self._give_back = give_back
-        self._giving: set[asyncio.Future[object]] = set()
+        self._giving: set[asyncio.Future[Any]] = set()
 
     async def claim(self, call: Awaitable[C | None]) -> C | None:
         """The value of ``call``; if cancelled meanwhile, give back what it leased."""
@@ -342,10 +343,13 @@ class GiveBack(Generic[C]):
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
+            # Still under way, or just done: either way `drain` waits for it.
+            self._giving.add(future)
             future.add_done_callback(self._after_cancel)
             raise
 
     def _after_cancel(self, future: asyncio.Future[C | None]) -> None:
+        self._given(future)
         if future.cancelled() or future.exception() is not None:
             return
         claimed = future.result()
@@ -355,12 +359,12 @@ class GiveBack(Generic[C]):
         self._giving.add(task)
         task.add_done_callback(self._given)
 
-    def _given(self, task: asyncio.Future[object]) -> None:
+    def _given(self, task: asyncio.Future[Any]) -> None:
         self._giving.discard(task)
         if not task.cancelled():
             task.exception()  # retrieved: a failed give-back leaves the lease to lapse
 
     async def drain(self) -> None:
-        """Wait for the give-backs under way."""
+        """Wait for the cancelled claims still under way, and for their give-backs."""
         while self._giving:
             await asyncio.wait(tuple(self._giving))

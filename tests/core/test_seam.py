@@ -309,3 +309,25 @@ def test_a_claim_cancelled_after_its_value_arrived_gives_it_back() -> None:
 
     asyncio.run(main())
     assert given == ["leased"]
+
+
+def test_drain_waits_for_a_cancelled_claim_still_under_way_and_its_give_back() -> None:
+    given: list[str] = []
+
+    async def give_back(value: str) -> None:
+        given.append(value)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        back: GiveBack[str] = GiveBack(give_back)
+        store: asyncio.Future[str | None] = loop.create_future()
+        task = asyncio.ensure_future(back.claim(store))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        loop.call_later(0.01, store.set_result, "leased")
+        await back.drain()  # returns only once the store answered and it was given back
+        assert given == ["leased"]
+
+    asyncio.run(main())
