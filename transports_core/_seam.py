@@ -320,22 +320,24 @@ async def wait_for_async(
 
 class GiveBack(Generic[C]):
     """The one rule for an async claim whose task is cancelled: when the store leased a
-    message anyway, that message is given back at once, its delivery uncounted, so that
-    it is claimable again immediately and its next delivery carries the same attempt
-    number. Nothing leased is ever left to lapse with nobody holding it.
+    message anyway, that message is given back, its delivery uncounted, before the
+    cancellation reaches the caller. Once the cancelled task has ended, the message is
+    claimable again at once and its next delivery carries the same attempt number.
+    Nothing leased is ever left to lapse with nobody holding it.
 
-    `claim` awaits the store's call shielded from the caller's cancellation; if the
-    caller is cancelled meanwhile, the call still finishes, and whatever it leased goes
-    to ``give_back`` (the backend's operation that undoes a claim) in a task of its own.
-    `drain` waits for those calls and tasks, so that closing a transport does not cut
-    one short.
+    `claim` awaits the store's call shielded from the caller's cancellation. If the
+    caller is cancelled meanwhile, the call still finishes, whatever it leased goes to
+    ``give_back`` (the backend's operation that undoes a claim), and the cancellation is
+    raised once that is done. A second cancellation stops the waiting, not the give-back,
+    which goes on in its own task; `drain` waits for those, so that closing a transport
+    does not cut one short.
     """
 
     __slots__ = ("_give_back", "_giving")
 
     def __init__(self, give_back: Callable[[C], Awaitable[object]]) -> None:
         self._give_back = give_back
-        self._giving: set[asyncio.Future[Any]] = set()
+        self._giving: set[asyncio.Future[None]] = set()
 
     async def claim(self, call: Awaitable[C | None]) -> C | None:
         """The value of ``call``; if cancelled meanwhile, give back what it leased."""
@@ -343,28 +345,23 @@ class GiveBack(Generic[C]):
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            # Still under way, or just done: either way `drain` waits for it.
-            self._giving.add(future)
-            future.add_done_callback(self._after_cancel)
+            back = asyncio.ensure_future(self._undo(future))
+            self._giving.add(back)
+            back.add_done_callback(self._giving.discard)
+            await asyncio.wait((back,))  # never raises what the give-back raised
             raise
 
-    def _after_cancel(self, future: asyncio.Future[C | None]) -> None:
-        self._given(future)
-        if future.cancelled() or future.exception() is not None:
+    async def _undo(self, future: asyncio.Future[C | None]) -> None:
+        try:
+            claimed = await future
+            if claimed is not None:
+                await self._give_back(claimed)
+        except Exception:
+            # A call that failed leased nothing anyone can name; a give-back that failed
+            # leaves the lease to lapse, as a crashed worker's would.
             return
-        claimed = future.result()
-        if claimed is None:
-            return
-        task: asyncio.Future[object] = asyncio.ensure_future(self._give_back(claimed))
-        self._giving.add(task)
-        task.add_done_callback(self._given)
-
-    def _given(self, task: asyncio.Future[Any]) -> None:
-        self._giving.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: a failed give-back leaves the lease to lapse
 
     async def drain(self) -> None:
-        """Wait for the cancelled claims still under way, and for their give-backs."""
+        """Wait for the give-backs still under way."""
         while self._giving:
             await asyncio.wait(tuple(self._giving))

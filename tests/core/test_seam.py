@@ -263,7 +263,7 @@ def test_a_claim_not_cancelled_gives_nothing_back() -> None:
 
 
 @pytest.mark.parametrize("leased", ["leased", None])
-def test_a_cancelled_claim_still_finishes_and_gives_back_what_it_leased(
+def test_a_cancelled_claim_ends_only_once_what_it_leased_is_given_back(
     leased: str | None,
 ) -> None:
     given: list[str] = []
@@ -273,20 +273,19 @@ def test_a_cancelled_claim_still_finishes_and_gives_back_what_it_leased(
         given.append(value)
 
     async def main() -> None:
+        loop = asyncio.get_running_loop()
         back: GiveBack[str] = GiveBack(give_back)
-        store: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        store: asyncio.Future[str | None] = loop.create_future()
         task = asyncio.ensure_future(back.claim(store))
         await asyncio.sleep(0)
         task.cancel()
+        loop.call_later(0.01, store.set_result, leased)
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert given == []  # the store has not answered yet
-        store.set_result(leased)
-        await asyncio.sleep(0)
-        await back.drain()
+        assert store.done()  # the cancellation waited for the store's answer...
+        assert given == ([] if leased is None else ["leased"])  # ...and the give-back
 
     asyncio.run(main())
-    assert given == ([] if leased is None else ["leased"])
 
 
 def test_a_claim_cancelled_after_its_value_arrived_gives_it_back() -> None:
@@ -304,17 +303,16 @@ def test_a_claim_cancelled_after_its_value_arrived_gives_it_back() -> None:
         task.cancel()  # ...when it is cancelled
         with pytest.raises(asyncio.CancelledError):
             await task
-        await asyncio.sleep(0)
-        await back.drain()
+        assert given == ["leased"]
 
     asyncio.run(main())
-    assert given == ["leased"]
 
 
-def test_drain_waits_for_a_cancelled_claim_still_under_way_and_its_give_back() -> None:
+def test_a_second_cancellation_leaves_the_give_back_to_drain() -> None:
     given: list[str] = []
 
     async def give_back(value: str) -> None:
+        await asyncio.sleep(0.01)
         given.append(value)
 
     async def main() -> None:
@@ -324,10 +322,31 @@ def test_drain_waits_for_a_cancelled_claim_still_under_way_and_its_give_back() -
         task = asyncio.ensure_future(back.claim(store))
         await asyncio.sleep(0)
         task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()  # the caller gives up waiting for the give-back
         with pytest.raises(asyncio.CancelledError):
             await task
+        assert given == []
         loop.call_later(0.01, store.set_result, "leased")
         await back.drain()  # returns only once the store answered and it was given back
         assert given == ["leased"]
+
+    asyncio.run(main())
+
+
+def test_a_failed_give_back_does_not_replace_the_cancellation() -> None:
+    async def give_back(value: str) -> None:
+        raise OSError("the store went away")
+
+    async def main() -> None:
+        back: GiveBack[str] = GiveBack(give_back)
+        store: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(back.claim(store))
+        await asyncio.sleep(0)
+        store.set_result("leased")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await back.drain()
 
     asyncio.run(main())
