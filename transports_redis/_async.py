@@ -2,17 +2,19 @@
 
 The sync twin's runner, awaited, over the same `Handle`: one EVALSHA per call, on an idle
 connection of the handle's or one from the pool, retries off, error replies through
-`_errors.recover`. It connects on first use, or at ``async with`` (the maxmemory-policy
-check runs then). A claim that is cancelled while its script may have leased waits for
-the reply in the background and gives such a lease back, so no lease is left that nobody
-holds.
+`_errors.Recover`, operations run by core's `drive_async` and a claim that waits by
+`wait_for_async`. It connects on first use, or at ``async with`` (the maxmemory-policy
+check runs then). A claim cancelled while its script may have leased follows core's
+`GiveBack`: the reply is awaited in the background and a lease in it is given back
+with `_ops.Unclaim`, so no lease is left that nobody holds, and its delivery is not
+counted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Generator, Iterable
+from collections.abc import Awaitable, Iterable
 from functools import partial
 from typing import Any, TypeVar
 
@@ -21,10 +23,19 @@ import redis.exceptions as rex
 from redis.asyncio.retry import Retry
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import AsyncTransportBase, Claimed, check_wait
+from transports_core.backend import (
+    AsyncTransportBase,
+    Claimed,
+    GiveBack,
+    Operation,
+    WaitState,
+    check_wait,
+    drive_async,
+    wait_for_async,
+)
 
 from . import _ops as ops
-from ._errors import Exchange, Node, connecting, redis_errors, woken
+from ._errors import Exchange, Node, connecting, redis_errors
 from ._sync import CLOSE_KEY_MS, Handle, pool_kwargs
 from ._url import RedisOptions
 
@@ -46,8 +57,7 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
         pool = aredis.ConnectionPool.from_url(options.server, **pool_kwargs(options, Retry))
         self._setup(options, event_type, pool)
         self._checked = False
-        # Claims cancelled mid-script, whose leases are being given back.
-        self._giving_back: set[asyncio.Task[None]] = set()
+        self._give_back: GiveBack[Claimed | ops.Idle] = GiveBack(self._unclaim)
 
     async def _open(self) -> None:
         self._check_server(await self._command("INFO", "memory", check=False), stacklevel=4)
@@ -118,93 +128,86 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
             raise
         return conn
 
-    @staticmethod
-    async def _drive(
-        plan: Generator[Any, Any, T], reply: Any, io: Callable[[Any], Awaitable[Any]]
-    ) -> T:
-        """Send ``plan`` ``reply``, then what ``io`` makes of each step, to its end."""
-        try:
-            while True:
-                reply = await io(plan.send(reply))
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
-
     async def _send(
         self, call: bytes, source: str | None, writes: bool, name: str, timeout: float = 0
     ) -> Any:
         reply = await self._exchange(Exchange([call]), writes, name, timeout)
         if isinstance(reply, rex.ResponseError):
             io = partial(self._exchange, writes=writes, name=name, timeout=timeout)
-            reply = await self._drive(self._recover(reply, call, source, name), reply, io)
+            reply = await drive_async(self._recover(reply, call, source, name), None, io)
         return reply
+
+    async def _execute(self, call: ops.Call) -> Any:
+        """Send one step of an operation: its script, as one EVALSHA."""
+        script, args = call
+        return await self._send(
+            self._packer.evalsha(script, args), script.source, script.writes, script.name
+        )
 
     async def _command(self, *args: Any, writes: bool = False, check: bool = True) -> Any:
         if check and not self._checked:
             await self._open()
         return await self._send(ops.command(*args), None, writes, str(args[0]).lower())
 
-    # Narrower than the base's: it only ever gets the operations of its own `_ops`.
-    async def _run(self, op: ops.Op[T]) -> T:  # type: ignore[override]
+    async def _run(self, op: Operation[ops.Call, Any, T]) -> T:
         self._refuse_if_closed()
         return await self._perform(op)
 
-    async def _perform(self, op: ops.Op[T]) -> T:
+    async def _perform(self, op: Operation[ops.Call, Any, T]) -> T:
         """Run ``op`` even if the handle closes meanwhile: the call began before close."""
         if not self._checked:
             await self._open()
-        script = op.script
-        got = op.result(await self._send(self._call(op), script.source, op.writes, script.name))
-        while got is ops.MORE:  # an admin call in chunks: one script each
-            call = self._call(op)
-            got = op.result(await self._send(call, script.source, op.writes, script.name))
-        return got
+        return await drive_async(op, self._now(), self._execute)
 
-    async def _claim_once(self, op: ops.Claim) -> Claimed | ops.Idle:
+    async def _claim_once(self, op: ops.Claim) -> Claimed | ops.Idle | None:
+        """The claim's one script, under `GiveBack` (never None, but for its type)."""
         # Checked here, not in the task: a claim that began before close() finishes as
         # any other call in flight does, though its task first runs after close.
         self._refuse_if_closed()
-        task = asyncio.ensure_future(self._perform(op))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            task.add_done_callback(self._give_back)
-            raise
+        call: Awaitable[Claimed | ops.Idle] = self._perform(op)
+        return await self._give_back.claim(call)
 
-    def _give_back(self, task: asyncio.Future[Claimed | ops.Idle]) -> None:
-        if task.cancelled() or task.exception() is not None:
-            return
-        got = task.result()
+    async def _unclaim(self, got: Claimed | ops.Idle) -> None:
+        """`GiveBack`'s undoing of a claim whose task was cancelled."""
         if isinstance(got, Claimed):
-            lease = Lease(got.seq, got.group_id, got.raw, got.worker_id, got.attempt, 0.0)
-            back = asyncio.ensure_future(self._perform(ops.Nack(lease, 0)))
-            self._giving_back.add(back)
-            back.add_done_callback(self._given_back)
+            await self._perform(ops.Unclaim(got))
 
-    def _given_back(self, task: asyncio.Task[None]) -> None:
-        self._giving_back.discard(task)
-        if not task.cancelled():
-            task.exception()  # a lease that could not be given back lapses by itself
-
-    async def _look(self, op: ops.Claim, timeout: float) -> Claimed | ops.Idle | None:
-        """Wait for a wake-up token (or this handle's close) for at most ``timeout``, then
-        claim again; None once the handle is closed."""
+    async def _wait(self, op: ops.Claim, idle: ops.Idle, wait: float) -> Claimed | None:
+        """The sync twin's, awaited."""
         if self._closed:
             return None
         self._waiting += 1
+        plan, waiter = self._waiter(op, idle, wait)
         try:
-            blpop, read_timeout = self._wake(op.floor, timeout)
-            reply = await self._exchange(blpop, False, "blpop", read_timeout)
-            woken(reply, self._options.redacted)
-            return await self._claim_once(op)
+            return await wait_for_async(
+                plan,
+                partial(self._look, waiter),
+                partial(self._claim_again, waiter),
+                partial(self._sleep, waiter),
+                self._is_closed,
+            )
         except Exception:
-            # close() shuts the socket under a blocked read, and redis-py may then fail
-            # with any error (a closed file, say): once closed, that is the wake-up.
-            if not self._is_closed():
+            if not self._is_closed():  # see the sync twin's
                 raise
             return None
         finally:
             self._waiting -= 1
+
+    @staticmethod
+    async def _look(waiter: ops.Waiter) -> WaitState:
+        return waiter.look()
+
+    async def _claim_again(self, waiter: ops.Waiter) -> Claimed | None:
+        op = waiter.claim()
+        if op is None:
+            return None
+        got = await self._claim_once(op)
+        return waiter.found(got, self._wait_clock()())
+
+    async def _sleep(self, waiter: ops.Waiter, timeout: float) -> bool:
+        blpop, read_timeout = self._blpop(waiter, timeout)
+        reply = await self._exchange(blpop, False, "blpop", read_timeout)
+        return self._woke(waiter, reply, timeout)
 
     # -- the contract ----------------------------------------------------------------
 
@@ -219,9 +222,12 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
         wait = check_wait(wait)
         op = self._claim_op(worker_id, visibility, min_priority)
         got = await self._claim_once(op)
-        if isinstance(got, ops.Idle) and wait > 0:
-            got = await self._drive(self._waiting_plan(wait), got, partial(self._look, op.woken()))
-        return got.lease(self._codec) if isinstance(got, Claimed) else None
+        if isinstance(got, Claimed):
+            return got.lease(self._codec)
+        if got is None or wait <= 0:
+            return None
+        claimed = await self._wait(op, got, wait)
+        return None if claimed is None else claimed.lease(self._codec)
 
     async def check(self) -> list[str]:
         """The broken invariants of the queue's structures (empty: sound); read-only."""
@@ -235,14 +241,15 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
         self._closed = True
         if self._waiting:
             try:
-                await self._command("RPUSH", self._close_key, "1", writes=True, check=False)
+                await self._command(
+                    "RPUSH", self._close_key, *["1"] * self._waiting, writes=True, check=False
+                )
                 await self._command(
                     "PEXPIRE", self._close_key, CLOSE_KEY_MS, writes=True, check=False
                 )
             except TransportError:
                 pass
-        if self._giving_back:
-            await asyncio.gather(*self._giving_back, return_exceptions=True)
+        await self._give_back.drain()
         # Calls in flight finish on their connections (a blocked claim was woken above)
         # and drop them as they end.
         for node, conn in self._drop_idle():

@@ -1,6 +1,6 @@
 """What both runners do with what goes wrong: redis-py's connection errors become
 `TransportError`s that name the server (never its password), and an error reply either
-becomes one too or is worked around by `recover`, one plan both runners drive.
+becomes one too or is worked around by `Recover`, an operation both runners hand to core.
 
     redis.ConnectionError / TimeoutError while connecting   -> TransportError (nothing sent)
     redis.ConnectionError / TimeoutError once a write was sent
@@ -27,13 +27,14 @@ raises the same ones).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import redis.exceptions as rex
 
 from transports_core import OutcomeUnknown, TransportError
+from transports_core.backend import Operation, Steps
 
 from ._ops import command
 
@@ -118,71 +119,89 @@ def _node(rest: str, current: Node) -> Node:
     return (host or current[0], int(port))
 
 
-def recover(
-    call: bytes,
-    source: str | None,
-    home: Node,
-    follow: Callable[[Node], None],
-    server: str,
-    operation: str,
-    patience: float,
-) -> Generator[Exchange | None, Any, Any]:
-    """The plan after ``call`` (packed; ``source``: its script's text, if it is an
-    EVALSHA) got an error reply from the queue's node ``home``. Primed with `next`, it is
-    sent that reply, then the reply to each `Exchange` it yields; it returns the call's
-    real reply, or raises the `TransportError` it comes to. ``follow`` makes another node
-    the queue's node (after MOVED)."""
-    reply: rex.ResponseError = yield None
-    node: Node | None = None
-    waited, pause, moves = 0.0, FIRST_PAUSE, 0
-    loaded: set[Node | None] = set()
-    while True:
-        kind, rest = error_code(reply)
-        text = f"{kind} {rest}"
-        wait = 0.0
-        if kind == "NOSCRIPT" and source is not None and node not in loaded:
-            # A restarted or flushed server has lost the script: load it, once per node.
-            done = yield Exchange([command("SCRIPT", "LOAD", source)], node)
-            if isinstance(done, rex.ResponseError):
-                raise refused(done, server, operation) from done
-            loaded.add(node)
-        elif kind == "MOVED":
-            moves += 1
-            if moves > MOST_MOVES:
-                raise TransportError(
-                    f"{server}: {operation}: the cluster's nodes keep redirecting the "
-                    f"queue's slot ({text}); nothing was done"
-                )
-            home = _node(rest, home)
-            follow(home)
-            node = None
-            loaded.discard(None)
-        elif kind == "ASK":
-            node = _node(rest, home)
-        elif kind in ("TRYAGAIN", "CLUSTERDOWN"):
-            if waited >= patience:
-                raise TransportError(
-                    f"{server}: {operation}: the queue's slot is migrating between cluster "
-                    f"nodes and did not settle within {patience:g} s; nothing was done, "
-                    f"try again ({text})"
-                )
-            wait, waited, pause = pause, waited + pause, min(pause * 2, LONGEST_PAUSE)
-            node = None  # ask the queue's node again: the migration may have moved on
-        else:
-            raise refused(reply, server, operation) from reply
-        answer = yield Exchange([call] if node is None else [ASKING, call], node, wait)
-        if not isinstance(answer, rex.ResponseError):
-            return answer
-        reply = answer
+class Recover(Operation[Exchange, Any, Any]):
+    """What follows when ``call`` (packed; ``source``: its script's text, if it is an
+    EVALSHA) got the error ``reply`` from the queue's node ``home``: its steps are the
+    `Exchange`s that work around it, each sent the reply it got; they end with the
+    call's real reply, or raise the `TransportError` they come to. ``follow`` makes
+    another node the queue's node (after MOVED). Core's drivers run it."""
+
+    __slots__ = ("call", "follow", "home", "operation", "patience", "reply", "server", "source")
+
+    def __init__(
+        self,
+        reply: rex.ResponseError,
+        call: bytes,
+        source: str | None,
+        home: Node,
+        follow: Callable[[Node], None],
+        server: str,
+        operation: str,
+        patience: float,
+    ) -> None:
+        self.reply, self.call, self.source, self.home = reply, call, source, home
+        self.follow, self.server, self.operation = follow, server, operation
+        self.patience = patience
+
+    def steps(self, now: float | None) -> Steps[Exchange, Any, Any]:
+        reply, call, home = self.reply, self.call, self.home
+        server, operation = self.server, self.operation
+        node: Node | None = None
+        waited, pause, moves = 0.0, FIRST_PAUSE, 0
+        loaded: set[Node | None] = set()
+        while True:
+            kind, rest = error_code(reply)
+            text = f"{kind} {rest}"
+            wait = 0.0
+            if kind == "NOSCRIPT" and self.source is not None and node not in loaded:
+                # A restarted or flushed server has lost the script: load it, once per node.
+                done = yield Exchange([command("SCRIPT", "LOAD", self.source)], node)
+                if isinstance(done, rex.ResponseError):
+                    raise refused(done, server, operation) from done
+                loaded.add(node)
+            elif kind == "MOVED":
+                moves += 1
+                if moves > MOST_MOVES:
+                    raise TransportError(
+                        f"{server}: {operation}: the cluster's nodes keep redirecting the "
+                        f"queue's slot ({text}); nothing was done"
+                    )
+                home = _node(rest, home)
+                self.follow(home)
+                node = None
+                loaded.discard(None)
+            elif kind == "ASK":
+                node = _node(rest, home)
+            elif kind in ("TRYAGAIN", "CLUSTERDOWN"):
+                if waited >= self.patience:
+                    raise TransportError(
+                        f"{server}: {operation}: the queue's slot is migrating between "
+                        f"cluster nodes and did not settle within {self.patience:g} s; "
+                        f"nothing was done, try again ({text})"
+                    )
+                wait, waited, pause = pause, waited + pause, min(pause * 2, LONGEST_PAUSE)
+                node = None  # ask the queue's node again: the migration may have moved on
+            else:
+                raise refused(reply, server, operation) from reply
+            answer = yield Exchange([call] if node is None else [ASKING, call], node, wait)
+            if not isinstance(answer, rex.ResponseError):
+                return answer
+            reply = answer
 
 
-def woken(reply: object, server: str) -> None:
-    """A waiting claim's BLPOP came back: any reply but an error wakes it, and so does a
-    redirection, which the claim it looks with then follows."""
+def wakeup(reply: object, server: str, close_key: str) -> str | None:
+    """What a waiting claim's BLPOP came back with (see `_ops.Waiter.woke`): None (it
+    timed out), "close" (this handle's close key), "token", or "redirect", which the
+    claim it looks with then follows; any other error reply raises."""
+    if reply is None:
+        return None
     if isinstance(reply, rex.ResponseError):
         code, _ = error_code(reply)
         if code not in ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"):
             raise refused(reply, server, "blpop") from reply
+        return "redirect"
+    # [key, token]: redis-py reads an array reply as a list.
+    return "close" if isinstance(reply, list) and reply[0] == close_key else "token"
 
 
 def refused(reply: rex.ResponseError, server: str, operation: str) -> TransportError:

@@ -1,17 +1,19 @@
-"""Every Redis operation, sans-I/O, shared by the sync and async runners.
+"""Every Redis operation, sans-I/O, in core's one shape (`transports_core.backend`'s
+`Operation`), which both runners hand to core's drivers.
 
 An operation checks its arguments when it is built (so bad input never reaches the
-server), names its `Script`, gives the script's arguments for a ``now`` (``""``: the
-script reads the server's TIME), and turns the script's reply into the call's value or
-raises `LeaseLost`. Each operation is exactly one EVALSHA; waiting for a claim is the
-runners' loop over `Claim`, between which they block on `WakeKeys`. No I/O, no clock, no
-driver import.
+server). A step is one script call, `Call`: the `Script` and its arguments, which the
+runner sends as one EVALSHA (the ``now`` core passes becomes the script's ``now``
+argument, ``""`` for the server's TIME). Most calls are that one step, `first`, whose
+reply `done` turns into the call's value or `LeaseLost`; the admin calls that go in
+chunks are `steps`, one script call a chunk. A claim that waits is core's `wait_plan`
+over `Claim`, with a `Waiter` keeping what the claim learns between its steps. No I/O,
+no clock, no driver import.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
-from enum import Enum
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Final, NamedTuple, TypeVar
 
 import transports_core as dt
@@ -80,34 +82,30 @@ def number(text: str | bytes | int) -> float:
     return float(text)
 
 
-class More(Enum):
-    """What `Op.result` says when the operation needs one more script call."""
-
-    MORE = "more"
-
-
-MORE: Final = More.MORE
 # How many items (groups, dead letters, lapsed leases, messages) one admin script reads or
 # removes at most, so that no admin call stops the server for long: an answer that needs
-# more takes several calls.
+# more takes several calls, one step each.
 CHUNK = 250
 
+# One step: a script and its arguments (after the keys), which the runner sends as one
+# EVALSHA; the reply is whatever the script returned, as redis-py reads it.
+Call = tuple[Script, Sequence[Arg]]
 
-class Op(core.Operation[T]):
-    """One script call: ``args(now)`` for it, ``result(reply)`` of it; or several, for an
-    operation in chunks, whose ``result`` says `MORE` until the last, after which
-    ``args`` gives the next call's arguments."""
+
+def server_time(now: float | None) -> str:
+    """The script's ``now`` argument: the injected clock's reading, or ``""``, which
+    tells the script to read the server's TIME."""
+    return "" if now is None else repr(now)
+
+
+class Op(core.Operation[Call, Any, T]):
+    """An operation of this backend: a call of one script (``script``: `first` sends
+    it and `done` reads its reply), or, for the admin calls that go in chunks, `steps`
+    that send one script call a chunk. Each holds only its checked arguments, so it
+    may be kept and shared; what a call learns as it goes lives in its steps."""
 
     __slots__ = ()
     script: ClassVar[Script]
-    # False for reads: a lost connection cannot have changed anything.
-    writes: ClassVar[bool] = True
-
-    def args(self, now: str) -> Sequence[Arg]:
-        raise NotImplementedError
-
-    def result(self, reply: Any) -> T | More:
-        raise NotImplementedError
 
 
 class Publish(Op[int]):
@@ -123,10 +121,10 @@ class Publish(Op[int]):
             codec.encode(event),
         )
 
-    def args(self, now: str) -> Sequence[Arg]:
-        return self.params
+    def first(self, now: float | None) -> Call:
+        return (self.script, self.params)
 
-    def result(self, reply: Any) -> int:
+    def done(self, reply: Any, now: float | None) -> int:
         return int(reply)
 
 
@@ -142,10 +140,10 @@ class PublishMany(Op[list[int]]):
             flat += (group_id, priority, raw)
         self.flat = flat
 
-    def args(self, now: str) -> Sequence[Arg]:
-        return self.flat
+    def first(self, now: float | None) -> Call:
+        return (self.script, self.flat)
 
-    def result(self, reply: Any) -> list[int]:
+    def done(self, reply: Any, now: float | None) -> list[int]:
         first = int(reply)
         return list(range(first, first + self.count))
 
@@ -158,8 +156,12 @@ class Idle(NamedTuple):
     next_due: float | None
 
 
-class Claim(Op["core.Claimed | Idle"]):
-    __slots__ = ("params", "worker_id")
+class Claim(Op["core.Claimed | Idle"], core.Claiming["core.Claimed | Idle"]):
+    """A claim, its arguments checked by core's `Claiming`; ``cascade`` for one made
+    after taking a wake-up token, which passes the wake-up on when more is ready, for
+    the next waiter (see `Waiter`)."""
+
+    __slots__ = ("head", "tail")
     script = scripts.CLAIM
 
     def __init__(
@@ -169,39 +171,50 @@ class Claim(Op["core.Claimed | Idle"]):
         min_priority: int,
         max_attempts: int | None,
         on_dead: str,
+        *,
+        cascade: bool = False,
     ) -> None:
-        self.worker_id = core.check_worker_id(worker_id)
-        self.params = (
-            self.worker_id,
-            repr(core.check_visibility(visibility)),
-            core.check_priority(min_priority, "min_priority"),
-            max_attempts or 0,
-            on_dead,
-            0,  # see `woken`
-        )
+        super().__init__(worker_id, visibility, min_priority, max_attempts, on_dead)
+        # Packed once: a worker's claim is kept (see `ReuseLast`) and sent again and again.
+        self.head = (self.worker_id, repr(self.visibility), self.min_priority)
+        self.tail = (max_attempts or 0, on_dead, int(cascade), scripts.SWEEP)
 
     def woken(self) -> Claim:
-        """The same claim, made after taking a wake-up token: it passes the wake-up on
-        when more is ready, for the next waiter. (A first look took no token, so it owes
-        none, and skips that work.)"""
-        again = Claim.__new__(Claim)
-        again.worker_id, again.params = self.worker_id, (*self.params[:-1], 1)
-        return again
+        """The same claim, made after taking a wake-up token."""
+        return Claim(
+            self.worker_id,
+            self.visibility,
+            self.min_priority,
+            self.max_attempts,
+            self.on_dead,
+            cascade=True,
+        )
 
-    @property
-    def floor(self) -> int:
-        floor: int = self.params[2]
-        return floor
+    def first(self, now: float | None) -> Call:
+        return (self.script, (*self.head, server_time(now), *self.tail))
 
-    def args(self, now: str) -> Sequence[Arg]:
-        worker, vis, floor, max_attempts, on_dead, cascade = self.params
-        return (worker, vis, floor, now, max_attempts, on_dead, cascade, scripts.SWEEP)
-
-    def result(self, reply: Any) -> core.Claimed | Idle:
+    def done(self, reply: Any, now: float | None) -> core.Claimed | Idle:
         if int(reply[0]) == 0:
             return Idle(number(reply[1]), number(reply[2]) if reply[2] else None)
         _, seq, group_id, raw, attempt, due = reply
         return core.Claimed(int(seq), group_id, raw, self.worker_id, int(attempt), number(due))
+
+
+class Unclaim(Op[bool]):
+    """Gives back what a claim leased, its delivery uncounted (core's `GiveBack`): True
+    if it did, False if the lease was no longer current."""
+
+    __slots__ = ("fence",)
+    script = scripts.UNCLAIM
+
+    def __init__(self, claimed: core.Claimed) -> None:
+        self.fence = (claimed.group_id, claimed.seq, claimed.worker_id, claimed.attempt)
+
+    def first(self, now: float | None) -> Call:
+        return (self.script, self.fence)
+
+    def done(self, reply: Any, now: float | None) -> bool:
+        return int(reply) == 1
 
 
 class _Settle(Op[T], core.Settle[T]):
@@ -221,10 +234,10 @@ class Ack(_Settle[None]):
     __slots__ = ()
     script = scripts.ACK
 
-    def args(self, now: str) -> Sequence[Arg]:
-        return self.fence
+    def first(self, now: float | None) -> Call:
+        return (self.script, self.fence)
 
-    def result(self, reply: Any) -> None:
+    def done(self, reply: Any, now: float | None) -> None:
         self._held(reply)
 
 
@@ -236,10 +249,10 @@ class Nack(_Settle[None]):
         super().__init__(lease)
         self.delay = repr(core.check_delay(delay))
 
-    def args(self, now: str) -> Sequence[Arg]:
-        return (*self.fence, self.delay, now)
+    def first(self, now: float | None) -> Call:
+        return (self.script, (*self.fence, self.delay, server_time(now)))
 
-    def result(self, reply: Any) -> None:
+    def done(self, reply: Any, now: float | None) -> None:
         self._held(reply)
 
 
@@ -252,10 +265,10 @@ class Extend(_Settle[dt.Lease[T]]):
         super().__init__(lease)
         self.visibility = repr(core.check_visibility(visibility))
 
-    def args(self, now: str) -> Sequence[Arg]:
-        return (*self.fence, self.visibility, now)
+    def first(self, now: float | None) -> Call:
+        return (self.script, (*self.fence, self.visibility, server_time(now)))
 
-    def result(self, reply: Any) -> dt.Lease[T]:
+    def done(self, reply: Any, now: float | None) -> dt.Lease[T]:
         self._held(reply)
         return self.renewed(number(reply))
 
@@ -269,10 +282,10 @@ class Bury(_Settle[None]):
         self.reason = core.buried_reason(core.check_reason(reason))
         self.on_dead = on_dead
 
-    def args(self, now: str) -> Sequence[Arg]:
-        return (*self.fence, self.reason, self.on_dead, now)
+    def first(self, now: float | None) -> Call:
+        return (self.script, (*self.fence, self.reason, self.on_dead, server_time(now)))
 
-    def result(self, reply: Any) -> None:
+    def done(self, reply: Any, now: float | None) -> None:
         self._held(reply)
 
 
@@ -281,31 +294,28 @@ class Bury(_Settle[None]):
 
 class Stats(Op[dt.QueueStats]):
     """The counters the scripts keep, less the leases and parks that ended but that no
-    claim has freed yet, read `CHUNK` at a time from the first that ended."""
+    claim has freed yet, read `CHUNK` at a time from the first that ended (each chunk at
+    the time the first one read)."""
 
-    __slots__ = ("after", "counts", "lapsed", "now", "score")
+    __slots__ = ()
     script = scripts.STATS
-    writes = False
 
-    def __init__(self) -> None:
-        self.now = self.after = self.score = ""
-        self.counts: list[int] = []
-        self.lapsed = [0] * 10  # leased l0..l4, parked k0..k4
-
-    def args(self, now: str) -> Sequence[Arg]:
-        return (self.now or now, self.after, self.score, CHUNK)
-
-    def result(self, reply: Any) -> dt.QueueStats | More:
-        self.now, self.after, self.score = reply[0], reply[1], reply[2]
-        self.lapsed = [a + int(b) for a, b in zip(self.lapsed, reply[3:13], strict=True)]
-        if not self.counts:
-            self.counts = [int(x) for x in reply[13:33]]
-        if self.after:
-            return MORE
-        m, leased, parked, dead = (self.counts[i : i + 5] for i in range(0, 20, 5))
+    def steps(self, now: float | None) -> core.Steps[Call, Any, dt.QueueStats]:
+        at, after, score = server_time(now), "", ""
+        lapsed = [0] * 10  # leased l0..l4, parked k0..k4
+        counts: list[int] = []
+        while True:
+            reply = yield (self.script, (at, after, score, CHUNK))
+            at, after, score = reply[0], reply[1], reply[2]
+            lapsed = [a + int(b) for a, b in zip(lapsed, reply[3:13], strict=True)]
+            if not counts:
+                counts = [int(x) for x in reply[13:33]]
+            if not after:
+                break
+        m, leased, parked, dead = (counts[i : i + 5] for i in range(0, 20, 5))
         rows = []
         for p in scripts.PRIORITIES:
-            in_flight, held = leased[p] - self.lapsed[p], parked[p] - self.lapsed[5 + p]
+            in_flight, held = leased[p] - lapsed[p], parked[p] - lapsed[5 + p]
             if m[p] or dead[p]:
                 rows.append(dt.PriorityStats(p, m[p] - in_flight - held, in_flight, held, dead[p]))
         return core.queue_stats(rows)
@@ -315,76 +325,76 @@ def _deepest(info: dt.GroupInfo) -> tuple[int, int]:
     return (-info.depth, info.head_seq)
 
 
+def _group(row: Sequence[Any]) -> dt.GroupInfo:
+    group_id, priority, depth, head, state, until, last = row
+    if state not in _GROUP_STATES:
+        raise ValueError(f"unknown group state {state!r}")
+    typed: dt.GroupState = state
+    return dt.GroupInfo(
+        group_id=group_id,
+        priority=int(priority),
+        depth=int(depth),
+        head_seq=int(head),
+        state=typed,
+        busy_until=number(until) if until else None,
+        last_claimed_at=number(last) if last else None,
+    )
+
+
 class Groups(Op[list[dt.GroupInfo]]):
     """Each chunk's ``limit`` deepest groups, of which the deepest are kept (a group seen
     twice by the scan, as it was the second time)."""
 
-    __slots__ = ("cursor", "kept", "limit", "now")
+    __slots__ = ("limit",)
     script = scripts.GROUPS
-    writes = False
 
     def __init__(self, limit: int) -> None:
         self.limit = core.check_limit(limit)
-        self.now, self.cursor = "", "0"
-        self.kept: dict[str, dt.GroupInfo] = {}
 
-    def args(self, now: str) -> Sequence[Arg]:
-        return (self.limit, self.now or now, self.cursor, CHUNK)
-
-    def result(self, reply: Any) -> list[dt.GroupInfo] | More:
-        self.now, self.cursor = reply[0], reply[1]
-        for i in range(2, len(reply), 7):
-            group_id, priority, depth, head, state, until, last = reply[i : i + 7]
-            if state not in _GROUP_STATES:
-                raise ValueError(f"unknown group state {state!r}")
-            typed: dt.GroupState = state
-            self.kept[group_id] = dt.GroupInfo(
-                group_id=group_id,
-                priority=int(priority),
-                depth=int(depth),
-                head_seq=int(head),
-                state=typed,
-                busy_until=number(until) if until else None,
-                last_claimed_at=number(last) if last else None,
-            )
-        deepest = sorted(self.kept.values(), key=_deepest)[: self.limit]
-        if self.cursor != "0":
-            self.kept = {g.group_id: g for g in deepest}
-            return MORE
-        return deepest
+    def steps(self, now: float | None) -> core.Steps[Call, Any, list[dt.GroupInfo]]:
+        at, cursor = server_time(now), "0"
+        kept: dict[str, dt.GroupInfo] = {}
+        while True:
+            reply = yield (self.script, (self.limit, at, cursor, CHUNK))
+            at, cursor = reply[0], reply[1]
+            for i in range(2, len(reply), 7):
+                info = _group(reply[i : i + 7])
+                kept[info.group_id] = info
+            deepest = sorted(kept.values(), key=_deepest)[: self.limit]
+            if cursor == "0":
+                return deepest
+            kept = {g.group_id: g for g in deepest}
 
 
 class _DeadPages(Op[T]):
     """Dead letters in seq order, `CHUNK` (or fewer) a call, from where the last ended,
     as far as ``limit`` (None: to the end); the rows `keep` says are turned into the
-    answer by `done`."""
+    answer by `answer`."""
 
-    __slots__ = ("after", "asked", "left", "rows")
+    __slots__ = ("limit",)
     script = scripts.DEAD_LETTERS
-    writes = False
 
     def __init__(self, limit: int | None) -> None:
-        self.after, self.asked, self.left = 0, 0, limit
-        self.rows: list[list[Any]] = []
+        self.limit = limit
 
-    def args(self, now: str) -> Sequence[Arg]:
-        self.asked = CHUNK if self.left is None else min(CHUNK, self.left)
-        return (self.after, self.asked)
-
-    def result(self, reply: Any) -> T | More:
-        page = [reply[i : i + 13] for i in range(0, len(reply), 13)]
-        self.rows += [row for row in page if self.keep(row)]
-        if self.left is not None:
-            self.left -= len(page)
-        if len(page) == self.asked and self.left != 0:
-            self.after = int(page[-1][0])
-            return MORE
-        return self.done(self.rows)
+    def steps(self, now: float | None) -> core.Steps[Call, Any, T]:
+        after, left = 0, self.limit
+        rows: list[list[Any]] = []
+        while True:
+            asked = CHUNK if left is None else min(CHUNK, left)
+            reply = yield (self.script, (after, asked))
+            page = [reply[i : i + 13] for i in range(0, len(reply), 13)]
+            rows += [row for row in page if self.keep(row)]
+            if left is not None:
+                left -= len(page)
+            if len(page) < asked or left == 0:
+                return self.answer(rows)
+            after = int(page[-1][0])
 
     def keep(self, row: list[Any]) -> bool:
         return True
 
-    def done(self, rows: list[list[Any]]) -> T:
+    def answer(self, rows: list[list[Any]]) -> T:
         raise NotImplementedError
 
 
@@ -394,7 +404,7 @@ class DeadLetters(_DeadPages[list[dt.DeadLetter]]):
     def __init__(self, limit: int | None) -> None:
         super().__init__(None if limit is None else core.check_limit(limit))
 
-    def done(self, rows: list[list[Any]]) -> list[dt.DeadLetter]:
+    def answer(self, rows: list[list[Any]]) -> list[dt.DeadLetter]:
         out = []
         for row in rows:
             seq, group_id, prio, raw, attempts, kind, text, deliveries, max_, last, at = row[:11]
@@ -429,7 +439,7 @@ class HeldGroups(_DeadPages[list[dt.HeldGroup]]):
     def keep(self, row: list[Any]) -> bool:
         return bool(row[12] != "")  # the script says how many wait only behind a holding one
 
-    def done(self, rows: list[list[Any]]) -> list[dt.HeldGroup]:
+    def answer(self, rows: list[list[Any]]) -> list[dt.HeldGroup]:
         return [
             dt.HeldGroup(
                 group_id=row[1], seq=int(row[0]), waiting=int(row[12]), since=number(row[10])
@@ -446,15 +456,15 @@ class _OneDeadLetter(Op[bool]):
     def __init__(self, seq: int) -> None:
         self.seq = core.check_seq(seq)
 
-    def args(self, now: str) -> Sequence[Arg]:
-        return (self.seq,)
+    def first(self, now: float | None) -> Call:
+        return (self.script, (self.seq,))
 
 
 class Requeue(_OneDeadLetter):
     __slots__ = ()
     script = scripts.REQUEUE
 
-    def result(self, reply: Any) -> bool:
+    def done(self, reply: Any, now: float | None) -> bool:
         code = int(reply[0])
         if code == -1:
             raise dt.RequeueRefused(self.seq, str(reply[2]), str(reply[1]))
@@ -467,27 +477,26 @@ class Discard(_OneDeadLetter):
     __slots__ = ()
     script = scripts.DISCARD
 
-    def result(self, reply: Any) -> bool:
+    def done(self, reply: Any, now: float | None) -> bool:
         return int(reply) == 1
 
 
 class PurgeGroup(Op[int]):
     """`CHUNK` messages and dead letters a call, up to the last seq at its first."""
 
-    __slots__ = ("group_id", "removed", "upto")
+    __slots__ = ("group_id",)
     script = scripts.PURGE_GROUP
 
     def __init__(self, group_id: str) -> None:
         self.group_id = core.check_group_id(group_id)
-        self.upto, self.removed = "", 0
 
-    def args(self, now: str) -> Sequence[Arg]:
-        return (self.group_id, self.upto, CHUNK)
-
-    def result(self, reply: Any) -> int | More:
-        self.removed += int(reply[0])
-        self.upto = reply[1]
-        return MORE if int(reply[2]) else self.removed
+    def steps(self, now: float | None) -> core.Steps[Call, Any, int]:
+        upto, removed, more = "", 0, True
+        while more:
+            reply = yield (self.script, (self.group_id, upto, CHUNK))
+            removed += int(reply[0])
+            upto, more = reply[1], bool(int(reply[2]))
+        return removed
 
 
 class Check(Op[list[str]]):
@@ -495,36 +504,85 @@ class Check(Op[list[str]]):
 
     __slots__ = ()
     script = scripts.CHECK
-    writes = False
 
-    def args(self, now: str) -> Sequence[Arg]:
-        return ()
+    def first(self, now: float | None) -> Call:
+        return (self.script, ())
 
-    def result(self, reply: Any) -> list[str]:
+    def done(self, reply: Any, now: float | None) -> list[str]:
         return [str(x) for x in reply]
 
 
-def waiting(
-    wait: float, ceiling: float, monotonic: Callable[[], float]
-) -> Generator[float, core.Claimed | Idle | None, core.Claimed | None]:
-    """A claim that may wait ``wait`` seconds. Primed with `next`, it is sent what the
-    claim found, then what each new look found (None: the handle closed); it yields how
-    long to block before the next look, and returns the message leased, or None."""
-    deadline = monotonic() + wait
-    got = yield 0.0
-    while isinstance(got, Idle):
-        left = deadline - monotonic()
-        if left <= 0:
+# --- a claim that waits --------------------------------------------------------------
+
+
+class Waiter:
+    """What one claim that waits knows between the steps of core's `wait_plan`, which
+    the runners drive with `wait_for`: its look, which claim it makes, and what a
+    wake-up (the BLPOP on its floor's wake-up list) told it. One per waiting call, never
+    shared; it reads no clock (``at`` is the plan's clock, read by the runner).
+
+    The look asks the server nothing: the claim is the look. ``version`` counts the
+    wake-ups this claim had (a token taken, a redirection, a `recheck` that passed
+    with none: a token may have been taken by a claim that never made its own) beside
+    the earliest end the last claim reported, so a claim that reports a new one is
+    followed by another once the plan's next sleep ends; ``due`` is that end on the
+    plan's clock. The plan's first claim was made already, by the call itself."""
+
+    __slots__ = ("claim_op", "due", "floor", "made", "next_due", "owed", "recheck", "wakeups")
+
+    def __init__(self, claim: Claim, idle: Idle, at: float, recheck: float) -> None:
+        self.claim_op = claim
+        self.floor = claim.min_priority
+        self.recheck = recheck
+        self.wakeups = 0
+        self.owed = False  # a token was taken that no claim has yet passed on
+        self.made = False
+        self.next_due: float | None = None
+        self.due: float | None = None
+        self.found(idle, at)
+
+    def look(self) -> core.WaitState:
+        return core.WaitState((self.wakeups, self.next_due), self.due)
+
+    def claim(self) -> Claim | None:
+        """The claim to make now, or None: the first, made already, found nothing."""
+        if not self.made:
+            self.made = True
             return None
-        got = yield wait_timeout(left, got, ceiling)
-    return got
+        if self.owed:
+            # Only a claim that took a wake-up token passes one on: one that took none
+            # owes none, and a token passed on by every claim would wake waiters forever.
+            self.owed = False
+            return self.claim_op.woken()
+        return self.claim_op
 
+    def found(self, got: core.Claimed | Idle | None, at: float) -> core.Claimed | None:
+        """What a claim found: the lease, or None, noting when the next lease or park
+        ends (``at``: the plan's clock when the reply came)."""
+        if isinstance(got, Idle):
+            self.next_due = got.next_due
+            self.due = None if got.next_due is None else at + (got.next_due - got.now)
+            return None
+        return got
 
-def wait_timeout(left: float, idle: Idle, ceiling: float) -> float:
-    """How long a waiting claim blocks before it looks again: until its wait ends, the
-    next lease or park ends (by the server's clock), or ``ceiling``, whichever is first."""
-    timeout = min(left, ceiling)
-    if idle.next_due is not None:
-        # The lease lapses once the server's time is past its end: look just after.
-        timeout = min(timeout, max(idle.next_due - idle.now, 0.0) + 0.002)
-    return max(timeout, 0.001)
+    def timeout(self, timeout: float, at: float) -> float:
+        """How long to block for the plan's ``timeout``: no longer than until the end the
+        last claim reported (which the plan learns only at its next look), and never 0,
+        which BLPOP takes for "forever"."""
+        if self.due is not None:
+            timeout = min(timeout, max(self.due - at, 0.0) + core.AFTER_DUE)
+        return max(timeout, 0.001)
+
+    def woke(self, wakeup: str | None, timeout: float) -> bool:
+        """The BLPOP came back with ``wakeup``: "token", "close", "redirect" (the next
+        claim follows it), or None when it timed out after the plan's ``timeout``.
+        Whether the claim was woken."""
+        if wakeup is None:
+            if timeout >= self.recheck:
+                self.wakeups += 1
+            return False
+        if wakeup == "token":
+            self.owed = True
+        if wakeup != "close":
+            self.wakeups += 1
+        return True

@@ -193,6 +193,8 @@ class Script:
     flags: str = ""
     source: str = field(init=False)
     sha: str = field(init=False)
+    # False for reads: a lost connection cannot have changed anything.
+    writes: bool = field(init=False)
 
     def __post_init__(self) -> None:
         bind = [
@@ -207,6 +209,7 @@ class Script:
         )
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "sha", hashlib.sha1(source.encode()).hexdigest())
+        object.__setattr__(self, "writes", "no-writes" not in self.flags)
 
 
 # A new group is ready at once; an existing one only gets a longer chain.
@@ -376,6 +379,26 @@ else
   save(A.group, r)
   make_ready(A.group, r)
 end
+return 1
+""",
+    flags="allow-oom",
+)
+
+# A claim undone (an async claim cancelled after the script leased): the head is ready
+# again at once, as it was before the claim but for its place in the round-robin, and
+# its next delivery carries the same attempt number, this one not counted against
+# max_attempts. Reply: 1, or 0 when the lease is not current.
+UNCLAIM: Final = Script(
+    "unclaim",
+    QUEUE_KEYS,
+    FENCE,
+    r"""
+local r = fenced(A.group, A.seq, A.worker, A.att)
+if r == nil then return 0 end
+unlist(A.group, r)
+r.att, r.worker, r.due = r.att - 1, '', 0
+save(A.group, r)
+make_ready(A.group, r)
 return 1
 """,
     flags="allow-oom",
@@ -729,6 +752,6 @@ return bad
 NOTHING: Final = Script("nothing", (), (), "return 1")
 
 ALL: Final = (
-    PUBLISH, PUBLISH_MANY, CLAIM, ACK, NACK, EXTEND, BURY, STATS, GROUPS, DEAD_LETTERS,
+    PUBLISH, PUBLISH_MANY, CLAIM, ACK, NACK, UNCLAIM, EXTEND, BURY, STATS, GROUPS, DEAD_LETTERS,
     REQUEUE, DISCARD, PURGE_GROUP, CHECK,
 )  # fmt: skip

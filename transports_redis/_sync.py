@@ -7,10 +7,10 @@ that an earlier call of this handle left idle, else one from the thread-safe poo
 checkout costs several times more. One idle for longer than `FRESH` is first checked as
 the pool would check it (the server has not closed it, no stray reply waits on it). An
 error reply goes to `_errors.recover`, which the runner drives: its steps are the only
-thing the twins do differently (one blocks, the other awaits). The pools are built with
-retries off: a script is never sent twice behind the caller's back. A waiting claim
-blocks in BLPOP on its floor's wake-up list and on this handle's close key, as
-`_ops.waiting` plans.
+thing the twins do differently (one blocks, the other awaits). Core's drivers run the
+operations, and core's `wait_plan` a claim that waits, which sleeps in BLPOP on its
+floor's wake-up list and on this handle's close key. The pools are built with retries
+off: a script is never sent twice behind the caller's back.
 """
 
 from __future__ import annotations
@@ -31,10 +31,21 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import Claimed, EventCodec, ReuseLast, TransportBase, check_wait
+from transports_core.backend import (
+    Claimed,
+    EventCodec,
+    Operation,
+    ReuseLast,
+    TransportBase,
+    WaitStep,
+    check_wait,
+    drive,
+    wait_for,
+    wait_plan,
+)
 
 from . import _ops as ops
-from ._errors import Exchange, Node, connecting, recover, redis_errors, woken
+from ._errors import Exchange, Node, Recover, connecting, redis_errors, wakeup
 from ._scripts import QUEUE_KEYS, Script
 from ._url import RedisOptions
 
@@ -174,14 +185,11 @@ class Handle:
 
     def _recover(
         self, reply: rex.ResponseError, call: bytes, source: str | None, name: str
-    ) -> Generator[Exchange | None, Any, Any]:
-        """`_errors.recover`'s plan for ``call``, primed: send it ``reply`` first."""
+    ) -> Recover:
         opts = self._options
-        plan = recover(
-            call, source, self._home, self._follow, opts.redacted, name, opts.socket_timeout
+        return Recover(
+            reply, call, source, self._home, self._follow, opts.redacted, name, opts.socket_timeout
         )
-        next(plan)
-        return plan
 
     def _refuse_if_closed(self) -> None:
         if self._closed:
@@ -198,23 +206,40 @@ class Handle:
         opts = self._options
         return ops.Claim(worker_id, visibility, min_priority, opts.max_attempts, opts.on_dead)
 
-    def _waiting_plan(self, wait: float) -> Generator[float, Any, Any]:
-        """`_ops.waiting`'s plan, primed: send it what the claim found first."""
-        opts = self._options
-        ceiling = CLOCK_RECHECK if opts.clock is not None else opts.socket_timeout / 2
-        plan = ops.waiting(wait, ceiling, time.monotonic)
-        next(plan)
-        return plan
-
-    def _call(self, op: ops.Op[Any]) -> bytes:
+    def _now(self) -> float | None:
+        """The ``now`` core passes the operations: the injected clock's, or None."""
         clock = self._options.clock
-        return self._packer.evalsha(op.script, op.args("" if clock is None else repr(clock())))
+        return None if clock is None else clock()
 
-    def _wake(self, floor: int, timeout: float) -> tuple[Exchange, float]:
-        """The BLPOP a waiting claim blocks in, and how long to read its reply."""
-        wake = ops.wake_key(self._options.queue, floor)
+    def _wait_clock(self) -> Callable[[], float]:
+        """The clock of a waiting claim's plan: the injected one (a lease ends when it
+        says so), else the monotonic clock, on which the server's deadlines are placed."""
+        return self._options.clock or time.monotonic
+
+    def _waiter(
+        self, op: ops.Claim, idle: ops.Idle, wait: float
+    ) -> tuple[Generator[WaitStep, object, None], ops.Waiter]:
+        """Core's plan for a claim that waits ``wait`` seconds, whose first try found
+        ``idle``, and the `_ops.Waiter` that looks, claims and wakes for it. The plan
+        looks again at least every ``recheck`` seconds, at most half the socket timeout,
+        so that a BLPOP is always read within it."""
+        opts = self._options
+        recheck = CLOCK_RECHECK if opts.clock is not None else opts.socket_timeout / 2
+        clock = self._wait_clock()
+        plan = wait_plan(wait, clock, time.monotonic, recheck=recheck)
+        return plan, ops.Waiter(op, idle, clock(), recheck)
+
+    def _blpop(self, waiter: ops.Waiter, timeout: float) -> tuple[Exchange, float]:
+        """The BLPOP a waiting claim sleeps in for the plan's ``timeout``, and how long
+        to read its reply."""
+        timeout = waiter.timeout(timeout, self._wait_clock()())
+        wake = ops.wake_key(self._options.queue, waiter.floor)
         blpop = ops.command("BLPOP", wake, self._close_key, f"{timeout:.6f}")
         return Exchange([blpop]), timeout + self._options.socket_timeout
+
+    def _woke(self, waiter: ops.Waiter, reply: object, timeout: float) -> bool:
+        woke = wakeup(reply, self._options.redacted, self._close_key)
+        return waiter.woke(woke, timeout)
 
     def _is_closed(self) -> bool:
         # A method, not a field: another thread or task may close while a claim waits.
@@ -296,57 +321,66 @@ class RedisTransport(Handle, TransportBase[E]):
             raise
         return conn
 
-    @staticmethod
-    def _drive(plan: Generator[Any, Any, T], reply: Any, io: Callable[[Any], Any]) -> T:
-        """Send ``plan`` ``reply``, then what ``io`` makes of each step, to its end."""
-        try:
-            while True:
-                reply = io(plan.send(reply))
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
-
     def _send(
         self, call: bytes, source: str | None, writes: bool, name: str, timeout: float = 0
     ) -> Any:
         reply = self._exchange(Exchange([call]), writes, name, timeout)
         if isinstance(reply, rex.ResponseError):
             io = partial(self._exchange, writes=writes, name=name, timeout=timeout)
-            reply = self._drive(self._recover(reply, call, source, name), reply, io)
+            reply = drive(self._recover(reply, call, source, name), None, io)
         return reply
+
+    def _execute(self, call: ops.Call) -> Any:
+        """Send one step of an operation: its script, as one EVALSHA."""
+        script, args = call
+        return self._send(
+            self._packer.evalsha(script, args), script.source, script.writes, script.name
+        )
 
     def _command(self, *args: Any, writes: bool = False) -> Any:
         return self._send(ops.command(*args), None, writes, str(args[0]).lower())
 
-    # Narrower than the base's: it only ever gets the operations of its own `_ops`.
-    def _run(self, op: ops.Op[T]) -> T:  # type: ignore[override]
+    def _run(self, op: Operation[ops.Call, Any, T]) -> T:
         self._refuse_if_closed()
-        script = op.script
-        got = op.result(self._send(self._call(op), script.source, op.writes, script.name))
-        while got is ops.MORE:  # an admin call in chunks: one script each
-            got = op.result(self._send(self._call(op), script.source, op.writes, script.name))
-        return got
+        return drive(op, self._now(), self._execute)
 
-    def _look(self, op: ops.Claim, timeout: float) -> Claimed | ops.Idle | None:
-        """Wait for a wake-up token (or this handle's close) for at most ``timeout``, then
-        claim again; None once the handle is closed."""
+    def _wait(self, op: ops.Claim, idle: ops.Idle, wait: float) -> Claimed | None:
+        """The rest of a claim that waits, after its first try found ``idle``: core's
+        plan, claiming again when woken; None once it ends or the handle is closed."""
         with self._lock:
             if self._closed:
                 return None
             self._waiting += 1
+        plan, waiter = self._waiter(op, idle, wait)
         try:
-            blpop, read_timeout = self._wake(op.floor, timeout)
-            woken(self._exchange(blpop, False, "blpop", read_timeout), self._options.redacted)
-            return self._run(op)
+            return wait_for(
+                plan,
+                waiter.look,
+                partial(self._claim_again, waiter),
+                partial(self._sleep, waiter),
+                self._is_closed,
+            )
         except Exception:
             # close() shuts the socket under a blocked read, and redis-py may then fail
-            # with any error (a closed file, say): once closed, that is the wake-up.
+            # with any error (a closed file, say), or the claim after it is refused:
+            # once closed, that is the wake-up.
             if not self._is_closed():
                 raise
             return None
         finally:
             with self._lock:
                 self._waiting -= 1
+
+    def _claim_again(self, waiter: ops.Waiter) -> Claimed | None:
+        op = waiter.claim()
+        if op is None:
+            return None
+        got = self._run(op)
+        return waiter.found(got, self._wait_clock()())
+
+    def _sleep(self, waiter: ops.Waiter, timeout: float) -> bool:
+        blpop, read_timeout = self._blpop(waiter, timeout)
+        return self._woke(waiter, self._exchange(blpop, False, "blpop", read_timeout), timeout)
 
     # -- the contract ----------------------------------------------------------------
 
@@ -361,9 +395,12 @@ class RedisTransport(Handle, TransportBase[E]):
         wait = check_wait(wait)
         op = self._claim_op(worker_id, visibility, min_priority)
         got = self._run(op)
-        if isinstance(got, ops.Idle) and wait > 0:
-            got = self._drive(self._waiting_plan(wait), got, partial(self._look, op.woken()))
-        return got.lease(self._codec) if isinstance(got, Claimed) else None
+        if isinstance(got, ops.Idle):
+            if wait <= 0:
+                return None
+            claimed = self._wait(op, got, wait)
+            return None if claimed is None else claimed.lease(self._codec)
+        return got.lease(self._codec)
 
     def check(self) -> list[str]:
         """The broken invariants of the queue's structures (empty: sound); read-only."""
@@ -378,9 +415,10 @@ class RedisTransport(Handle, TransportBase[E]):
             self._closed = True
             waiting = self._waiting
         if waiting:
-            # Wake this handle's blocked claims; they see `_closed` and return None.
+            # Wake this handle's blocked claims, a token each; they see `_closed` and
+            # return None.
             try:
-                self._command("RPUSH", self._close_key, "1", writes=True)
+                self._command("RPUSH", self._close_key, *["1"] * waiting, writes=True)
                 self._command("PEXPIRE", self._close_key, CLOSE_KEY_MS, writes=True)
             except TransportError:
                 pass

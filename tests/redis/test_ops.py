@@ -5,17 +5,19 @@ declares its keys and arguments once."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import redis.exceptions as rex
 
 from transports_core import Event, Lease, LeaseLost, RequeueRefused, TransportError
-from transports_core.backend import Claimed, EventCodec, exhausted_reason
+from transports_core.backend import AFTER_DUE, Claimed, EventCodec, drive, exhausted_reason
 from transports_redis import _ops as ops
 from transports_redis import _scripts as scripts
-from transports_redis._errors import ASKING, Exchange, Node, recover
+from transports_redis._errors import ASKING, Exchange, Node, Recover
 from transports_redis._ops import command
+
+T = TypeVar("T")
 
 CODEC: EventCodec[Event] = EventCodec(Event)
 
@@ -54,23 +56,87 @@ def test_a_call_is_packed_as_one_resp_array() -> None:
 
 def test_replies_are_read_exactly() -> None:
     claim = ops.Claim("w", 2.5, 0, None, "release")
-    got = claim.result([1, 12, "g", '{"n":1}', 3, "1796317695.1234567"])
+    assert claim.first(None) == (scripts.CLAIM, ("w", "2.5", 0, "", 0, "release", 0, 250))
+    assert claim.first(100.25)[1][3] == "100.25"
+    got = claim.done([1, 12, "g", '{"n":1}', 3, "1796317695.1234567"], None)
     assert got == Claimed(12, "g", '{"n":1}', "w", 3, 1796317695.1234567)
-    idle = claim.result([0, "100.5", ""])
+    idle = claim.done([0, "100.5", ""], None)
     assert idle == ops.Idle(100.5, None)
-    assert ops.wait_timeout(10, ops.Idle(100.0, 100.5), 5) == pytest.approx(0.502)
-    assert ops.wait_timeout(0.1, ops.Idle(100.0, None), 5) == 0.1
+    assert claim.woken().first(None)[1][6] == 1
     lease = Lease(12, "g", Event(), "w", 3, 0.0)
     with pytest.raises(LeaseLost):
-        ops.Ack(lease).result(0)
+        ops.Ack(lease).done(0, None)
     with pytest.raises(RequeueRefused, match="worker 'w9'"):
-        ops.Requeue(5).result([-1, "w9", "g"])
-    op = ops.DeadLetters(None)
-    assert op.args("") == (0, ops.CHUNK)
-    letters = op.result([5, "g", 2, "{}", 4, "x", "", 3, 3, "lapsed", "1.5", 1, 0])
-    assert isinstance(letters, list)
+        ops.Requeue(5).done([-1, "w9", "g"], None)
+    assert ops.Unclaim(got).first(None) == (scripts.UNCLAIM, ("g", 12, "w", 3))
+
+
+def _run(op: ops.Op[T], replies: list[Any]) -> tuple[T, list[ops.Call]]:
+    """Drive ``op`` with no server: its value, and the calls it made."""
+    calls: list[ops.Call] = []
+
+    def execute(call: ops.Call) -> Any:
+        calls.append(call)
+        return replies.pop(0)
+
+    return drive(op, None, execute), calls
+
+
+def _dead_row(seq: int) -> list[Any]:
+    return [seq, "g", 2, "{}", 4, "x", "", 3, 3, "lapsed", "1.5", 1, 0]
+
+
+def test_admin_calls_page_one_script_a_chunk_and_keep_nothing_on_the_operation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ops, "CHUNK", 2)
+    op = ops.DeadLetters(3)
+    letters, calls = _run(op, [[*_dead_row(5), *_dead_row(6)], _dead_row(9)])
+    assert [c[1] for c in calls] == [(0, 2), (6, 1)]  # from where the last page ended
+    assert [letter.seq for letter in letters] == [5, 6, 9]
     assert letters[0].reason == exhausted_reason(3, 3, "lapsed")
     assert letters[0].held
+    # The same operation, run again (a kept one may be), starts over.
+    again, calls = _run(op, [_dead_row(7)])
+    assert [letter.seq for letter in again] == [7]
+    assert [c[1] for c in calls] == [(0, 2)]
+
+    purged, calls = _run(ops.PurgeGroup("g"), [[2, "9", 1], [1, "9", 0]])
+    assert purged == 3
+    assert [c[1] for c in calls] == [("g", "", 2), ("g", "9", 2)]
+
+
+def test_a_waiter_claims_again_only_when_something_may_have_changed() -> None:
+    claim = ops.Claim("w", 30, 2, None, "release")
+    waiter = ops.Waiter(claim, ops.Idle(1000.0, 1000.5), at=10.0, recheck=5.0)
+    assert waiter.floor == 2
+    first = waiter.look()
+    assert first.due == pytest.approx(10.5)  # the server's deadline, on the plan's clock
+    assert waiter.claim() is None  # the plan's first claim: the call made it already
+    # The BLPOP is cut at the reported end, and never asks to block for ever (0).
+    assert waiter.timeout(5.0, at=10.0) == pytest.approx(0.5 + AFTER_DUE)
+    assert waiter.timeout(1e-9, at=10.0) == 0.001
+    # A timeout short of the recheck changes nothing; one at the recheck may have missed
+    # a token (taken by a claim that never claimed).
+    assert not waiter.woke(None, 0.5)
+    assert waiter.look() == first
+    assert not waiter.woke(None, 5.0)
+    assert waiter.look() != first
+    assert waiter.claim() is claim  # no token taken: none to pass on
+    # A token: the next claim passes the wake-up on; only that one.
+    assert waiter.woke("token", 1.0)
+    passes_on = waiter.claim()
+    assert passes_on is not None
+    assert passes_on.first(None) == claim.woken().first(None) != claim.first(None)
+    assert waiter.claim() is claim
+    # A claim that reports a new end changes the look; a lease ends the wait.
+    seen = waiter.look()
+    assert waiter.found(ops.Idle(1001.0, 1003.0), at=11.0) is None
+    assert waiter.look() != seen
+    assert waiter.look().due == pytest.approx(13.0)
+    leased = Claimed(1, "g", "{}", "w", 1, 1030.0)
+    assert waiter.found(leased, at=11.0) is leased
+    assert waiter.woke("close", 1.0)  # woken; the plan's closed() then ends it
 
 
 def test_every_script_names_its_keys_and_arguments_once() -> None:
@@ -88,18 +154,22 @@ def test_every_script_names_its_keys_and_arguments_once() -> None:
             assert name in scripts.QUEUE_KEYS, (script.name, name)
 
 
-def _plan(source: str | None = "return 1", patience: float = 0.05) -> tuple[Any, list[Node]]:
+def _plan(
+    first: rex.ResponseError, source: str | None = "return 1", patience: float = 0.05
+) -> tuple[Any, Exchange, list[Node]]:
+    """`Recover`'s steps after ``first``, and the first of them."""
     followed: list[Node] = []
-    plan = recover(b"CALL", source, ("h", 1), followed.append, "redis://h:1/0", "ack", patience)
-    next(plan)
-    return plan, followed
+    plan = Recover(
+        first, b"CALL", source, ("h", 1), followed.append, "redis://h:1/0", "ack", patience
+    ).steps(None)
+    return plan, next(plan), followed
 
 
 def test_error_replies_are_worked_around_only_where_the_call_did_not_run() -> None:
     script_load = command("SCRIPT", "LOAD", "return 1")
-    plan, followed = _plan()
     # MOVED with no host: the host the reply came from; the call goes to the new node.
-    assert plan.send(rex.ResponseError("MOVED 7 :2")) == Exchange([b"CALL"])
+    plan, step, followed = _plan(rex.ResponseError("MOVED 7 :2"))
+    assert step == Exchange([b"CALL"])
     assert followed == [("h", 2)]
     # ASK: once to the node named, after ASKING; its NOSCRIPT loads the script there.
     assert plan.send(rex.AskError("7 10.0.0.3:3")) == Exchange([ASKING, b"CALL"], ("10.0.0.3", 3))
@@ -123,19 +193,19 @@ def _again_and_again(plan: Any, reply: rex.ResponseError) -> None:
 
 
 def test_error_replies_that_no_retry_gets_around_raise_naming_the_call() -> None:
-    plan, _ = _plan(patience=0.01)
+    down = rex.ResponseError("CLUSTERDOWN The cluster is down")
+    plan, _, _ = _plan(down, patience=0.01)
     with pytest.raises(TransportError, match=r"did not settle within 0\.01 s; nothing was done"):
-        _again_and_again(plan, rex.ResponseError("CLUSTERDOWN The cluster is down"))
-    plan, _ = _plan()
+        _again_and_again(plan, down)
+    plan, _, _ = _plan(rex.MovedError("7 h:2"))
     with pytest.raises(TransportError, match="keep redirecting"):
         _again_and_again(plan, rex.MovedError("7 h:2"))
-    plan, _ = _plan(source=None)  # a plain command has no script to load
+    no_script = rex.NoScriptError("No matching script")
     with pytest.raises(TransportError, match="ack: the server refused the call \\(NOSCRIPT"):
-        plan.send(rex.NoScriptError("No matching script"))
-    plan, _ = _plan()
-    plan.send(rex.NoScriptError("No matching script"))
+        _plan(no_script, source=None)  # a plain command has no script to load
+    plan, _, _ = _plan(no_script)
+    plan.send("sha")
     with pytest.raises(TransportError, match="NOSCRIPT"):  # loaded, yet gone again
         plan.send(rex.NoScriptError("No matching script"))
-    plan, _ = _plan()
     with pytest.raises(TransportError, match="out of memory"):
-        plan.send(rex.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."))
+        _plan(rex.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."))

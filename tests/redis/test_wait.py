@@ -9,8 +9,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from transports_core import Event, Lease, Transport, open_transport
+from transports_redis import _ops as ops
 
 WAIT = 20.0  # far longer than any wake-up should take: a claim that times out fails
 
@@ -45,6 +47,29 @@ def test_a_waiting_claim_ignores_what_is_below_its_floor(
     assert got
     assert got[0] is not None
     assert got[0].seq == high
+
+
+def test_a_wake_up_that_finds_nothing_goes_on_waiting(
+    queue: Transport[Event],
+    other: Transport[Event],
+    raw: redis.Redis,
+    server_queue: tuple[str, str],
+) -> None:
+    wake = ops.wake_key(server_queue[1], 0)
+    thread, got = _claim_in_thread(queue)
+    deadline = time.monotonic() + WAIT
+    while not queue._waiting:  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, "the claim never waited"
+        time.sleep(0.005)
+    raw.rpush(wake, "1")  # a wake-up with nothing behind it
+    while raw.llen(wake):
+        assert time.monotonic() < deadline, "the claim never took the wake-up"
+        time.sleep(0.005)
+    seq = other.publish("g", Event(n=1))
+    thread.join(WAIT + 5)
+    assert got
+    assert got[0] is not None, "the claim ended at a wake-up that found nothing"
+    assert got[0].seq == seq
 
 
 def test_lease_times_keep_seventeen_digits(queue_url: str) -> None:
