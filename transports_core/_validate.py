@@ -2,7 +2,9 @@
 inputs with the same errors, before it writes anything.
 
 Each check returns the value it accepted (normalised where that is harmless) or raises
-``ValueError``/``TypeError`` naming the argument and the bad value. Backends reach them
+``ValueError`` for a bad value or ``TypeError`` for a wrong type, naming the argument and
+the value; every span of time goes through `check_seconds` and every count through
+`check_count`, so one kind of mistake is refused one way everywhere. Backends reach them
 through ``transports_core.backend``, which lists them. Imports only ``_models``.
 """
 
@@ -54,36 +56,42 @@ def check_worker_id(worker_id: object) -> str:
     return worker_id
 
 
-def _seconds(value: object, name: str) -> float:
+def check_seconds(value: object, name: str, *, zero: bool = False) -> float:
+    """A span of time named ``name``: a finite int or float (never a bool), > 0, or >= 0
+    with ``zero``. The one check of seconds: a wrong type raises ``TypeError``, a bad
+    value ``ValueError``, each naming the argument and the value."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number of seconds, got {value!r}")
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value!r}")
+    if value < 0 or (value == 0 and not zero):
+        raise ValueError(f"{name} must be {'>=' if zero else '>'} 0 seconds, got {value!r}")
     return float(value)
+
+
+def check_count(value: object, name: str, low: int = 1) -> int:
+    """A count named ``name``: an int (never a bool) >= ``low``. The one check of counts,
+    raising as `check_seconds` does."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int >= {low}, got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value!r}")
+    return value
 
 
 def check_visibility(visibility: object) -> float:
     """A lease's visibility: finite seconds > 0."""
-    seconds = _seconds(visibility, "visibility")
-    if seconds <= 0:
-        raise ValueError(f"visibility must be > 0 seconds, got {visibility!r}")
-    return seconds
+    return check_seconds(visibility, "visibility")
 
 
 def check_delay(delay: object) -> float:
     """A nack's delay: finite seconds >= 0."""
-    seconds = _seconds(delay, "delay")
-    if seconds < 0:
-        raise ValueError(f"delay must be >= 0 seconds, got {delay!r}")
-    return seconds
+    return check_seconds(delay, "delay", zero=True)
 
 
 def check_wait(wait: object) -> float:
     """How long a claim may block: finite seconds >= 0."""
-    seconds = _seconds(wait, "wait")
-    if seconds < 0:
-        raise ValueError(f"wait must be >= 0 seconds, got {wait!r}")
-    return seconds
+    return check_seconds(wait, "wait", zero=True)
 
 
 def check_reason(reason: object) -> str:
@@ -148,17 +156,9 @@ def check_item(index: int, item: object) -> tuple[object, object, object]:
 
 def check_seq(seq: object) -> int:
     """A message's seq: an int >= 1."""
-    return _count(seq, "seq")
+    return check_count(seq, "seq")
 
 
 def check_limit(limit: object) -> int:
     """A listing's limit: an int >= 1."""
-    return _count(limit, "limit")
-
-
-def _count(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= 1, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value!r}")
-    return value
+    return check_count(limit, "limit")

@@ -24,8 +24,9 @@ without breaking anyone. It holds:
   (raising `EventDecodeError`) from stored text, and `Claimed`, a leased message whose
   event is still that text;
 * the shared argument checks, so every backend refuses the same input with the same error
-  before it writes anything, and their bounds (`MAX_PRIORITY`, `RESERVED_PREFIX`,
-  `MAX_REASON`, `ON_DEAD_CHOICES`);
+  before it writes anything (`check_seconds` and `check_count` are the one check of a span
+  of time and of a count, which the others and the worker runtime use), and their bounds
+  (`MAX_PRIORITY`, `RESERVED_PREFIX`, `MAX_REASON`, `ON_DEAD_CHOICES`);
 * the dead-letter reasons (`buried_reason`, `exhausted_reason`); `queue_stats`, the
   totals of the counts per priority; and the admin reads' values from stored rows
   (`group_info`, `dead_letter`, `held_group`);
@@ -78,6 +79,7 @@ from ._validate import (
     MAX_REASON,
     ON_DEAD_CHOICES,
     RESERVED_PREFIX,
+    check_count,
     check_delay,
     check_group_id,
     check_item,
@@ -88,6 +90,7 @@ from ._validate import (
     check_on_dead,
     check_priority,
     check_reason,
+    check_seconds,
     check_seq,
     check_visibility,
     check_wait,
@@ -126,6 +129,7 @@ __all__ = [
     "build_backend",
     "buried_reason",
     "check_clock",
+    "check_count",
     "check_delay",
     "check_group_id",
     "check_item",
@@ -136,6 +140,7 @@ __all__ = [
     "check_on_dead",
     "check_priority",
     "check_reason",
+    "check_seconds",
     "check_seq",
     "check_visibility",
     "check_wait",

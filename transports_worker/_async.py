@@ -29,11 +29,12 @@ from ._common import (
     LOGGER,
     LOST,
     OWN_WAIT,
-    Backoff,
-    Call,
+    ClaimPause,
+    Decision,
     Runtime,
-    Settle,
+    SettleTries,
     logged,
+    lost_error,
 )
 from ._context import AsyncContext, Running
 from ._hooks import Delivery
@@ -47,13 +48,23 @@ E = TypeVar("E")
 UNWIND: Final = 1.0
 
 
-async def _make(call: Call, transport: AsyncTransport[E] | None) -> TransportError | None:
-    """`_sync._make`, awaiting the call."""
-    try:
-        await getattr(transport, call[0])(*call[1])
-    except TransportError as failed:
-        return failed
-    return None
+async def _retried(
+    decision: Decision,
+    lease: Lease[E],
+    transport: AsyncTransport[E],
+    tries: SettleTries,
+    failed: TransportError,
+) -> TransportError | None:
+    """`_sync._retried`, awaiting the call and the pause."""
+    while (pause := tries.again(failed)) is not None:
+        await asyncio.sleep(pause)
+        try:
+            await decision.send(transport, lease)
+        except TransportError as exc:
+            failed = exc
+        else:
+            return None
+    return tries.failed
 
 
 class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], Awaitable[object]]]):
@@ -158,6 +169,8 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             wake.clear()
         self._closing = True
         handed = 0
+        settler = self._settler
+        assert settler is not None
         for item in list(self._running.values()):
             if not item._take():
                 continue
@@ -166,13 +179,13 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             assert item._task is not None
             item._task.cancel()
             await asyncio.wait({item._task}, timeout=UNWIND)
-            handed += await self._settle(item, HAND_BACK, None, self._settler)
+            handed += await self._settle(item, HAND_BACK, None, settler)
         self._count_handed_back(handed)
 
     async def _slot(self, claimer: AsyncTransport[E]) -> None:
         """Claim while free, handle, settle; until the worker stops."""
         wait = min(OWN_WAIT, self.visibility / 2)
-        backoff = Backoff()
+        pause = ClaimPause()
         try:
             while not self._stopping.is_set():
                 sent = time.monotonic()
@@ -192,11 +205,11 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                 except TransportError as exc:
                     if self._stopping.is_set():
                         return
-                    await asyncio.sleep(backoff.failed(exc))
+                    await asyncio.sleep(pause.failed(exc))
                     continue
                 finally:
                     self._claims.discard(claim)
-                backoff.reset()
+                pause.reset()
                 if lease is None:
                     continue
                 try:
@@ -212,21 +225,33 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                 self._wake.set()
 
     async def _bury_undecodable(self, exc: EventDecodeError) -> None:
-        delivery, call = self._undecodable(exc)
-        self._buried(delivery, exc, await _make(call, self._settler))
+        delivery, decision = self._undecodable(exc)
+        settler = self._settler
+        assert settler is not None
+        failed: TransportError | None = None
+        try:
+            await decision.send(settler, exc.lease)
+        except TransportError as error:
+            failed = error
+        self._buried(delivery, exc, failed)
 
     async def _settle(
         self,
         item: Running[E],
-        settle: Settle,
+        decision: Decision,
         error: BaseException | None,
-        transport: AsyncTransport[E] | None,
+        transport: AsyncTransport[E],
     ) -> bool:
         """`Worker._settle`, awaiting the call."""
-        call = self._settle_call(item, settle, error)
-        if call is None:
+        lease = self._settle_lease(item, decision, error)
+        if lease is None:
             return False
-        return self._settle_done(item, settle, error, await _make(call, transport))
+        try:
+            await decision.send(transport, lease)
+        except TransportError as exc:
+            failed = await _retried(decision, lease, transport, self._tries(item), exc)
+            return self._settle_done(item, decision, error, failed)
+        return self._settle_done(item, decision, error, None)
 
     async def _deliver(self, lease: Lease[E], sent: float, own: AsyncTransport[E]) -> None:
         """Run the handler; settle on ``own``, the handle that claimed (as `Worker`)."""
@@ -253,6 +278,9 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         )
         ctx = AsyncContext(self.worker_id, keeper, self._stopping, delivery)
         hooks.started(delivery)
+        if not await keeper.vouch():  # the claim took too long: the handler must not run
+            self._report(ctx, "lost", lost_error(ctx))
+            return
         if self._closing:  # claimed as the worker stopped: give it straight back
             self._count_handed_back(await self._settle(ctx, HAND_BACK, None, own))
             return

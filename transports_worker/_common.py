@@ -1,8 +1,9 @@
 """What both workers share: their options and checks, the worker id, the handles they
-open, and every decision: what a finished handler leads to, and how a delivery is
-settled and reported. A settle is one transport call at most: the decisions name it
-(`Runtime._settle_call`) and take its outcome (`Runtime._settle_done`), and each twin
-makes it with its own kind of call. No I/O.
+open, and every decision: what a finished handler leads to (a `Decision`), and how a
+delivery is settled and reported. A settle is one transport call (`Decision.send`, typed
+for either twin), retried while it fails in passing (`SettleTries`): the decisions pick
+its lease (`Runtime._settle_lease`) and take its outcome (`Runtime._settle_done`), and each
+twin makes and retries the call with its own kind of call and pause. No I/O.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import math
 import os
 import socket
 import threading
@@ -18,27 +18,37 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Final, Generic, Literal, Protocol, TypeVar
 
 from transports_core import (
     Event,
     EventDecodeError,
     Lease,
     LeaseLost,
+    OutcomeUnknown,
     TransportError,
     redact_url,
 )
-from transports_core.backend import check_worker_id
+from transports_core.backend import (
+    check_count,
+    check_priority,
+    check_seconds,
+    check_visibility,
+    check_worker_id,
+)
 
 from ._context import Running
 from ._hooks import Delivery, Fanout, Hooks, LoggingHooks
+from ._keeper import retry_interval
 from ._outcomes import Bury, Cancelled, Outcome, Retry, RetryPolicy, failure_reason
 
 __all__ = [
     "EXIT_DRAINED",
     "EXIT_HANDED_BACK",
+    "ClaimPause",
+    "Decision",
     "Runtime",
-    "Settle",
+    "SettleTries",
     "check_handler",
     "decide",
     "default_worker_id",
@@ -47,73 +57,106 @@ __all__ = [
 E = TypeVar("E")
 S = TypeVar("S")  # the transport twin a worker drives
 H = TypeVar("H")  # the handler it calls
+R_co = TypeVar("R_co", covariant=True)  # what a settling call returns: None, or an awaitable
+R = TypeVar("R")
 LOGGER: Final = logging.getLogger("transports_worker")
 EXIT_DRAINED: Final = 0
 # EX_TEMPFAIL from sysexits.h: stopped before its work was done; that work is not lost.
 EXIT_HANDED_BACK: Final = 75
 EXIT_NOW: Final = 130
 OWN_WAIT: Final = 10.0  # the longest a claim on a handle of the worker's own waits
-CLAIM_BACKOFF: Final = (0.1, 5.0)
-# A transport call: the method's name and its arguments.
-Call = tuple[str, tuple[Any, ...]]
+# A failed claim is tried again after the first pause, doubling up to the second: at most a
+# second, so that claiming resumes within a second of a server coming back.
+CLAIM_PAUSES: Final = (0.1, 1.0)
+
+
+class Settles(Protocol[R_co]):
+    """The settling calls of either twin: ``R_co`` is None for a `Transport`, a coroutine
+    for an `AsyncTransport`."""
+
+    def ack(self, lease: Lease[object]) -> R_co: ...
+
+    def nack(self, lease: Lease[object], delay: float = 0) -> R_co: ...
+
+    def bury(self, lease: Lease[object], reason: str) -> R_co: ...
 
 
 @dataclass(frozen=True, slots=True)
-class Settle:
-    """What to do with a lease once its handler has ended."""
+class Decision:
+    """What to do with a lease once its handler has ended: the transport call to make
+    (``action``; "none" makes none) and the outcome to report once it is made."""
 
     action: Literal["ack", "nack", "bury", "none"]
     outcome: Outcome
     delay: float = 0.0
     reason: str = ""
 
-    def call(self, lease: Lease[Any]) -> Call:
-        if self.action == "nack":
-            return "nack", (lease, self.delay)
-        if self.action == "bury":
-            return "bury", (lease, self.reason)
-        return self.action, (lease,)
+    def send(self, transport: Settles[R], lease: Lease[Any]) -> R:
+        """Make the call on ``transport``: a sync twin's returns None, an async twin's
+        returns the coroutine to await."""
+        action = self.action
+        if action == "ack":
+            return transport.ack(lease)
+        if action == "nack":
+            return transport.nack(lease, self.delay)
+        if action == "bury":
+            return transport.bury(lease, self.reason)
+        raise ValueError(f"{self!r} makes no transport call")
 
 
-ACK: Final = Settle("ack", "acked")
-HAND_BACK: Final = Settle("nack", "handed_back")
-LOST: Final = Settle("none", "lost")
+ACK: Final = Decision("ack", "acked")
+HAND_BACK: Final = Decision("nack", "handed_back")
+LOST: Final = Decision("none", "lost")
 
 
-def decide(error: BaseException | None, attempt: int, policy: RetryPolicy) -> Settle:
-    """The settle that a handler's return (``error`` None) or exception leads to."""
+def decide(error: BaseException | None, attempt: int, policy: RetryPolicy) -> Decision:
+    """The decision that a handler's return (``error`` None) or exception leads to."""
     if error is None:
         return ACK
     if isinstance(error, Retry):
-        return Settle("nack", "retried", delay=error.delay)
+        return Decision("nack", "retried", delay=error.delay)
     if isinstance(error, Bury):
-        return Settle("bury", "buried", reason=error.reason)
+        return Decision("bury", "buried", reason=error.reason)
     if isinstance(error, (LeaseLost, Cancelled)):
-        return Settle("none", "lost")
+        return LOST
     if policy.is_final(error, attempt):
-        return Settle("bury", "buried", reason=failure_reason(error))
-    return Settle("nack", "failed", delay=policy.backoff(attempt))
+        return Decision("bury", "buried", reason=failure_reason(error))
+    return Decision("nack", "failed", delay=policy.backoff(attempt))
+
+
+class SettleTries:
+    """A settle's call tried again while it fails in passing (a `TransportError` other
+    than `LeaseLost`), until trying once more would end past ``deadline``, the lease's
+    deadline on the keeper's clock: after that another worker may hold the message.
+
+    A call that raised `OutcomeUnknown` may have been made: if a later try raises
+    `LeaseLost`, the first one took effect, and the settle counts as made."""
+
+    __slots__ = ("_deadline", "_pause", "_unknown", "failed")
+
+    def __init__(self, deadline: float, pause: float) -> None:
+        self._deadline = deadline
+        self._pause = pause
+        self._unknown = False
+        self.failed: TransportError | None = None  # once done: why the settle was not made
+
+    def again(self, failed: TransportError) -> float | None:
+        """After a try raised ``failed``: the pause before the next, or None when done
+        (with ``failed`` set, or None when the settle counts as made)."""
+        if isinstance(failed, LeaseLost):
+            self.failed = None if self._unknown else failed
+            return None
+        self._unknown = self._unknown or isinstance(failed, OutcomeUnknown)
+        if time.monotonic() + self._pause >= self._deadline:
+            self.failed = failed
+            return None
+        LOGGER.debug("a settle failed, retrying: %s", failed)
+        return self._pause
 
 
 def default_worker_id() -> str:
     """Host, process and a random suffix: unique, and readable in ``transports inspect``."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-def _seconds(name: str, value: object, *, positive: bool = True) -> float:
-    """``value`` as seconds, or an error naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be {'>' if positive else '>='} 0 seconds, got {value!r}")
-    return float(value)
-
-
-def _whole(name: str, value: object, low: int) -> int:
-    """``value`` as a whole number of at least ``low``, or an error naming it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
-    return value
 
 
 def check_handler(handler: object, *, asynchronous: bool) -> None:
@@ -168,20 +211,21 @@ def logged(message: str, *args: object) -> Iterator[None]:
         LOGGER.exception(message, *args)
 
 
-class Backoff:
-    """The pause before a failed claim is tried again: doubling, up to a cap."""
+class ClaimPause:
+    """The pause before a failed claim is tried again: doubling, up to `CLAIM_PAUSES`'s
+    cap."""
 
     def __init__(self) -> None:
-        self.delay = CLAIM_BACKOFF[0]
+        self.delay = CLAIM_PAUSES[0]
 
     def failed(self, exc: BaseException) -> float:
         delay = self.delay
         LOGGER.warning("claim failed, retrying in %.1fs: %s", delay, exc)
-        self.delay = min(delay * 2, CLAIM_BACKOFF[1])
+        self.delay = min(delay * 2, CLAIM_PAUSES[1])
         return delay
 
     def reset(self) -> None:
-        self.delay = CLAIM_BACKOFF[0]
+        self.delay = CLAIM_PAUSES[0]
 
 
 class Runtime(Generic[E, S, H]):
@@ -208,11 +252,11 @@ class Runtime(Generic[E, S, H]):
         handle_signals: bool = True,
     ) -> None:
         # Each option is refused with an error naming it before anything runs.
-        self.concurrency = _whole("concurrency", concurrency, 1)
-        self.visibility = _seconds("visibility", visibility)
-        self.timeout = None if timeout is None else _seconds("timeout", timeout)
-        self.grace = _seconds("grace", grace, positive=False)
-        self.min_priority = _whole("min_priority", min_priority, 0)
+        self.concurrency = check_count(concurrency, "concurrency")
+        self.visibility = check_visibility(visibility)
+        self.timeout = None if timeout is None else check_seconds(timeout, "timeout")
+        self.grace = check_seconds(grace, "grace", zero=True)
+        self.min_priority = check_priority(min_priority, "min_priority")
         if worker_id is not None:
             check_worker_id(worker_id)
         self.worker_id = default_worker_id() if worker_id is None else worker_id
@@ -267,12 +311,12 @@ class Runtime(Generic[E, S, H]):
 
             def opener() -> S:
                 return open_url(url, event_type=self._event_type)
-        elif hasattr(source, "claim") and hasattr(source, "extend"):
-            self._settler = source  # type: ignore[assignment]
-            self._claimers = [source] * self.concurrency  # type: ignore[list-item]
-            return
-        elif callable(source):
+        elif callable(source):  # a transport is not callable: a factory
             opener = source
+        elif hasattr(source, "claim") and hasattr(source, "extend"):
+            self._settler = source
+            self._claimers = [source] * self.concurrency
+            return
         else:
             raise TypeError(f"source must be a URL, a transport or a factory, got {source!r}")
         self._settler = opener()
@@ -285,54 +329,58 @@ class Runtime(Generic[E, S, H]):
             return []
         return [h for h in (*self._claimers, self._settler) if h is not None]
 
-    # -- decisions: a settle takes one transport call at most, which each twin's
-    # `_settle` makes with its own kind of call, between these two --------------------
+    # -- decisions: a settle is one transport call, which each twin's `_settle` makes
+    # (and retries, see `SettleTries`) with its own kind of call, between these two ------
 
-    def _ending(self, item: Running[Any], error: BaseException | None) -> Settle:
-        """The settle for a delivery whose handler returned (``error`` None) or raised."""
+    def _ending(self, item: Running[Any], error: BaseException | None) -> Decision:
+        """The decision for a delivery whose handler returned (``error`` None) or raised."""
         return decide(error, item.attempt, self.retry)
 
-    def _settle_call(
-        self, item: Running[Any], settle: Settle, error: BaseException | None
-    ) -> Call | None:
-        """Stop keeping the lease to carry out ``settle``: the transport call to make, or
-        None when there is none (the delivery is reported here: its lease was lost, or
-        ``settle`` sends nothing)."""
+    def _settle_lease(
+        self, item: Running[Any], decision: Decision, error: BaseException | None
+    ) -> Lease[Any] | None:
+        """Stop keeping the lease to carry out ``decision``: the lease to settle, or None
+        when there is no call to make (the delivery is reported here: its lease was lost,
+        or ``decision`` makes no call)."""
         keeper = item._keeper
         if not keeper.release():
             self._report(item, "lost", error or lost_error(item))
             return None
-        if settle.action == "none":
-            self._report(item, settle.outcome, error)
+        if decision.action == "none":
+            self._report(item, decision.outcome, error)
             return None
-        return settle.call(keeper.lease)
+        return keeper.lease
+
+    def _tries(self, item: Running[Any]) -> SettleTries:
+        """The retries of a settle that failed in passing, up to the lease's deadline."""
+        return SettleTries(item._keeper.deadline, retry_interval(self.visibility))
 
     def _settle_done(
         self,
         item: Running[Any],
-        settle: Settle,
+        decision: Decision,
         error: BaseException | None,
         failed: TransportError | None,
     ) -> bool:
-        """Report how ``settle``'s call went (``failed``: what it raised); True if the
-        transport took it. LeaseLost means someone else settled the message; any other
+        """Report how ``decision``'s call went (``failed``: why it was not made); True if
+        the transport took it. LeaseLost means someone else settled the message; any other
         failure, that the lease lapses and the message comes back. Either way this
         delivery is over without our settle."""
         if failed is not None:
             self._report(item, "lost", failed)
             return False
-        self._report(item, settle.outcome, error)
+        self._report(item, decision.outcome, error)
         return True
 
     def _report(self, item: Running[Any], outcome: Outcome, error: BaseException | None) -> None:
         self._hooks.settled(item._delivery, outcome, time.monotonic() - item.started, error)
 
-    def _undecodable(self, exc: EventDecodeError) -> tuple[Delivery, Call]:
-        """A message that no longer decodes is buried, by this call, and reported as a
-        delivery (started now, then `_buried`)."""
+    def _undecodable(self, exc: EventDecodeError) -> tuple[Delivery, Decision]:
+        """A message that no longer decodes is buried, by this decision, and reported as
+        a delivery (started now, then `_buried`)."""
         delivery = Delivery.of(exc.lease)
         self._hooks.started(delivery)
-        return delivery, ("bury", (exc.lease, failure_reason(exc)))
+        return delivery, Decision("bury", "buried", reason=failure_reason(exc))
 
     def _buried(
         self, delivery: Delivery, exc: EventDecodeError, failed: TransportError | None

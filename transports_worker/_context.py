@@ -26,6 +26,7 @@ E_co = TypeVar("E_co", covariant=True)
 HANDLER_LOG = logging.getLogger("transports_worker.handler")
 
 
+# LoggerAdapter takes its type argument at run time only from Python 3.11; we support 3.10.
 class DeliveryLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     """Prefixes each message with the delivery's group, seq and attempt, and puts them in
     the record's ``extra`` too (``group_id``, ``seq``, ``attempt``)."""
@@ -44,6 +45,9 @@ class _Keeper(Protocol[E_co]):
 
     @property
     def lost(self) -> bool: ...
+
+    @property
+    def deadline(self) -> float: ...
 
     def check(self) -> None: ...
 

@@ -5,6 +5,8 @@ A lease counts as lost when a renewal raises `LeaseLost`, or when renewals keep 
 (a passing `TransportError`) until just before the last confirmed expiry: the keeper never
 compares a server's ``expires_at`` with the local clock. A confirmation is dated from when
 the renewal was *sent*, so the local idea of the expiry is never later than the server's.
+A claim that took long to return may leave the keeper unable to vouch for its lease at all:
+`vouch` renews it before any handler runs, or loses it.
 
 `Schedule` (a thread over a set of jobs) drives many sync keepers; `AsyncLeaseKeeper` is one task.
 Imports only the public contract.
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from transports_core import AsyncTransport, Lease, LeaseLost, Transport, TransportError
+from transports_core.backend import check_visibility
 
 __all__ = [
     "AsyncLeaseKeeper",
@@ -58,14 +61,6 @@ def _margins(visibility: float) -> tuple[float, float]:
     """A checked visibility's safety margin and retry interval: a worker makes a keeper
     per delivery, all with the same visibility."""
     return safety_margin(visibility), retry_interval(visibility)
-
-
-def _check_visibility(visibility: object) -> float:
-    if isinstance(visibility, bool) or not isinstance(visibility, (int, float)):
-        raise TypeError(f"visibility must be a number of seconds, got {visibility!r}")
-    if not 0 < visibility < float("inf"):
-        raise ValueError(f"visibility must be > 0 seconds, got {visibility!r}")
-    return float(visibility)
 
 
 _MAKING = threading.Lock()
@@ -193,27 +188,27 @@ class Seat:
         self.keeper: LeaseKeeper[Any] | None = None
         self._renewals, self._watchdog = renewals, watchdog
         renewals.add(Job(self._renew_due, self._renew))
-        watchdog.add(Job(self._watch_due, self._watch))
+        watchdog.add(Job(self._expiry_due, self._expire))
 
     def take(self, keeper: LeaseKeeper[Any], now: float) -> None:
         """Seat ``keeper``, made at ``now`` (monotonic)."""
         self.keeper = keeper
-        # A keeper just made is active: its dues are its plan, read without the checks.
+        # A keeper just made is active: its plan is its dues, read without the checks.
         # A schedule looks on its own within IDLE_WAKE: only a sooner due needs a wake.
         soon = now + IDLE_WAKE
-        deadline = keeper._confirmed - keeper._margin
-        if keeper._next < soon or deadline < soon:
-            self._renewals.expect(keeper._next)
+        renewal, deadline = keeper.next_renewal, keeper.deadline
+        if renewal < soon or deadline < soon:
+            self._renewals.expect(renewal)
             self._watchdog.expect(deadline)
 
     def _renew_due(self) -> float:
         keeper = self.keeper
-        due = None if keeper is None else keeper._renew_due()
+        due = None if keeper is None else keeper.renewal_due()
         return NEVER if due is None else due
 
-    def _watch_due(self) -> float:
+    def _expiry_due(self) -> float:
         keeper = self.keeper
-        due = None if keeper is None else keeper._watch_due()
+        due = None if keeper is None else keeper.expiry_due()
         return NEVER if due is None else due
 
     def _renew(self) -> None:
@@ -222,10 +217,10 @@ class Seat:
         if keeper is not None and self._renew_due() <= time.monotonic():
             keeper.renew()
 
-    def _watch(self) -> None:
+    def _expire(self) -> None:
         keeper = self.keeper
         if keeper is not None:
-            keeper.watch()
+            keeper.expire()
 
 
 class _Flag(Protocol):
@@ -235,13 +230,12 @@ class _Flag(Protocol):
 
 
 class _Keeping(Generic[E, T]):
-    """What both keepers hold and decide alike: the latest lease, its last confirmed end
-    on the local clock, the margins, and the `LeaseLost` a lost lease raises. ``T`` is
-    the transport twin that renews."""
+    """What both keepers hold and decide alike: the latest lease, its deadline and next
+    renewal on the local clock, the margins, and the `LeaseLost` a lost lease raises.
+    ``T`` is the transport twin that renews."""
 
     # Slotted: a worker makes a keeper for every delivery.
     __slots__ = (
-        "_confirmed",
         "_error",
         "_lease",
         "_lost",
@@ -251,6 +245,8 @@ class _Keeping(Generic[E, T]):
         "_released",
         "_retry",
         "_transport",
+        "deadline",
+        "next_renewal",
         "renewals",
         "visibility",
     )
@@ -267,7 +263,7 @@ class _Keeping(Generic[E, T]):
         on_renewed: Callable[[Lease[E]], None] | None = None,
     ) -> None:
         if type(visibility) is not float or not 0.0 < visibility < NEVER:  # not as checked
-            visibility = _check_visibility(visibility)
+            visibility = check_visibility(visibility)
         self.visibility = visibility
         self._margin, self._retry = _margins(visibility)
         self._transport = transport
@@ -277,9 +273,16 @@ class _Keeping(Generic[E, T]):
         self._error: LeaseLost | None = None
         self._released = False
         self.renewals = 0
-        # ``sent``: when the claim (or last extend) that granted ``lease`` was sent.
-        self._confirmed = (time.monotonic() if sent is None else sent) + self.visibility
+        # ``sent``: when the claim that granted ``lease`` was sent.
+        self._plan(time.monotonic() if sent is None else sent)
         self._setup()
+
+    def _plan(self, sent: float) -> None:
+        """Date the lease from ``sent``, when the call that granted it was sent:
+        ``deadline``, the monotonic time past which the lease counts as lost unless renewed
+        before (a safety margin before its end), and ``next_renewal``."""
+        self.deadline = sent + self.visibility - self._margin
+        self.next_renewal = sent + self.visibility * RENEW_EVERY
 
     def _setup(self) -> None:
         """The twin's own state."""
@@ -289,24 +292,32 @@ class _Keeping(Generic[E, T]):
         return self._lease
 
     @property
-    def deadline(self) -> float:
-        """Monotonic time past which the lease counts as lost unless renewed before."""
-        return self._confirmed - self._margin
-
-    @property
     def lost(self) -> bool:
-        self._lose_if_late()
+        self.expire()
         return self._lost.is_set()
 
-    def _lose_if_late(self) -> None:
+    def expire(self) -> None:
         """Lose the lease once its deadline has passed without a renewal: whoever looks
-        first, the keeper's own watch or a reader, reports it."""
-        if (
-            not self._released
-            and time.monotonic() >= self._confirmed - self._margin  # the deadline
-            and not self._lost.is_set()
-        ):
+        first, the watchdog or a reader, reports it."""
+        if not self._released and time.monotonic() >= self.deadline and not self._lost.is_set():
             self._lose(None)
+
+    def _doubtful(self, now: float) -> bool:
+        """Whether the keeper cannot vouch for the lease at ``now``: its deadline has
+        passed, or is less than a safety margin away (too close to renew in time)."""
+        return now + self._margin >= self.deadline
+
+    def _vouched(self, renewed: Lease[E], sent: float) -> bool:
+        self._confirm(renewed, sent)
+        if self._on_renewed is not None:
+            self._on_renewed(renewed)
+        return True
+
+    def _unvouched(self, error: BaseException) -> bool:
+        if not isinstance(error, TransportError):
+            LOGGER.error("renewing the lease on message %d failed", self._lease.seq, exc_info=error)
+        self._lose(error)
+        return False
 
     @property
     def released(self) -> bool:
@@ -334,7 +345,7 @@ class _Keeping(Generic[E, T]):
 
     def _confirm(self, renewed: Lease[E], sent: float) -> None:
         self._lease = renewed
-        self._confirmed = sent + self.visibility
+        self._plan(sent)
         self.renewals += 1
 
 
@@ -345,14 +356,27 @@ class LeaseKeeper(_Keeping[E, Transport[E]]):
     `check` raises `LeaseLost` (chained from the transport error when renewals failed).
     """
 
-    __slots__ = ("_lock", "_next", "_schedules")
+    __slots__ = ("_lock", "_schedules")
     _lost: Signal
 
     def _setup(self) -> None:
         self._lock = threading.Lock()
         self._lost = Signal()
-        self._next = self._confirmed - self.visibility * (1 - RENEW_EVERY)
         self._schedules: tuple[tuple[Schedule, Job], ...] = ()
+
+    def vouch(self) -> bool:
+        """Before the handler starts: renew the lease now, on the calling thread, if the
+        keeper cannot vouch for it (a claim that took about ``visibility`` to return).
+        True if the lease is held; a renewal that fails in any way loses it."""
+        sent = time.monotonic()
+        if not self._doubtful(sent):
+            return True
+        try:
+            renewed = self._transport.extend(self._lease, self.visibility)
+        except Exception as exc:
+            return self._unvouched(exc)
+        with self._lock:
+            return self._vouched(renewed, sent)
 
     def wait_lost(self, timeout: float | None = None) -> bool:
         """Block until the lease is lost (True) or ``timeout`` passes (False)."""
@@ -371,7 +395,7 @@ class LeaseKeeper(_Keeping[E, Transport[E]]):
     def release(self) -> bool:
         """Stop renewing. Returns False if the lease was already lost (its deadline
         passing without a renewal counts: it is lost then)."""
-        self._lose_if_late()
+        self.expire()
         lock = self._lock  # acquire and release: half the cost of a with block
         lock.acquire()
         again, self._released = self._released, True
@@ -392,8 +416,8 @@ class LeaseKeeper(_Keeping[E, Transport[E]]):
         """Renew on ``renewals``; lose the lease at its deadline on ``watchdog``, which
         runs no transport call, so a renewal that hangs cannot delay it."""
         self._schedules = (
-            (renewals, Job(self._renew_due, self.renew)),
-            (watchdog, Job(self._watch_due, self.watch)),
+            (renewals, Job(self.renewal_due, self.renew)),
+            (watchdog, Job(self.expiry_due, self.expire)),
         )
         for schedule, job in self._schedules:
             schedule.add(job)
@@ -401,10 +425,13 @@ class LeaseKeeper(_Keeping[E, Transport[E]]):
     def _active(self) -> bool:
         return not self._released and not self._lost.is_set()
 
-    def _renew_due(self) -> float | None:
-        return self._next if self._active() else None
+    def renewal_due(self) -> float | None:
+        """When the next renewal is due (monotonic); None once lost or released."""
+        return self.next_renewal if self._active() else None
 
-    def _watch_due(self) -> float | None:
+    def expiry_due(self) -> float | None:
+        """When the lease expires unless renewed: its deadline; None once lost or
+        released."""
         return self.deadline if self._active() else None
 
     def renew(self) -> None:
@@ -423,7 +450,7 @@ class LeaseKeeper(_Keeping[E, Transport[E]]):
                 self._lose(exc)
                 return
             LOGGER.debug("renewal of %s failed, retrying: %s", self._lease.seq, exc)
-            self._next = now + self._retry
+            self.next_renewal = now + self._retry
             return
         except Exception as exc:  # not a passing failure: the lease cannot be kept
             LOGGER.exception("renewing the lease on message %d failed", self._lease.seq)
@@ -433,13 +460,8 @@ class LeaseKeeper(_Keeping[E, Transport[E]]):
             if not self._active():
                 return
             self._confirm(renewed, sent)
-            self._next = sent + self.visibility * RENEW_EVERY
         if self._on_renewed is not None:
             self._on_renewed(renewed)
-
-    def watch(self) -> None:
-        """Lose the lease once its deadline has passed without a renewal."""
-        self._lose_if_late()
 
 
 @contextlib.contextmanager
@@ -490,10 +512,21 @@ class AsyncLeaseKeeper(_Keeping[E, AsyncTransport[E]]):
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._keep())
 
+    async def vouch(self) -> bool:
+        """`LeaseKeeper.vouch`, awaiting the renewal."""
+        sent = time.monotonic()
+        if not self._doubtful(sent):
+            return True
+        try:
+            renewed = await self._transport.extend(self._lease, self.visibility)
+        except Exception as exc:
+            return self._unvouched(exc)
+        return self._vouched(renewed, sent)
+
     def release(self) -> bool:
         """Stop renewing. Returns False if the lease was already lost (its deadline
         passing without a renewal counts: it is lost then)."""
-        self._lose_if_late()
+        self.expire()
         self._released = True
         self._wake.set()
         return not self._lost.is_set()
@@ -520,7 +553,7 @@ class AsyncLeaseKeeper(_Keeping[E, AsyncTransport[E]]):
         return self._released
 
     async def _keep(self) -> None:
-        due = self._confirmed - self.visibility * (1 - RENEW_EVERY)
+        due = self.next_renewal
         while not await self._pause(due):
             if time.monotonic() >= self.deadline:
                 self._lose(None)
@@ -554,7 +587,7 @@ class AsyncLeaseKeeper(_Keeping[E, AsyncTransport[E]]):
             self._confirm(call.result(), sent)
             if self._on_renewed is not None:
                 self._on_renewed(self._lease)
-            due = sent + self.visibility * RENEW_EVERY
+            due = self.next_renewal
 
 
 @contextlib.asynccontextmanager

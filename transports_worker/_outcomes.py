@@ -7,13 +7,12 @@ Pure values: no I/O, no clock but the one passed in, no transport.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from transports_core.backend import MAX_REASON
+from transports_core.backend import MAX_REASON, check_count, check_seconds
 
 __all__ = ["Bury", "Cancelled", "Outcome", "Retry", "RetryPolicy"]
 
@@ -22,15 +21,6 @@ Outcome = Literal["acked", "retried", "failed", "buried", "lost", "handed_back"]
 `Retry`), ``failed`` (an exception, nacked with the policy's backoff), ``buried`` (a dead
 letter), ``lost`` (the lease was lost: nothing was settled), ``handed_back`` (cancelled at
 shutdown and nacked at once for another worker)."""
-
-
-def _finite(name: str, value: object, *, low: float = 0.0, open_low: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
-    if value < low or (open_low and value == low):
-        bound = f"> {low:g}" if open_low else f">= {low:g}"
-        raise ValueError(f"{name} must be {bound}, got {value!r}")
-    return float(value)
 
 
 class Retry(Exception):
@@ -42,7 +32,7 @@ class Retry(Exception):
     """
 
     def __init__(self, delay: float = 0.0) -> None:
-        self.delay = _finite("Retry delay", delay)
+        self.delay = check_seconds(delay, "Retry delay", zero=True)
         super().__init__(f"retry in {self.delay:g}s")
 
 
@@ -89,16 +79,15 @@ class RetryPolicy:
     random: Callable[[], float] = field(default=random.random, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        attempts: object = self.max_attempts
-        if attempts is not None and (
-            isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1
-        ):
-            raise ValueError(f"max_attempts must be a whole number >= 1 or None, got {attempts!r}")
-        _finite("base", self.base)
-        _finite("cap", self.cap)
-        jitter = _finite("jitter", self.jitter)
-        if jitter > 1:
-            raise ValueError(f"jitter must be between 0 and 1, got {self.jitter!r}")
+        if self.max_attempts is not None:
+            check_count(self.max_attempts, "max_attempts")
+        check_seconds(self.base, "base", zero=True)
+        check_seconds(self.cap, "cap", zero=True)
+        jitter: object = self.jitter
+        if isinstance(jitter, bool) or not isinstance(jitter, (int, float)):
+            raise TypeError(f"jitter must be a number from 0 to 1, got {jitter!r}")
+        if not 0 <= jitter <= 1:  # nan too
+            raise ValueError(f"jitter must be from 0 to 1, got {jitter!r}")
         permanent: object = self.permanent
         if not isinstance(permanent, tuple) or not all(
             isinstance(kind, type) and issubclass(kind, BaseException) for kind in permanent

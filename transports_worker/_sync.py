@@ -32,11 +32,12 @@ from ._common import (
     HAND_BACK,
     LOGGER,
     OWN_WAIT,
-    Backoff,
-    Call,
+    ClaimPause,
+    Decision,
     Runtime,
-    Settle,
+    SettleTries,
     logged,
+    lost_error,
 )
 from ._context import Context, Running
 from ._hooks import Delivery
@@ -86,14 +87,24 @@ class _Slot(Generic[E]):
             return self.claiming
 
 
-def _make(call: Call, transport: Transport[E] | None) -> TransportError | None:
-    """Make a decision's transport ``call``: what it raised (a `TransportError`), or
-    None once it returned. The one place the worker's settles meet the transport."""
-    try:
-        getattr(transport, call[0])(*call[1])
-    except TransportError as failed:
-        return failed
-    return None
+def _retried(
+    decision: Decision,
+    lease: Lease[E],
+    transport: Transport[E],
+    tries: SettleTries,
+    failed: TransportError,
+) -> TransportError | None:
+    """Make ``decision``'s call again after it raised ``failed``, for as long as ``tries``
+    allows: None once it is made, else why it was not."""
+    while (pause := tries.again(failed)) is not None:
+        time.sleep(pause)
+        try:
+            decision.send(transport, lease)
+        except TransportError as exc:
+            failed = exc
+        else:
+            return None
+    return tries.failed
 
 
 class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
@@ -239,11 +250,13 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             with slot.lock:
                 pass
         handed = 0
+        settler = self._settler
+        assert settler is not None
         for item in tuple(self._running.copy().values()):
             if not item._take():
                 continue
             item.cancel(Cancelled("shutdown"))
-            handed += self._settle(item, HAND_BACK, None, self._settler)
+            handed += self._settle(item, HAND_BACK, None, settler)
         self._count_handed_back(handed)
 
     # -- claiming --------------------------------------------------------------------
@@ -255,7 +268,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         # At most half a visibility, so that a lease granted late in a long wait is
         # still confirmed (by its first renewal, due at once) well before its end.
         wait = min(OWN_WAIT if self._owned else SHARED_WAIT, self.visibility / 2)
-        backoff = Backoff()
+        pause = ClaimPause()
         try:
             while not self._stopping.is_set():
                 if not slot.begin_claim():
@@ -275,13 +288,13 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                         return
                     if not isinstance(exc, TransportError):
                         raise
-                    self._stopping.wait(backoff.failed(exc))
+                    self._stopping.wait(pause.failed(exc))
                     continue
                 finally:
                     # Settle on the handle that claimed (a store that caches per
                     # connection keeps its cache) unless stopping closed it meanwhile.
                     own = claimer if slot.end_claim() else shared
-                backoff.reset()
+                pause.reset()
                 if lease is None:
                     continue
                 try:
@@ -294,22 +307,34 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             self._nudge()
 
     def _bury_undecodable(self, exc: EventDecodeError) -> None:
-        delivery, call = self._undecodable(exc)
-        self._buried(delivery, exc, _make(call, self._settler))
+        delivery, decision = self._undecodable(exc)
+        settler = self._settler
+        assert settler is not None
+        failed: TransportError | None = None
+        try:
+            decision.send(settler, exc.lease)
+        except TransportError as error:
+            failed = error
+        self._buried(delivery, exc, failed)
 
     def _settle(
         self,
         item: Running[E],
-        settle: Settle,
+        decision: Decision,
         error: BaseException | None,
-        transport: Transport[E] | None,
+        transport: Transport[E],
     ) -> bool:
-        """Carry out ``settle`` on ``transport`` and report it; True if the transport
+        """Carry out ``decision`` on ``transport`` and report it; True if the transport
         took it."""
-        call = self._settle_call(item, settle, error)
-        if call is None:
+        lease = self._settle_lease(item, decision, error)
+        if lease is None:
             return False
-        return self._settle_done(item, settle, error, _make(call, transport))
+        try:
+            decision.send(transport, lease)
+        except TransportError as exc:
+            failed = _retried(decision, lease, transport, self._tries(item), exc)
+            return self._settle_done(item, decision, error, failed)
+        return self._settle_done(item, decision, error, None)
 
     # -- handling --------------------------------------------------------------------
 
@@ -335,6 +360,9 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         )
         ctx = Context(self.worker_id, keeper, self._stopping, delivery, interrupt)
         hooks.started(delivery)
+        if not keeper.vouch():  # the claim took too long: the handler must not run
+            self._report(ctx, "lost", lost_error(ctx))
+            return
         key = id(ctx)
         # Under the slot's own lock, which `_hand_back` passes through once it is closing:
         # so the hand-back sees this delivery, or this delivery sees that it is closing.
@@ -380,9 +408,11 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         item.cancel(Cancelled("timeout"))
         error = TimeoutError(f"the handler ran past its timeout of {self.timeout:g}s")
         # Settle off the watchdog thread, which other leases' deadlines depend on.
+        settler = self._settler
+        assert settler is not None
         threading.Thread(
             target=self._settle,
-            args=(item, self._ending(item, error), error, self._settler),
+            args=(item, self._ending(item, error), error, settler),
             name="worker-timeout",
             daemon=True,
         ).start()

@@ -59,23 +59,32 @@ def test_importing_the_runtime_imports_neither_opentelemetry_nor_pytest() -> Non
 
 
 @pytest.mark.parametrize(
-    ("options", "said"),
+    ("options", "error", "said"),
     [
-        ({"concurrency": 0}, "concurrency must be a whole number >= 1, got 0"),
-        ({"concurrency": True}, "got True"),
-        ({"visibility": 0}, "visibility must be > 0 seconds, got 0"),
-        ({"visibility": float("nan")}, "visibility must be a finite number"),
-        ({"timeout": -1}, "timeout must be > 0 seconds, got -1"),
-        ({"grace": -0.5}, "grace must be >= 0 seconds, got -0.5"),
-        ({"min_priority": -1}, "min_priority must be a whole number >= 0, got -1"),
-        ({"worker_id": "__mine"}, "'__mine' is reserved"),
+        ({"concurrency": 0}, ValueError, "concurrency must be >= 1, got 0"),
+        ({"concurrency": True}, TypeError, "concurrency must be an int >= 1, got True"),
+        ({"concurrency": 2.0}, TypeError, "got 2.0"),
+        ({"visibility": 0}, ValueError, "visibility must be > 0 seconds, got 0"),
+        ({"visibility": float("nan")}, ValueError, "visibility must be finite, got nan"),
+        ({"visibility": "30"}, TypeError, "visibility must be a number of seconds, got '30'"),
+        ({"timeout": -1}, ValueError, "timeout must be > 0 seconds, got -1"),
+        ({"grace": -0.5}, ValueError, "grace must be >= 0 seconds, got -0.5"),
+        ({"grace": None}, TypeError, "grace must be a number of seconds, got None"),
+        ({"min_priority": -1}, ValueError, "min_priority must be from 0 to 4, got -1"),
+        ({"min_priority": 9}, ValueError, "min_priority must be from 0 to 4, got 9"),
+        ({"worker_id": "__mine"}, ValueError, "'__mine' is reserved"),
     ],
 )
-def test_bad_options_are_refused_naming_the_value(options: dict[str, Any], said: str) -> None:
-    with pytest.raises(ValueError, match=re.escape(said)):
+def test_bad_options_are_refused_naming_the_value(
+    options: dict[str, Any], error: type[Exception], said: str
+) -> None:
+    # One error shape for the worker and the transports: ValueError for a bad value,
+    # TypeError for a wrong type, each naming the option and the value.
+    with pytest.raises(error, match=re.escape(said)) as sync_info:
         Worker("sqlite:///:memory:", handle, **options)
-    with pytest.raises(ValueError, match=re.escape(said)):
+    with pytest.raises(error, match=re.escape(said)) as async_info:
         AsyncWorker("sqlite:///:memory:", ahandle, **options)
+    assert type(sync_info.value) is type(async_info.value) is error
 
 
 def test_a_handler_of_the_wrong_kind_or_shape_is_refused() -> None:
@@ -90,12 +99,18 @@ def test_a_handler_of_the_wrong_kind_or_shape_is_refused() -> None:
 
 
 def test_retry_policy_refuses_bad_values() -> None:
-    with pytest.raises(ValueError, match="max_attempts must be a whole number >= 1 or None"):
+    with pytest.raises(ValueError, match="max_attempts must be >= 1, got 0"):
         RetryPolicy(max_attempts=0)
-    with pytest.raises(ValueError, match="jitter must be between 0 and 1, got 2"):
+    with pytest.raises(TypeError, match="max_attempts must be an int >= 1, got '3'"):
+        RetryPolicy(max_attempts="3")  # type: ignore[arg-type]  # a wrong type, on purpose
+    with pytest.raises(ValueError, match="jitter must be from 0 to 1, got 2"):
         RetryPolicy(jitter=2)
-    with pytest.raises(ValueError, match="base must be a finite number"):
+    with pytest.raises(ValueError, match="jitter must be from 0 to 1, got nan"):
+        RetryPolicy(jitter=float("nan"))
+    with pytest.raises(ValueError, match="base must be finite, got inf"):
         RetryPolicy(base=float("inf"))
+    with pytest.raises(ValueError, match="cap must be >= 0 seconds, got -1"):
+        RetryPolicy(cap=-1)
     with pytest.raises(TypeError, match="permanent must be a tuple of exception classes"):
         RetryPolicy(permanent=(int,))  # type: ignore[arg-type]
 
@@ -118,8 +133,10 @@ def test_the_last_attempt_and_permanent_errors_are_final() -> None:
 
 
 def test_retry_and_bury_refuse_bad_values() -> None:
-    with pytest.raises(ValueError, match="Retry delay must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="Retry delay must be >= 0 seconds, got -1"):
         Retry(-1)
+    with pytest.raises(TypeError, match="Retry delay must be a number of seconds, got '1'"):
+        Retry("1")  # type: ignore[arg-type]  # a wrong type, on purpose
     with pytest.raises(ValueError, match="Bury needs a non-empty reason, got ' '"):
         Bury(" ")
     assert Retry(2).delay == 2.0

@@ -6,7 +6,7 @@ import pytest
 
 from transports_core import Event, open_transport
 from transports_worker import Bury, Context, OpenTelemetryHooks, Worker
-from transports_worker.testing import Recorder, Running
+from transports_worker.testing import Recorder, RunningWorker
 
 sdk_trace = pytest.importorskip("opentelemetry.sdk.trace", reason="needs opentelemetry-sdk")
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
@@ -56,7 +56,7 @@ def test_one_span_per_delivery_and_metrics_by_outcome(queue_url: str) -> None:
     worker = Worker(
         url, handle, visibility=0.6, concurrency=2, hooks=[hooks, recorder], handle_signals=False
     )
-    running = Running(worker)
+    running = RunningWorker(worker)
     recorder.wait_settled(2)
     assert running.stop() == 0
 

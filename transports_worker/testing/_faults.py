@@ -1,0 +1,260 @@
+"""Scenarios of faults between the worker and a working store: a claim that stalls before
+it reaches the store (a pool that waits for a connection, a server that restarts), and a
+settle that fails in passing. Each wraps the backend's own handles (`Faulty`,
+`AsyncFaulty`), so the store underneath is real and only the fault is made up."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any, Literal
+
+from transports_core import (
+    AsyncTransport,
+    Event,
+    Lease,
+    OutcomeUnknown,
+    Transport,
+    TransportError,
+)
+from transports_worker._context import Running
+
+from ._support import (
+    VISIBILITY,
+    AsyncTransportFactory,
+    Flavour,
+    Recorder,
+    Start,
+    TransportFactory,
+)
+
+AckFault = Literal["fails", "unknown"]
+
+
+class Faults:
+    """The faults that the handles of one worker inject, in turn, and what reached the
+    store. Shared by the worker's handles, so guarded by a lock."""
+
+    def __init__(self, *, stalls: Iterable[float] = (), acks: Iterable[AckFault] = ()) -> None:
+        self._stalls = list(stalls)
+        self._acks = list(acks)
+        self._lock = threading.Lock()
+        self.acked = 0  # acks the store took
+        self.ack_calls = 0
+
+    def stall(self) -> float:
+        """How long the next claim stalls before it reaches the store."""
+        with self._lock:
+            return self._stalls.pop(0) if self._stalls else 0.0
+
+    def ack_fault(self) -> AckFault | None:
+        with self._lock:
+            self.ack_calls += 1
+            return self._acks.pop(0) if self._acks else None
+
+    def took_ack(self) -> None:
+        with self._lock:
+            self.acked += 1
+
+
+def _ack_failed(fault: AckFault | None, made: bool) -> TransportError | None:
+    """The error an ack with ``fault`` raises, before (``made`` False) or after the store
+    took it."""
+    if fault == "fails" and not made:
+        return TransportError("injected: the ack never reached the store")
+    if fault == "unknown" and made:
+        return OutcomeUnknown("ack", "injected: the connection broke after the ack was sent")
+    return None
+
+
+class Faulty:
+    """A `Transport` that injects `Faults` around a real one."""
+
+    def __init__(self, inner: Transport[Any], faults: Faults) -> None:
+        self._inner, self._faults = inner, faults
+
+    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+        return self._inner.publish(group_id, event, priority)
+
+    def publish_many(self, items: Iterable[tuple[str, Any, int]]) -> list[int]:
+        return self._inner.publish_many(items)
+
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
+    ) -> Lease[Any] | None:
+        time.sleep(self._faults.stall())
+        return self._inner.claim(worker_id, visibility, min_priority, wait)
+
+    def ack(self, lease: Lease[object]) -> None:
+        fault = self._faults.ack_fault()
+        if (error := _ack_failed(fault, made=False)) is not None:
+            raise error
+        self._inner.ack(lease)
+        self._faults.took_ack()
+        if (error := _ack_failed(fault, made=True)) is not None:
+            raise error
+
+    def nack(self, lease: Lease[object], delay: float = 0) -> None:
+        self._inner.nack(lease, delay)
+
+    def extend(self, lease: Lease[Any], visibility: float) -> Lease[Any]:
+        return self._inner.extend(lease, visibility)
+
+    def bury(self, lease: Lease[object], reason: str) -> None:
+        self._inner.bury(lease, reason)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __enter__(self) -> Faulty:
+        return self
+
+    def __exit__(
+        self,
+        t: type[BaseException] | None,
+        e: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> None:
+        self.close()
+
+
+class AsyncFaulty:
+    """`Faulty` for an `AsyncTransport`."""
+
+    def __init__(self, inner: AsyncTransport[Any], faults: Faults) -> None:
+        self._inner, self._faults = inner, faults
+
+    async def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+        return await self._inner.publish(group_id, event, priority)
+
+    async def publish_many(self, items: Iterable[tuple[str, Any, int]]) -> list[int]:
+        return await self._inner.publish_many(items)
+
+    async def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
+    ) -> Lease[Any] | None:
+        await asyncio.sleep(self._faults.stall())
+        return await self._inner.claim(worker_id, visibility, min_priority, wait)
+
+    async def ack(self, lease: Lease[object]) -> None:
+        fault = self._faults.ack_fault()
+        if (error := _ack_failed(fault, made=False)) is not None:
+            raise error
+        await self._inner.ack(lease)
+        self._faults.took_ack()
+        if (error := _ack_failed(fault, made=True)) is not None:
+            raise error
+
+    async def nack(self, lease: Lease[object], delay: float = 0) -> None:
+        await self._inner.nack(lease, delay)
+
+    async def extend(self, lease: Lease[Any], visibility: float) -> Lease[Any]:
+        return await self._inner.extend(lease, visibility)
+
+    async def bury(self, lease: Lease[object], reason: str) -> None:
+        await self._inner.bury(lease, reason)
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+    async def __aenter__(self) -> AsyncFaulty:
+        return self
+
+    async def __aexit__(
+        self,
+        t: type[BaseException] | None,
+        e: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> None:
+        await self.close()
+
+
+class FaultScenarios:
+    """The worker between a working store and handles that stall or fail in passing."""
+
+    def _run_faulty(
+        self,
+        start: Start,
+        flavour: Flavour,
+        make_transport: TransportFactory,
+        make_async_transport: AsyncTransportFactory | None,
+        faults: Faults,
+        handled: list[int],
+    ) -> None:
+        """Start a worker whose every handle injects ``faults``, with a handler that
+        notes each seq it handles in ``handled``."""
+
+        def handle(event: Event, ctx: Running[Event]) -> None:
+            handled.append(ctx.lease.seq)
+
+        async def ahandle(event: Event, ctx: Running[Event]) -> None:
+            handle(event, ctx)
+
+        if flavour == "sync":
+            start(handle, ahandle, source=lambda: Faulty(make_transport(), faults))
+        else:
+            assert make_async_transport is not None
+            start(handle, ahandle, source=lambda: AsyncFaulty(make_async_transport(), faults))
+
+    def test_a_claim_stalled_past_the_visibility_is_handled_once_and_acked_once(
+        self,
+        start: Start,
+        flavour: Flavour,
+        make_transport: TransportFactory,
+        make_async_transport: AsyncTransportFactory | None,
+        store: Transport[Event],
+        recorder: Recorder,
+    ) -> None:
+        # The claim reaches the store only after a visibility and a half: dated from when
+        # it was sent, the lease is already past its end when the claim returns, though
+        # the store granted it just now. The worker must renew it before handling it.
+        store.publish("g", Event(n=1))
+        faults, handled = Faults(stalls=[1.5 * VISIBILITY]), list[int]()
+        self._run_faulty(start, flavour, make_transport, make_async_transport, faults, handled)
+        recorder.wait_settled(1)
+        assert recorder.outcomes() == [(1, 1, "acked")], "the stalled claim's lease was lost"
+        assert handled == [1]
+        assert faults.acked == 1
+        assert store.claim("check", VISIBILITY) is None, "the acked message came back"
+
+    def test_an_ack_failing_in_passing_is_retried_until_the_store_takes_it(
+        self,
+        start: Start,
+        flavour: Flavour,
+        make_transport: TransportFactory,
+        make_async_transport: AsyncTransportFactory | None,
+        store: Transport[Event],
+        recorder: Recorder,
+    ) -> None:
+        store.publish("g", Event(n=1))
+        faults, handled = Faults(acks=["fails", "fails"]), list[int]()
+        self._run_faulty(start, flavour, make_transport, make_async_transport, faults, handled)
+        recorder.wait_settled(1)
+        assert recorder.outcomes() == [(1, 1, "acked")]
+        assert (faults.ack_calls, faults.acked) == (3, 1)
+        assert handled == [1]
+        assert store.claim("check", VISIBILITY) is None, "the acked message came back"
+
+    def test_an_ack_of_unknown_outcome_then_lease_lost_counts_as_acked(
+        self,
+        start: Start,
+        flavour: Flavour,
+        make_transport: TransportFactory,
+        make_async_transport: AsyncTransportFactory | None,
+        store: Transport[Event],
+        recorder: Recorder,
+    ) -> None:
+        # The first ack is made, but the caller hears OutcomeUnknown; the retry finds the
+        # lease gone (LeaseLost), which is what the first ack did.
+        store.publish("g", Event(n=1))
+        faults, handled = Faults(acks=["unknown"]), list[int]()
+        self._run_faulty(start, flavour, make_transport, make_async_transport, faults, handled)
+        recorder.wait_settled(1)
+        assert recorder.outcomes() == [(1, 1, "acked")]
+        assert (faults.ack_calls, faults.acked) == (2, 1)
+        assert store.claim("check", VISIBILITY) is None, "the acked message came back"
