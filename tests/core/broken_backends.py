@@ -33,7 +33,10 @@ class Defects:
     drop_every: int = 0  # every n-th publish is silently lost
     stale_bury: bool = False  # bury acts on the seq, whoever holds it now
     deaf_wait: bool = False  # a waiting claim is woken by nothing: it looks once, at the end
-    racy_wait_start: bool = False  # a publish between the first look and the wait is missed
+    # a waiting claim looks at the state only after its first claim attempt: a publish in
+    # the window (this many seconds) between the two is missed
+    racy_wait_start: float = 0.0
+    impatient_wait: bool = False  # a waiting claim woken for nothing it may take gives up
     close_ignores_waiter: bool = False  # close leaves a waiting claim waiting
     requeue_at_tail: bool = False  # a requeued dead letter goes behind its group's messages
     bury_ignores_hold: bool = False  # bury releases the group under on_dead="hold"
@@ -254,16 +257,19 @@ class MemoryTransport(core.Closing):
                 left = ends - time.monotonic()
                 if left <= 0:
                     break
+                woken = False
                 if s.defects.racy_wait_start:
                     s.lock.release()  # the window: a publish now notifies nobody
-                    time.sleep(0.002)
+                    time.sleep(s.defects.racy_wait_start)
                     s.lock.acquire()
                     s.changed.wait(left)
                 else:
-                    s.changed.wait(min(left, RECHECK))
+                    woken = s.changed.wait(min(left, RECHECK))
                 if self._closed and not stubborn:
                     return None
                 lease = self._try_claim(worker_id, visibility, min_priority)
+                if woken and s.defects.impatient_wait:
+                    break
         return lease
 
     # -- settling --------------------------------------------------------------------

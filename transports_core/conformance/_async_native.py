@@ -1,25 +1,38 @@
-"""Async-only scenarios: ``async with``, and many coroutines sharing one transport object
-on one event loop. They run on the suite's private loop (see `_blocking.Portal`), so no
-async pytest plugin is involved."""
+"""Async-only scenarios: ``async with``, many coroutines sharing one transport object on
+one event loop, and claims whose task is cancelled. They run on the suite's private loop
+(see `_blocking.Portal`), so no async pytest plugin is involved."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import pytest
 
-from transports_core import AsyncTransport, Event, Lease, TransportError
+from transports_core import AsyncTransport, AsyncTransportAdmin, Event, Lease, TransportError
 
-from ._base import DURABLE, AsyncTransportFactory, SuiteBase, checks, seen
+from ._base import ADMIN, DURABLE, AsyncTransportFactory, SuiteBase, checks, seen
 from ._blocking import Portal
 from ._contention import GROUPS, PER_GROUP, check_journal
-from ._properties import ASYNC_CONTEXT, CONTENTION_TASKS, ONE_IN_FLIGHT
+from ._properties import ASYNC_CONTEXT, CANCELLED_CLAIM, CONTENTION_TASKS, ONE_IN_FLIGHT
 from ._steps import ev
 
 T = TypeVar("T")
 TASKS = 8
+
+# The visibility of a cancelled claim: far longer than the test, so that a message
+# claimable again cannot be explained by its lease lapsing.
+CANCEL_VISIBILITY: Final = 30.0
+# How long a claim after the cancellation may wait for the message given back.
+GIVE_BACK: Final = 2.0
+# A waiting claim that a publish wakes, to be cancelled around its wake.
+CANCEL_WAIT: Final = 20.0
+# Where a claim's task is cancelled: after this many turns of the event loop, then after
+# these real delays (s), which reach into the store's call on any backend.
+CANCEL_TURNS: Final = range(25)
+CANCEL_DELAYS: Final = (0.0001, 0.0003, 0.001, 0.002, 0.004, 0.008, 0.016)
 
 
 class AsyncNativeScenarios(SuiteBase):
@@ -165,3 +178,65 @@ class AsyncNativeScenarios(SuiteBase):
             assert got == list(range(PER_GROUP)), (
                 f"{CONTENTION_TASKS}: group {group!r} was handled in order {got}"
             )
+
+    @checks(CANCELLED_CLAIM)
+    def test_cancelled_claim_gives_back_at_once_with_the_same_attempt(self) -> None:
+        group = "cancelled"
+
+        async def cancel_after(task: asyncio.Task[Lease[Event] | None], when: int | float) -> str:
+            if isinstance(when, int):
+                for _ in range(when):
+                    await asyncio.sleep(0)
+                return f"{when} turns of the event loop"
+            await asyncio.sleep(when)
+            return f"{when * 1000:g} ms"
+
+        async def one_round(
+            t: AsyncTransport[Event], other: AsyncTransport[Event], when: int | float, woken: bool
+        ) -> None:
+            if woken:
+                # A claim already waiting, woken by the publish, cancelled around its wake.
+                task = asyncio.ensure_future(t.claim("w1", CANCEL_VISIBILITY, wait=CANCEL_WAIT))
+                await asyncio.sleep(0.05)
+                seq = await other.publish(group, ev(0))
+            else:
+                seq = await other.publish(group, ev(0))
+                task = asyncio.ensure_future(t.claim("w1", CANCEL_VISIBILITY))
+            how = f"a claim(wait={CANCEL_WAIT:g}) woken by a publish" if woken else "a claim"
+            after = await cancel_after(task, when)
+            task.cancel()
+            try:
+                finished = await task
+            except asyncio.CancelledError:
+                pass
+            else:  # the claim was over before the cancel: an ordinary delivery
+                assert seen(finished, "seq", "attempt") == (seq, 1), (
+                    f"{CANCELLED_CLAIM}: {how} that finished before its cancel gave {finished}"
+                )
+                assert finished is not None
+                await t.ack(finished)
+                return
+            began = time.monotonic()
+            back = await other.claim("w2", CANCEL_VISIBILITY, wait=GIVE_BACK)
+            took = time.monotonic() - began
+            assert seen(back, "seq", "attempt") == (seq, 1), (
+                f"{CANCELLED_CLAIM}: {how} cancelled after {after}; then claim(wait="
+                f"{GIVE_BACK}) gave {back} after {took:.2f} s; expected seq {seq} with attempt "
+                f"1, given back at once (visibility {CANCEL_VISIBILITY} s, so not by a lapse)"
+            )
+            assert back is not None
+            await other.ack(back)
+
+        async def scenario() -> None:
+            t, other = self.open_async(), self.open_async()
+            try:
+                for woken in (False, True):
+                    for when in (*CANCEL_TURNS, *CANCEL_DELAYS):
+                        await one_round(t, other, when, woken)
+            finally:
+                # A message a broken backend kept leased would block the next test of a
+                # shared store for the whole visibility.
+                if self.has(ADMIN) and isinstance(other, AsyncTransportAdmin):
+                    await other.purge_group(group)
+
+        self.run(scenario())

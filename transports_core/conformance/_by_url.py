@@ -4,22 +4,36 @@ transports_core.conformance URL`` runs.
 Its name does not start with ``test_``, so pytest collects it only when it is named on
 the command line (the CLI passes ``--pyargs transports_core.conformance._by_url``). All
 tests share the one store at the URL, which must start empty; each test drains it first
-and gives back what it holds at the end. Time is real (a backend opened by URL cannot be
-handed the suite's clock), so lapses are short real sleeps. A URL is taken to name a
-durable store that several handles and processes can open.
+and, at the end, gives back what it holds and discards the dead letters it made. Time is
+real (a backend opened by URL cannot be handed the suite's clock), so lapses are short
+real sleeps. A URL is taken to name a durable store that several handles and processes
+can open; a backend declares ``admin`` by implementing `TransportAdmin` on its transport,
+as the admin interface says callers check, and the suite reads that declaration off the
+first handle it opens.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from transports_core import known_schemes, open_async_transport, open_transport
+from transports_core import TransportAdmin, known_schemes, open_async_transport, open_transport
 from transports_core._registry import _resolve, _scheme
 
-from ._base import DURABLE, MULTI_HANDLE, MULTIPROCESS, AsyncTransportFactory, TransportFactory
+from ._base import (
+    ADMIN,
+    DURABLE,
+    MULTI_HANDLE,
+    MULTIPROCESS,
+    AsyncTransportFactory,
+    SuiteBase,
+    TransportFactory,
+)
 from ._suite import AsyncTransportSuite, TransportSuite
 
 URL_CAPABILITIES = frozenset({DURABLE, MULTI_HANDLE, MULTIPROCESS})
+
+# (URL, suite class) -> whether the handles it opens implement TransportAdmin.
+_admin_seen: dict[tuple[str, str], bool] = {}
 
 
 def _url(request: pytest.FixtureRequest) -> str:
@@ -32,10 +46,26 @@ def _url(request: pytest.FixtureRequest) -> str:
     return url
 
 
-class TestTransportAtUrl(TransportSuite):
+class _AtUrl(SuiteBase):
+    """What the backend at the URL declares: `URL_CAPABILITIES`, and ``admin`` when its
+    transports implement `TransportAdmin` (checked on one handle, once per URL and twin;
+    the async twin's handle is seen through `BlockingTransport`, which passes its admin
+    methods on)."""
+
     capabilities = URL_CAPABILITIES
     shared_store = True
 
+    def has(self, capability: str) -> bool:
+        if capability != ADMIN:
+            return super().has(capability)
+        key = (_url(self._request), type(self).__name__)
+        if key not in _admin_seen:
+            with self._factory() as probe:
+                _admin_seen[key] = isinstance(probe, TransportAdmin)
+        return _admin_seen[key]
+
+
+class TestTransportAtUrl(_AtUrl, TransportSuite):
     @pytest.fixture
     def transport_url(self, request: pytest.FixtureRequest) -> str:
         return _url(request)
@@ -45,10 +75,7 @@ class TestTransportAtUrl(TransportSuite):
         return lambda **options: open_transport(transport_url, **options)
 
 
-class TestAsyncTransportAtUrl(AsyncTransportSuite):
-    capabilities = URL_CAPABILITIES
-    shared_store = True
-
+class TestAsyncTransportAtUrl(_AtUrl, AsyncTransportSuite):
     @pytest.fixture
     def transport_url(self, request: pytest.FixtureRequest) -> str:
         url = _url(request)

@@ -33,11 +33,13 @@ CONTENTION_THREADS: Final = "contention-threads"
 CONTENTION_PROCESSES: Final = "contention-processes"
 CONTENTION_TASKS: Final = "contention-tasks"
 ASYNC_CONTEXT: Final = "async-context"
+CANCELLED_CLAIM: Final = "cancelled-claim-gives-back"
 MODEL: Final = "model-agreement"
 WAIT_ZERO: Final = "wait-zero-never-blocks"
 WAIT_EMPTY: Final = "wait-empty-returns-none-after-the-wait"
 WAIT_WAKE: Final = "wait-woken-by-publish-ack-lapse-park-end"
 WAIT_RACE: Final = "wait-never-misses-a-racing-publish"
+WAIT_ON: Final = "wait-goes-on-after-a-wake-that-brings-nothing"
 WAIT_CLOSE: Final = "wait-woken-by-close"
 BURY_FENCING: Final = "bury-fencing"
 BURY: Final = "bury-dead-letters-now"
@@ -85,11 +87,13 @@ PROPERTIES: Final[dict[str, str]] = {
     CONTENTION_PROCESSES: "processes at once: no loss, no duplicate, order kept, one lease a group",
     CONTENTION_TASKS: "asyncio tasks at once: no loss, no duplicate, order kept, one lease a group",
     ASYNC_CONTEXT: "async with returns the transport and closes it",
+    CANCELLED_CLAIM: "a cancelled async claim gives back what it leased: at once, same attempt",
     MODEL: "random operation sequences agree with the suite's reference model",
     WAIT_ZERO: "claim(wait=0) returns at once, with or without a message",
     WAIT_EMPTY: "claim(wait=w) with nothing deliverable returns None, and not before w",
     WAIT_WAKE: "a waiting claim is woken by a publish, an ack or nack, a lapse, a park's end",
     WAIT_RACE: "a publish racing the start of a waiting claim is never missed",
+    WAIT_ON: "a waiting claim woken when nothing is takeable for it waits on to the end",
     WAIT_CLOSE: "close() from another thread wakes a waiting claim at once: None, no lease",
     BURY_FENCING: "bury of a lease no longer current raises LeaseLost and changes nothing",
     BURY: "bury takes the message out of delivery at once, for good",

@@ -1,6 +1,8 @@
 """Scenarios of waiting claims, ``claim(wait=)``: wait=0 never blocks, an empty wait ends
 with None only once the wait has run, each way a message becomes deliverable wakes a
-waiter, a publish racing the start of a wait is never missed, and close wakes a waiter.
+waiter, a wake that brings nothing takeable does not end a wait, a publish racing the
+start of a wait is never missed (at random offsets either side of it), and close wakes a
+waiter.
 
 Waits are real seconds whatever clock the backend reads. A waiter runs on a thread of its
 own, on a handle of its own when the backend has several; the test measures how long it
@@ -14,14 +16,16 @@ time; the suite allows `CLOCK_WAKE` real seconds for that after it moves the clo
 
 from __future__ import annotations
 
+import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from transports_core import Lease, Transport
 
 from ._base import MULTI_HANDLE, checks, seen
-from ._properties import WAIT_CLOSE, WAIT_EMPTY, WAIT_RACE, WAIT_WAKE, WAIT_ZERO
+from ._properties import WAIT_CLOSE, WAIT_EMPTY, WAIT_ON, WAIT_RACE, WAIT_WAKE, WAIT_ZERO
 from ._steps import Steps, ev, publish, take
 
 # A wait meant to be cut short by a wake.
@@ -33,25 +37,41 @@ CLOCK_WAKE: Final = 3.5
 # How long the test lets a waiter settle into its wait before waking it (not a
 # synchronisation: the property holds if the wake comes before the wait began, too).
 SETTLE: Final = 0.1
+# The wait of a claim that is woken, for nothing it may take, during its wait.
+NOTHING_WAIT: Final = 1.0
+# The priority floor of that claim.
+FLOOR: Final = 3
+# Publishes racing the start of a waiting claim, and the spread of their offsets (s).
 RACES: Final = 200
+RACE_BEFORE: Final = 0.001
+RACE_AFTER: Final = 0.003
 
 
 class Waiter:
     """``claim(worker, visibility, wait=...)`` running on a thread of its own."""
 
-    def __init__(self, t: Transport[Any], worker: str, visibility: float, wait: float) -> None:
+    def __init__(
+        self,
+        t: Transport[Any],
+        worker: str,
+        visibility: float,
+        wait: float,
+        min_priority: int = 0,
+    ) -> None:
         self.lease: Lease[Any] | None = None
         self.error: BaseException | None = None
         self.began = self.ended = 0.0
         self._thread = threading.Thread(
-            target=self._run, args=(t, worker, visibility, wait), daemon=True
+            target=self._run, args=(t, worker, visibility, wait, min_priority), daemon=True
         )
         self._thread.start()
 
-    def _run(self, t: Transport[Any], worker: str, visibility: float, wait: float) -> None:
+    def _run(
+        self, t: Transport[Any], worker: str, visibility: float, wait: float, min_priority: int
+    ) -> None:
         self.began = time.monotonic()
         try:
-            self.lease = t.claim(worker, visibility, wait=wait)
+            self.lease = t.claim(worker, visibility, min_priority, wait)
         except BaseException as exc:  # re-raised in the test's thread
             self.error = exc
         finally:
@@ -176,22 +196,72 @@ class WaitScenarios(Steps):
         first = take(t, "w1", self.hold)
         self._woken_at(t, self.park(t, first), first, "the park ended")
 
+    @checks(WAIT_ON)
+    def test_wait_goes_on_after_wakes_that_bring_nothing(self) -> None:
+        t = self.open()
+        publish(t, "x", 1, 2)
+        t.publish("h", ev(10), FLOOR)
+        x = take(t, "w1", self.hold)
+        take(t, "w1", self.hold, FLOOR)  # h is held from now on
+        # Each of these wakes a claim waiting with min_priority=FLOOR, but gives it
+        # nothing it may take.
+        wakes: list[tuple[str, Callable[[], object]]] = [
+            ("a publish below its floor", lambda: t.publish("low", ev(20), 0)),
+            ("a publish to a group another lease holds", lambda: t.publish("h", ev(11), FLOOR)),
+            ("an ack that frees a group below its floor", lambda: t.ack(x)),
+        ]
+        waiter = Waiter(self._waiter_handle(t), "w2", self.hold, NOTHING_WAIT, FLOOR)
+        for _, wake in wakes:
+            time.sleep(SETTLE / 2)
+            wake()
+        lease, took = waiter.result(WAIT_ON, NOTHING_WAIT + WAKE)
+        what = ", ".join(name for name, _ in wakes)
+        assert lease is None, f"{WAIT_ON}: woken by {what}, the waiting claim gave {lease}"
+        assert took >= NOTHING_WAIT - 0.02, (
+            f"{WAIT_ON}: claim(min_priority={FLOOR}, wait={NOTHING_WAIT}) returned None after "
+            f"{took:.3f} s, before its wait ran out; it was woken by {what}, which brought it "
+            "nothing to take"
+        )
+        # The same wakes, then one that brings it a message: it must still be waiting.
+        other = take(t, "w1", self.hold)  # a group below the floor, acked while it waits
+        wakes[-1] = ("an ack that frees a group below its floor", lambda: t.ack(other))
+        waiter = Waiter(self._waiter_handle(t), "w2", self.hold, LONG, FLOOR)
+        for _, wake in wakes:
+            time.sleep(SETTLE / 2)
+            wake()
+        time.sleep(SETTLE)
+        seq = t.publish("top", ev(30), FLOOR + 1)
+        lease, took = waiter.result(WAIT_ON, WAKE)
+        assert seen(lease, "seq") == (seq,), (
+            f"{WAIT_ON}: a claim waiting {LONG} s, woken first by {what}, then by the publish "
+            f"of seq {seq} at priority {FLOOR + 1}, gave {lease} after {took:.2f} s"
+        )
+
     @checks(WAIT_RACE)
     def test_wait_never_misses_a_racing_publish(self) -> None:
         t = self.open()
         waiting = self._waiter_handle(t)
+        seed = random.randrange(2**32)
+        offsets = random.Random(seed)
         start = threading.Barrier(2, timeout=30)
         got: list[Lease[Any] | None] = []
         took: list[float] = []
+        began: list[float] = []
         errors: list[BaseException] = []
+        # Both sides sleep a random while after the barrier: the publish lands anywhere
+        # from about RACE_BEFORE before the claim starts to RACE_AFTER after it, where a
+        # backend's first look and the start of its wait lie.
+        claim_delays = [offsets.uniform(0, RACE_BEFORE) for _ in range(RACES)]
+        publish_delays = [offsets.uniform(0, RACE_AFTER) for _ in range(RACES)]
 
         def claimer() -> None:
             try:
-                for _ in range(RACES):
+                for race in range(RACES):
                     start.wait()
-                    began = time.monotonic()
+                    time.sleep(claim_delays[race])
+                    began.append(time.perf_counter())
                     lease = waiting.claim("w1", self.hold, wait=LONG)
-                    took.append(time.monotonic() - began)
+                    took.append(time.perf_counter() - began[-1])
                     got.append(lease)
                     if lease is None or took[-1] > WAKE:
                         start.abort()  # missed: the publisher stops too
@@ -205,29 +275,32 @@ class WaitScenarios(Steps):
         thread = threading.Thread(target=claimer, daemon=True)
         thread.start()
         published: list[int] = []
+        landed: list[float] = []
         try:
             for race in range(RACES):
                 start.wait()
-                # Land the publish at varied points of the claim's start, up to ~2 ms in.
-                if race % 5:
-                    time.sleep(0.0005 * (race % 5))
+                time.sleep(publish_delays[race])
+                landed.append(time.perf_counter())
                 published.append(t.publish("a", ev(len(published))))
                 start.wait(WAKE)  # the claim must have come back with it by then
         except threading.BrokenBarrierError:
             pass
         thread.join(WAKE)
-        assert not thread.is_alive(), (
-            f"{WAIT_RACE}: race {len(published)} of {RACES}: a publish made as the claim "
-            f"began waiting was missed; claim(wait={LONG}) had not returned {WAKE} s later"
-        )
+
+        def missed(race: int) -> str:
+            offset = (landed[race] - began[race]) * 1000 if race < len(began) else 0.0
+            return (
+                f"{WAIT_RACE}: race {race + 1} of {RACES} (offsets seeded {seed}): a publish "
+                f"made {offset:+.2f} ms from the start of claim(wait={LONG}) was missed"
+            )
+
+        assert not thread.is_alive(), f"{missed(len(published) - 1)}: no return {WAKE} s later"
         if errors:
             raise AssertionError(f"{WAIT_RACE}: the claimer raised {errors[0]!r}") from errors[0]
         pairs = enumerate(zip(got, took, strict=True))
-        missed = [i for i, (lease, spent) in pairs if lease is None or spent > WAKE]
-        assert not missed, (
-            f"{WAIT_RACE}: race {missed[0] + 1} of {RACES}: a publish made as the claim began "
-            f"waiting was missed; claim(wait={LONG}) returned {got[missed[0]]} after "
-            f"{took[missed[0]]:.2f} s"
+        late = [i for i, (lease, spent) in pairs if lease is None or spent > WAKE]
+        assert not late, (
+            f"{missed(late[0])}: it returned {got[late[0]]} after {took[late[0]]:.2f} s"
         )
         assert [lease.seq for lease in got if lease] == published, (
             f"{WAIT_RACE}: the waiting claims gave other messages than the {RACES} published"
