@@ -71,7 +71,7 @@ class OneStatementAck(Ack):
 
     __slots__ = ()
 
-    def fast(self, now: float | None) -> tuple[Any, ...]:
+    def first(self, now: float | None) -> tuple[Any, ...]:
         return (Stmt(sql.ACK, self.fence),)
 
     def done(self, results: list[Result], now: float | None) -> None:
@@ -188,7 +188,7 @@ class ClaimWithoutWaking(Claim):
 
     __slots__ = ()
 
-    def fast(self, now: float | None) -> tuple[Any, ...]:
+    def first(self, now: float | None) -> tuple[Any, ...]:
         return (self._claim(now),)
 
 
