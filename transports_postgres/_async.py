@@ -3,7 +3,8 @@ psycopg's `AsyncConnectionPool`, with the same statements and round trips as the
 
 The pool is opened lazily, on first use (an event loop must be running). A blocked
 ``claim(wait=)`` follows core's `wait_plan`, awaiting an event that a listener task, on
-its own LISTEN connection, sets.
+its own LISTEN connection, sets. A claim whose task is cancelled gives back what the
+server leased for it (core's `GiveBack`, with `_ops.Unclaim`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from transports_core import Event, Lease, TransportError
 from transports_core.backend import (
     AsyncTransportBase,
     Claimed,
+    GiveBack,
     Operation,
     WaitState,
     check_wait,
@@ -184,6 +186,8 @@ class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
         self._pool: AsyncConnectionPool[AConn] | None = None
         self._opening: asyncio.Lock | None = None
         self._waker: _AsyncWaker | None = None
+        self._giving: GiveBack[Claimed] = GiveBack(self._give_back)
+        self._cancelled: set[asyncio.Future[Claimed | None]] = set()
 
     async def _open(self) -> AsyncConnectionPool[AConn]:
         if self._opening is None:
@@ -243,8 +247,29 @@ class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
             claimed = await self._wait(op, wait)
         return None if claimed is None else claimed.lease(self._codec)
 
-    def _claim(self, op: _ops.Claim) -> Awaitable[Claimed | None]:
-        return self._run(op)
+    async def _claim(self, op: _ops.Claim) -> Claimed | None:
+        # Cancelled while the server may be leasing: what it leases is given back.
+        call = asyncio.ensure_future(self._run(op))
+        try:
+            return await self._giving.claim(call)
+        except asyncio.CancelledError:
+            # `GiveBack.drain` knows only the give-backs under way, not the calls still
+            # in flight that will start one: those are kept here, for `_drain`.
+            self._cancelled.add(call)
+            call.add_done_callback(self._cancelled.discard)
+            raise
+
+    async def _drain(self) -> None:
+        """Wait until every cancelled claim has finished and given back what it leased."""
+        while self._cancelled:
+            # Their give-backs start in a callback that runs before this wakes.
+            await asyncio.wait(tuple(self._cancelled))
+        await self._giving.drain()
+
+    async def _give_back(self, claimed: Claimed) -> bool:
+        """Undo ``claimed`` (see `_ops.Unclaim`); whether its lease was still current."""
+        pool = self._pool
+        return pool is not None and await self._perform(pool, _ops.Unclaim(claimed))
 
     async def _wait(self, op: _ops.Claim, wait: float) -> Claimed | None:
         waker = self._waker
@@ -276,6 +301,7 @@ class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
         self._closed = True
         if self._waker is not None:
             await self._waker.close()
+        await self._drain()  # before the pool goes: give-backs need a connection
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()

@@ -365,6 +365,24 @@ class Waiter(Operation[None]):
         return None
 
 
+class Unclaim(Operation[bool]):
+    """Give back what a claim leased, its delivery uncounted (`sql.UNCLAIM`): for an async
+    claim whose task was cancelled (see `GiveBack`). False if the lease was not current."""
+
+    __slots__ = ("fence",)
+    call = "claim"
+
+    def __init__(self, claimed: core.Claimed) -> None:
+        self.fence = (claimed.group_id, claimed.seq, claimed.worker_id, claimed.attempt)
+
+    def first(self, now: float | None) -> Batch:
+        return (Stmt(sql.UNCLAIM, self.fence),)
+
+    def done(self, results: list[Result], now: float | None) -> bool:
+        given: bool = results[0].rows[0][0] == 1
+        return given
+
+
 # --- settle ------------------------------------------------------------------------------------
 
 

@@ -497,6 +497,26 @@ SELECT (SELECT count(*) FROM r),
     (*FENCE_NAMES, "lease_commit"),
 )
 
+# A lease that an async claim took after its task was cancelled, given back by the runner
+# that took it: the group is free at once, and the claim's increment of attempt is undone
+# (it was not a delivery: nobody saw the message), so the next claim's lease carries the
+# same attempt number. Fenced like a settle, so a lease that lapsed and was claimed again
+# meanwhile is left alone. The turn in the round-robin the claim took is not given back.
+# A blocked claim is woken.
+UNCLAIM: Final = Statement(
+    f"""
+WITH r AS (
+    UPDATE {{s}}.groups g SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL,
+           attempt = g.attempt - 1
+     WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM r),
+       (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM r) AND {_ANY_WAITER})
+""",
+    FENCE_NAMES,
+)
+
 EXTEND: Final = Statement(
     f"""
 UPDATE {{s}}.groups g SET lock_expiry = {_NOW} + :visibility, busy_until = {_NOW} + :visibility
