@@ -1,24 +1,34 @@
-"""`AsyncPostgresTransport`: the operations of `_ops` run over psycopg's
-`AsyncConnectionPool`, with the same statements and round trips as the sync twin.
+"""`AsyncPostgresTransport`: the operations of `_ops`, run by core's `drive_async` over
+psycopg's `AsyncConnectionPool`, with the same statements and round trips as the sync twin.
 
 The pool is opened lazily, on first use (an event loop must be running). A blocked
-``claim(wait=)`` awaits an event that a listener task, on its own LISTEN connection, sets.
+``claim(wait=)`` follows core's `wait_plan`, awaiting an event that a listener task, on
+its own LISTEN connection, sets. A claim whose task is cancelled gives back what the
+server leased for it (core's `GiveBack`, with `_ops.Unclaim`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import AsyncTransportBase, Claimed, check_wait
+from transports_core.backend import (
+    AsyncTransportBase,
+    Claimed,
+    GiveBack,
+    Operation,
+    WaitState,
+    check_wait,
+    drive_async,
+    wait_for_async,
+)
 
 from . import _ops
 from ._errors import Call, postgres_errors
@@ -30,6 +40,8 @@ from ._sync import (
     bind,
     check_alive,
     has_rows,
+    in_transaction,
+    own,
     pool_arguments,
     watch,
 )
@@ -48,33 +60,19 @@ async def _result(cursor: psycopg.AsyncCursor[Any]) -> _ops.Result:
     return _ops.Result(await cursor.fetchall() if has_rows(cursor) else [], cursor.rowcount)
 
 
-async def run_batch(conn: AConn, schema: str, batch: _ops.Batch, call: Call) -> list[_ops.Result]:
-    call.sent = True
+async def run_batch(conn: AConn, schema: str, call: Call, batch: _ops.Batch) -> list[_ops.Result]:
+    """The sync twin's `run_batch`, awaited."""
     if len(batch) == 1:
+        call.sent = True
         stmt = batch[0]
         cursor = await conn.single().execute(stmt.statement.render(schema), bind(stmt))
         return [await _result(cursor)]
+    if not batch:
+        return []
+    call.sent = True
     async with conn.pipeline():
         cursors = [await conn.execute(s.statement.render(schema), bind(s)) for s in batch]
     return [await _result(cursor) for cursor in cursors]
-
-
-async def perform(
-    conn: AConn, schema: str, op: _ops.Operation[T], now: float | None, call: Call
-) -> T:
-    """The sync twin's `perform`, awaited."""
-    flow = _ops.drive(op, now)
-    try:
-        batch = next(flow)
-        while True:
-            batch = flow.send(await run_batch(conn, schema, batch, call))
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    except Exception:
-        if conn.info.transaction_status != TransactionStatus.IDLE and not conn.closed:
-            with contextlib.suppress(psycopg.Error):
-                await conn.execute("ROLLBACK")
-        raise
 
 
 async def configure(conn: AConn) -> None:
@@ -91,6 +89,7 @@ class _AsyncWaker(Listening):
     def __init__(self, options: PostgresOptions) -> None:
         self._options = options
         self.event = asyncio.Event()
+        self.generation = 0
         self.closed = False
         self.pid: int | None = None
         self._task: asyncio.Task[None] | None = None
@@ -100,6 +99,7 @@ class _AsyncWaker(Listening):
         self._chores: set[asyncio.Task[Any]] = set()
 
     def _bump(self) -> None:
+        self.generation += 1
         event, self.event = self.event, asyncio.Event()
         event.set()
 
@@ -159,9 +159,12 @@ class _AsyncWaker(Listening):
                 with contextlib.suppress(TransportError):
                     await run(_ops.Waiter(pid, False))
 
-    async def wait(self, event: asyncio.Event, timeout: float) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+    async def wait(self, seen: int, timeout: float) -> bool:
+        """Sleep up to ``timeout`` s unless woken since generation ``seen``; whether woken."""
+        if self.generation == seen and not self.closed:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.event.wait(), timeout)
+        return self.generation != seen
 
     async def close(self) -> None:
         self.closed = True
@@ -183,6 +186,8 @@ class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
         self._pool: AsyncConnectionPool[AConn] | None = None
         self._opening: asyncio.Lock | None = None
         self._waker: _AsyncWaker | None = None
+        self._giving: GiveBack[Claimed] = GiveBack(self._give_back)
+        self._cancelled: set[asyncio.Future[Claimed | None]] = set()
 
     async def _open(self) -> AsyncConnectionPool[AConn]:
         if self._opening is None:
@@ -215,47 +220,80 @@ class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
         call = Call(op.call, op.writes)
         with postgres_errors(self._where, call):
             async with pool.connection() as conn:
-                return await perform(conn, self._schema, op, self._clock(), call)
+                execute = functools.partial(run_batch, conn, self._schema, call)
+                try:
+                    return await drive_async(op, self._clock(), execute)
+                except Exception:
+                    # Not on a cancellation: the connection may be mid-statement, and the
+                    # pool resets or discards it.
+                    if in_transaction(conn):
+                        with contextlib.suppress(psycopg.Error):
+                            await conn.execute("ROLLBACK")
+                    raise
 
-    # Narrower than the base's: it only ever gets the operations of its own `_ops`.
-    async def _run(self, op: _ops.Operation[T]) -> T:  # type: ignore[override]
+    async def _run(self, op: Operation[_ops.Batch, list[_ops.Result], T]) -> T:
         if self._closed:
             raise TransportError(f"{self!r} is closed")
         pool = self._pool or await self._open()
-        return await self._perform(pool, op)
+        return await self._perform(pool, own(op))
 
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
         op = self._operations.claim(worker_id, visibility, min_priority)
         wait = check_wait(wait)
-        claimed = await self._run(op)
+        claimed = await self._claim(op)
         if claimed is None and wait > 0:
             claimed = await self._wait(op, wait)
         return None if claimed is None else claimed.lease(self._codec)
 
+    async def _claim(self, op: _ops.Claim) -> Claimed | None:
+        # Cancelled while the server may be leasing: what it leases is given back.
+        call = asyncio.ensure_future(self._run(op))
+        try:
+            return await self._giving.claim(call)
+        except asyncio.CancelledError:
+            # `GiveBack.drain` knows only the give-backs under way, not the calls still
+            # in flight that will start one: those are kept here, for `_drain`.
+            self._cancelled.add(call)
+            call.add_done_callback(self._cancelled.discard)
+            raise
+
+    async def _drain(self) -> None:
+        """Wait until every cancelled claim has finished and given back what it leased."""
+        while self._cancelled:
+            # Their give-backs start in a callback that runs before this wakes.
+            await asyncio.wait(tuple(self._cancelled))
+        await self._giving.drain()
+
+    async def _give_back(self, claimed: Claimed) -> bool:
+        """Undo ``claimed`` (see `_ops.Unclaim`); whether its lease was still current."""
+        pool = self._pool
+        return pool is not None and await self._perform(pool, _ops.Unclaim(claimed))
+
     async def _wait(self, op: _ops.Claim, wait: float) -> Claimed | None:
-        deadline = time.monotonic() + wait
         waker = self._waker
         assert waker is not None  # the first claim opened the pool
+        seen = waker.generation
+
+        async def look() -> WaitState:
+            nonlocal seen
+            seen = waker.generation
+            return self._looked(seen, await self._run(_ops.NextDue(op.min_priority)))
+
         try:
             async with waker.waiting(self._run):
-                while not waker.closed:
-                    event = waker.event
-                    claimed = await self._run(op)
-                    left = deadline - time.monotonic()
-                    if claimed is not None or left <= 0:
-                        return claimed
-                    timeout = min(left, self._recheck)
-                    due = await self._run(_ops.NextDue())
-                    if due is not None:
-                        timeout = min(timeout, max(due, 0.01))
-                    await waker.wait(event, timeout)
+                return await wait_for_async(
+                    self._plan(wait),
+                    look,
+                    lambda: self._claim(op),
+                    lambda timeout: waker.wait(seen, timeout),
+                    lambda: waker.closed,
+                )
         except TransportError:
             if self._closed:
                 return None
             raise
-        return None
 
     async def close(self) -> None:
         if self._closed:
@@ -263,6 +301,7 @@ class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
         self._closed = True
         if self._waker is not None:
             await self._waker.close()
+        await self._drain()  # before the pool goes: give-backs need a connection
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()

@@ -1,23 +1,23 @@
 """Every PostgreSQL operation, sans-I/O, shared by the sync and async runners.
 
-An operation checks its arguments when it is built, so bad input never reaches the
-server. It is one slotted type, `Operation`: an optional fast path, `fast`, which is one
-pipelined batch of statements (one round trip, and one transaction: the statements of a
-pipeline share the implicit transaction that its closing Sync commits, so a fast path
-writes no BEGIN or COMMIT), and what to make of its results, `done`;
-when there is no fast path or `done` answers `MORE` (not finished), the runner runs
-`steps`, a generator that yields batches and receives their results, inside one
-transaction, and commits once it returns. No I/O, no clock (the runner passes ``now``:
-the injected clock's reading, or None for the server's clock), no driver.
+Each is a `transports_core.backend.Operation` whose step is a `Batch`: statements that go
+to the server pipelined, in one round trip, and whose reply is their results. The
+optional one-round-trip path, `first` and `done`, runs in the implicit transaction of its
+pipeline (its closing Sync commits it), so it writes no BEGIN or COMMIT. `steps` runs
+the operation's `body` in one explicit transaction (see `transaction`). Core's `drive`
+and `drive_async` run them; the runners only send batches and roll back on an error.
+No I/O, no clock (the runner passes ``now``: the injected clock's reading, or None for
+the server's clock), no driver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Sequence
-from typing import Any, ClassVar, Final, Literal, NamedTuple, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, Literal, NamedTuple, TypeVar
 
 import transports_core as dt
 from transports_core import backend as core
+from transports_core.backend import MORE, More
 
 from . import _sql as sql
 from ._sql import Statement
@@ -38,71 +38,44 @@ class Result(NamedTuple):
 
 
 Batch = tuple[Stmt, ...]
-Steps = Generator[Batch, list[Result], T]
+Steps = core.Steps[Batch, list[Result], T]
 
 
-class More:
-    """`Operation.done`'s answer when the fast path did not finish the operation: the
-    runner goes on with ``then`` (its fast path if it has one, else its steps), or, when
-    ``then`` is None, with the operation's own steps. Operations are shared between
-    threads, so what the fast path learnt travels here, not on them."""
-
-    __slots__ = ("then",)
-
-    def __init__(self, then: Operation[Any] | None = None) -> None:
-        self.then = then
-
-    def __repr__(self) -> str:
-        return f"More({self.then!r})"
-
-
-MORE: Final = More()
-
-
-class Operation(core.Operation[T]):
+class Operation(core.Operation[Batch, list[Result], T]):
     """One call, checked and ready to run. ``call`` names it in errors; ``writes`` says
     whether a lost connection leaves its outcome unknown; ``begin`` opens the transaction
-    `steps` runs in."""
+    its `body` runs in."""
 
     __slots__ = ()
     call: ClassVar[str] = "call"
     writes: ClassVar[bool] = True
     begin: ClassVar[Statement] = sql.BEGIN
 
-    def fast(self, now: float | None) -> Batch | None:
-        return None
-
-    def done(self, results: list[Result], now: float | None) -> T | More:
-        return MORE
-
     def steps(self, now: float | None) -> Steps[T]:
+        return transaction(self.begin, self.body(now))
+
+    def body(self, now: float | None) -> Steps[T]:
+        """The batches of the call, run in one transaction."""
         raise NotImplementedError(f"{type(self).__name__} has no steps")
 
 
-def drive(op: Operation[T], now: float | None) -> Steps[T]:
-    """The whole run of ``op``, the decisions both runners share: it yields the batches
-    to send, receives their results, and returns the value. First the fast paths (an
-    empty batch needs no round trip); then, if none finished, the steps, in one
-    transaction: its BEGIN goes with the first batch, its COMMIT after the last. A
-    runner that stops early rolls back whatever transaction is open."""
-    batch = op.fast(now)
-    while batch is not None:
-        value = op.done((yield batch) if batch else [], now)
-        if not isinstance(value, More):
-            return value
-        if value.then is None:
-            break
-        op = value.then
-        batch = op.fast(now)
-    steps = op.steps(now)
-    results = (yield (Stmt(op.begin), *next(steps)))[1:]
+def transaction(begin: Statement, body: Steps[T]) -> Steps[T]:
+    """``body`` in one transaction, its bracket at the cost of one round trip, not two:
+    ``begin`` goes in the pipeline of the first batch (its result is not passed on), the
+    COMMIT once ``body`` has returned. A runner that stops early rolls back."""
+    try:
+        batch = next(body)
+    except StopIteration as stop:  # nothing to send: no transaction either
+        value: T = stop.value
+        return value
+    results = (yield (Stmt(begin), *batch))[1:]
     try:
         while True:
-            results = yield steps.send(results)
+            results = yield body.send(results)
     except StopIteration as stop:
         value = stop.value
     yield (Stmt(sql.COMMIT),)
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 # --- the schema -----------------------------------------------------------------------------
@@ -145,14 +118,14 @@ class Setup(Operation[None]):
     def __init__(self, schema: str) -> None:
         self.schema = schema
 
-    def fast(self, now: float | None) -> Batch:
+    def first(self, now: float | None) -> Batch:
         return (Stmt(sql.READ_IDENTITY, (self.schema,)),)
 
     def done(self, results: list[Result], now: float | None) -> More | None:
         # Ours already: only its meta is read, no lock taken. Else: create, under the lock.
         return More(CheckMeta(self.schema)) if _is_ours(self.schema, results[0]) else MORE
 
-    def steps(self, now: float | None) -> Steps[None]:
+    def body(self, now: float | None) -> Steps[None]:
         (_, identity) = yield (
             Stmt(sql.SETUP_LOCK, (self.schema,)),
             Stmt(sql.READ_IDENTITY, (self.schema,)),
@@ -178,7 +151,7 @@ class CheckMeta(Operation[None]):
     def __init__(self, schema: str) -> None:
         self.schema = schema
 
-    def steps(self, now: float | None) -> Steps[None]:
+    def body(self, now: float | None) -> Steps[None]:
         (meta,) = yield (Stmt(sql.READ_META),)
         _check_meta(self.schema, meta.rows)
 
@@ -199,7 +172,7 @@ class Publish(Operation[int]):
         priority = core.check_priority(priority)
         self.params = (self.group_id, priority, codec.encode(event))
 
-    def fast(self, now: float | None) -> Batch:
+    def first(self, now: float | None) -> Batch:
         return (Stmt(sql.LOCK_GROUP, self.params[:2]), Stmt(sql.APPEND, self.params))
 
     def done(self, results: list[Result], now: float | None) -> int:
@@ -240,7 +213,7 @@ class PublishMany(Operation[list[int]]):
             [found[2] for found in seen.values()],
         )
 
-    def fast(self, now: float | None) -> Batch:
+    def first(self, now: float | None) -> Batch:
         if not self.locked[0]:
             return ()
         return (Stmt(sql.LOCK_GROUPS, self.locked), Stmt(sql.APPEND_MANY, self.appended))
@@ -267,7 +240,7 @@ class Claim(Operation[core.Claimed | None], core.Claiming[core.Claimed | None]):
     ) -> Stmt:
         return Stmt(statement, (self.min_priority, now, self.worker_id, self.visibility, commit))
 
-    def fast(self, now: float | None) -> Batch:
+    def first(self, now: float | None) -> Batch:
         # Only the first try may skip the flush: the rest of a claim may bury a message.
         return (self._claim(now, sql.CLAIM_READY, self.lease_commit),)
 
@@ -305,7 +278,7 @@ class ClaimRest(Operation[core.Claimed | None]):
     def __init__(self, claim: Claim, row: Sequence[Any] | None) -> None:
         self.claim, self.row = claim, row
 
-    def fast(self, now: float | None) -> Batch | None:
+    def first(self, now: float | None) -> Batch | None:
         # Found nothing: wake and claim again, one round trip, one transaction.
         if self.row is None:
             return (Stmt(sql.WAKE_LAPSED, (now,)), self.claim._claim(now))
@@ -319,9 +292,9 @@ class ClaimRest(Operation[core.Claimed | None]):
             return More(ClaimRest(self.claim, rows[0]))
         return self.claim._claimed(rows[0])
 
-    def steps(self, now: float | None) -> Steps[core.Claimed | None]:
+    def body(self, now: float | None) -> Steps[core.Claimed | None]:
         claim, row = self.claim, self.row
-        assert row is not None  # the fast path took the other case
+        assert row is not None  # `first` took the other case
         while claim._due(row):
             assert claim.max_attempts is not None
             seq, group_id, _, attempt, _, base, before = row
@@ -356,19 +329,23 @@ def _bury(
     return True
 
 
-class NextDue(Operation[float | None]):
-    """Seconds until the next lease or park ends (None: none is running)."""
+class NextDue(Operation[tuple[float | None, bool]]):
+    """A blocked claim's look: seconds until the next lease or park ends (None: none is
+    running), and whether a group is ready at or above ``min_priority``."""
 
-    __slots__ = ()
+    __slots__ = ("min_priority",)
     call = "claim"
     writes = False
 
-    def fast(self, now: float | None) -> Batch:
-        return (Stmt(sql.NEXT_DUE, (now,)),)
+    def __init__(self, min_priority: int) -> None:
+        self.min_priority = min_priority
 
-    def done(self, results: list[Result], now: float | None) -> float | None:
-        due: float | None = results[0].rows[0][0]
-        return due
+    def first(self, now: float | None) -> Batch:
+        return (Stmt(sql.NEXT_DUE, (now, self.min_priority)),)
+
+    def done(self, results: list[Result], now: float | None) -> tuple[float | None, bool]:
+        due, ready = results[0].rows[0]
+        return due, ready
 
 
 class Waiter(Operation[None]):
@@ -381,11 +358,29 @@ class Waiter(Operation[None]):
     def __init__(self, pid: int, present: bool) -> None:
         self.pid, self.present = pid, present
 
-    def fast(self, now: float | None) -> Batch:
+    def first(self, now: float | None) -> Batch:
         return (Stmt(sql.REGISTER_WAITER if self.present else sql.UNREGISTER_WAITER, (self.pid,)),)
 
     def done(self, results: list[Result], now: float | None) -> None:
         return None
+
+
+class Unclaim(Operation[bool]):
+    """Give back what a claim leased, its delivery uncounted (`sql.UNCLAIM`): for an async
+    claim whose task was cancelled (see `GiveBack`). False if the lease was not current."""
+
+    __slots__ = ("fence",)
+    call = "claim"
+
+    def __init__(self, claimed: core.Claimed) -> None:
+        self.fence = (claimed.group_id, claimed.seq, claimed.worker_id, claimed.attempt)
+
+    def first(self, now: float | None) -> Batch:
+        return (Stmt(sql.UNCLAIM, self.fence),)
+
+    def done(self, results: list[Result], now: float | None) -> bool:
+        given: bool = results[0].rows[0][0] == 1
+        return given
 
 
 # --- settle ------------------------------------------------------------------------------------
@@ -412,7 +407,7 @@ class Ack(_Settle[None]):
     __slots__ = ()
     call = "ack"
 
-    def fast(self, now: float | None) -> Batch:
+    def first(self, now: float | None) -> Batch:
         return (Stmt(sql.ACK_AT_ONCE, self.fence),)
 
     def done(self, results: list[Result], now: float | None) -> More | None:
@@ -422,7 +417,7 @@ class Ack(_Settle[None]):
         self.held(removed == 1)
         return None
 
-    def steps(self, now: float | None) -> Steps[None]:
+    def body(self, now: float | None) -> Steps[None]:
         _, removed = yield (Stmt(sql.LOCK_LEASE, self.fence), Stmt(sql.ACK, self.fence))
         self.held(removed.rows[0][0] == 1)
 
@@ -436,7 +431,7 @@ class Nack(_Settle[None]):
         self.delay = core.check_delay(delay)
         self.lease_commit = lease_commit
 
-    def fast(self, now: float | None) -> Batch:
+    def first(self, now: float | None) -> Batch:
         if self.delay > 0:  # park: the group stays held until the delay has passed
             params = (*self.fence, sql.PARKED, now, self.delay, self.lease_commit)
             return (Stmt(sql.RELEASE, params),)
@@ -459,7 +454,7 @@ class Extend(_Settle[dt.Lease[T]]):
         self.visibility = core.check_visibility(visibility)
         self.lease_commit = lease_commit
 
-    def fast(self, now: float | None) -> Batch:
+    def first(self, now: float | None) -> Batch:
         return (Stmt(sql.EXTEND, (*self.fence, now, self.visibility, self.lease_commit)),)
 
     def done(self, results: list[Result], now: float | None) -> dt.Lease[T]:
@@ -479,7 +474,7 @@ class Bury(_Settle[None]):
         self.reason = core.buried_reason(core.check_reason(reason))
         self.on_dead = on_dead
 
-    def steps(self, now: float | None) -> Steps[None]:
+    def body(self, now: float | None) -> Steps[None]:
         buried = yield from _bury(self.fence, self.lease.attempt, self.reason, self.on_dead, now)
         self.held(buried)
 
@@ -498,7 +493,7 @@ class Stats(_Read[dt.QueueStats]):
     __slots__ = ()
     call = "stats"
 
-    def steps(self, now: float | None) -> Steps[dt.QueueStats]:
+    def body(self, now: float | None) -> Steps[dt.QueueStats]:
         live, dead_rows = yield (
             Stmt(sql.MESSAGE_COUNTS, (sql.PARKED, now)),
             Stmt(sql.DEAD_COUNTS),
@@ -520,7 +515,7 @@ class Groups(_Read[list[dt.GroupInfo]]):
     def __init__(self, limit: int) -> None:
         self.limit = core.check_limit(limit)
 
-    def steps(self, now: float | None) -> Steps[list[dt.GroupInfo]]:
+    def body(self, now: float | None) -> Steps[list[dt.GroupInfo]]:
         clock, rows = yield (Stmt(sql.SERVER_NOW, (now,)), Stmt(sql.DEEPEST_GROUPS, (self.limit,)))
         at = clock.rows[0][0]
         return [core.group_info(row, at, parked=sql.PARKED, held=sql.HELD) for row in rows.rows]
@@ -533,7 +528,7 @@ class DeadLetters(_Read[list[dt.DeadLetter]]):
     def __init__(self, limit: int | None) -> None:
         self.limit = None if limit is None else core.check_limit(limit)
 
-    def steps(self, now: float | None) -> Steps[list[dt.DeadLetter]]:
+    def body(self, now: float | None) -> Steps[list[dt.DeadLetter]]:
         (result,) = yield (Stmt(sql.LIST_DEAD_LETTERS, (self.limit,)),)
         return list(map(core.dead_letter, result.rows))
 
@@ -542,7 +537,7 @@ class HeldGroups(_Read[list[dt.HeldGroup]]):
     __slots__ = ()
     call = "held_groups"
 
-    def steps(self, now: float | None) -> Steps[list[dt.HeldGroup]]:
+    def body(self, now: float | None) -> Steps[list[dt.HeldGroup]]:
         (result,) = yield (Stmt(sql.LIST_HELD_GROUPS),)
         return list(map(core.held_group, result.rows))
 
@@ -556,7 +551,7 @@ class _DeadLetterOp(Operation[bool]):
     def __init__(self, seq: int) -> None:
         self.seq = core.check_seq(seq)
 
-    def steps(self, now: float | None) -> Steps[bool]:
+    def body(self, now: float | None) -> Steps[bool]:
         (found,) = yield (Stmt(sql.DEAD_LETTER, (self.seq,)),)
         if not found.rows:
             return False
@@ -610,7 +605,7 @@ class PurgeGroup(Operation[int]):
     def __init__(self, group_id: str) -> None:
         self.group_id = core.check_group_id(group_id)
 
-    def steps(self, now: float | None) -> Steps[int]:
+    def body(self, now: float | None) -> Steps[int]:
         g = (self.group_id,)
         yield (Stmt(sql.LOCK_GROUP_DEAD_LETTERS, g), Stmt(sql.LOCK_GROUP_ROW, g))
         _, messages, dead = yield (

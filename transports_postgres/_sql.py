@@ -224,13 +224,21 @@ INSERT INTO {s}.waiters (pid) VALUES (:pid) ON CONFLICT DO NOTHING
 )
 UNREGISTER_WAITER: Final = Statement("DELETE FROM {s}.waiters WHERE pid = :pid", ("pid",))
 
-# When the next lease or park ends (seconds from now), for a blocked claim's timer.
+# What a blocked claim looks at between its tries: when the next lease or park ends
+# (seconds from now), for its timer, and whether a group is ready at or above its floor.
+# The second is for a change whose notification never came: one made by a transaction
+# whose snapshot was taken just before the claim registered as a waiter, so that it saw
+# nobody to notify, and that committed just after the claim's try had looked. (Read off
+# the front of groups_ready, in its order, as a claim reads it: an EXISTS is planned as a
+# scan of the table.)
 NEXT_DUE: Final = Statement(
     f"""
-SELECT min(busy_until) - {_NOW} FROM {{s}}.groups
- WHERE busy_until IS NOT NULL AND busy_until < 'Infinity'
+SELECT (SELECT min(busy_until) FROM {{s}}.groups
+         WHERE busy_until IS NOT NULL AND busy_until < 'Infinity') - {_NOW},
+       (SELECT 1 FROM {{s}}.groups WHERE free AND priority >= :min_priority
+         ORDER BY last_claimed_at, head_seq LIMIT 1) IS NOT NULL
 """,
-    ("now",),
+    ("now", "min_priority"),
 )
 
 # --- publish --------------------------------------------------------------------------------
@@ -487,6 +495,26 @@ SELECT (SELECT count(*) FROM r),
        (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM r) AND {_ANY_WAITER})
 """,
     (*FENCE_NAMES, "lease_commit"),
+)
+
+# A lease that an async claim took after its task was cancelled, given back by the runner
+# that took it: the group is free at once, and the claim's increment of attempt is undone
+# (it was not a delivery: nobody saw the message), so the next claim's lease carries the
+# same attempt number. Fenced like a settle, so a lease that lapsed and was claimed again
+# meanwhile is left alone. The turn in the round-robin the claim took is not given back.
+# A blocked claim is woken.
+UNCLAIM: Final = Statement(
+    f"""
+WITH r AS (
+    UPDATE {{s}}.groups g SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL,
+           attempt = g.attempt - 1
+     WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM r),
+       (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM r) AND {_ANY_WAITER})
+""",
+    FENCE_NAMES,
 )
 
 EXTEND: Final = Statement(

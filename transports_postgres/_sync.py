@@ -1,9 +1,11 @@
-"""`PostgresTransport`: the operations of `_ops` run over a psycopg `ConnectionPool`.
+"""`PostgresTransport`: the operations of `_ops`, run by core's `drive` over a psycopg
+`ConnectionPool`, one round trip per batch.
 
 Each call borrows a pooled connection (autocommit: the operations write their own BEGIN
 and COMMIT, so a batch and its transaction go in one pipelined round trip), so threads
-sharing one transport run their calls in parallel. A blocked ``claim(wait=)`` sleeps on a
-condition that a dedicated LISTEN connection's thread signals.
+sharing one transport run their calls in parallel. A blocked ``claim(wait=)`` follows
+core's `wait_plan`, sleeping on a condition that a dedicated LISTEN connection's thread
+signals.
 """
 
 from __future__ import annotations
@@ -13,15 +15,26 @@ import functools
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import psycopg
-from psycopg.pq import ConnStatus
+from psycopg.pq import ConnStatus, TransactionStatus
 from psycopg_pool import ConnectionPool
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import Claimed, EventCodec, TransportBase, check_wait
+from transports_core.backend import (
+    Claimed,
+    EventCodec,
+    Operation,
+    TransportBase,
+    WaitState,
+    WaitStep,
+    check_wait,
+    drive,
+    wait_for,
+    wait_plan,
+)
 
 from . import _ops
 from . import _sql as sql
@@ -84,31 +97,33 @@ def _result(cursor: psycopg.Cursor[Any]) -> _ops.Result:
     return _ops.Result(cursor.fetchall() if has_rows(cursor) else [], cursor.rowcount)
 
 
-def run_batch(conn: Conn, schema: str, batch: _ops.Batch, call: Call) -> list[_ops.Result]:
-    """Run ``batch`` in one round trip (pipelined when it has several statements)."""
-    call.sent = True
+def run_batch(conn: Conn, schema: str, call: Call, batch: _ops.Batch) -> list[_ops.Result]:
+    """Run ``batch`` in one round trip (pipelined when it has several statements); an
+    empty one (a `publish_many` of nothing) needs none."""
     if len(batch) == 1:
+        call.sent = True
         stmt = batch[0]
         return [_result(conn.single().execute(stmt.statement.render(schema), bind(stmt)))]
+    if not batch:
+        return []
+    call.sent = True
     with conn.pipeline():
         cursors = [conn.execute(s.statement.render(schema), bind(s)) for s in batch]
     return [_result(cursor) for cursor in cursors]
 
 
-def perform(conn: Conn, schema: str, op: _ops.Operation[T], now: float | None, call: Call) -> T:
-    """Run ``op`` (see `_ops.drive`), rolling back an open transaction on any error."""
-    flow = _ops.drive(op, now)
-    try:
-        batch = next(flow)
-        while True:
-            batch = flow.send(run_batch(conn, schema, batch, call))
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    except BaseException:
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
-            with contextlib.suppress(psycopg.Error):
-                conn.execute("ROLLBACK")
-        raise
+def own(op: Operation[_ops.Batch, list[_ops.Result], T]) -> _ops.Operation[T]:
+    """``op`` as an operation of this backend's `_ops` (both twins): the only kind their
+    `Operations` build, the base classes' methods included."""
+    if isinstance(op, _ops.Operation):
+        return op
+    raise TypeError(f"not a PostgreSQL operation: {op!r}")
+
+
+def in_transaction(conn: psycopg.BaseConnection[Any]) -> bool:
+    """Whether a call that failed left a transaction open on ``conn`` (both twins): its
+    runner then rolls back before the pool has the connection again."""
+    return conn.info.transaction_status != TransactionStatus.IDLE and not conn.closed
 
 
 # Connections the server has said goodbye to (a FATAL message while idle, as a
@@ -169,6 +184,8 @@ class Listening:
     _options: PostgresOptions
     _error: BaseException | None
     pid: int | None
+    # Moves on every wake-up: a blocked claim's `WaitState.version`.
+    generation: int
 
     def _bump(self) -> None:
         raise NotImplementedError
@@ -265,10 +282,12 @@ class _Waker(Listening):
                     with contextlib.suppress(TransportError):
                         run(_ops.Waiter(pid, False))
 
-    def wait(self, seen: int, timeout: float) -> None:
+    def wait(self, seen: int, timeout: float) -> bool:
+        """Sleep up to ``timeout`` s unless woken since generation ``seen``; whether woken."""
         with self._cond:
             if self.generation == seen and not self.closed:
                 self._cond.wait(timeout)
+            return self.generation != seen
 
     def close(self) -> None:
         self.closed = True
@@ -299,6 +318,25 @@ class Configured(Generic[E]):
         self._closed = False
         self._recheck = RECHECK if options.server_clock else RECHECK_INJECTED_CLOCK
 
+    def _plan(self, wait: float) -> Generator[WaitStep, object, None]:
+        """The plan of a blocked claim: it claims again when woken by a notification, at
+        the end of the next lease or park, and looks again after `_recheck` seconds."""
+        return wait_plan(wait, self._due_clock, time.monotonic, recheck=self._recheck)
+
+    def _due_clock(self) -> float:
+        # The end of a lease is read as seconds from the look (`_ops.NextDue`), and timed
+        # on this host's monotonic clock; an injected clock moves only when a test says.
+        now = self._clock()
+        return time.monotonic() if now is None else now
+
+    def _looked(self, generation: int, look: tuple[float | None, bool]) -> WaitState:
+        """What a blocked claim's look saw (see `_ops.NextDue`): the wake-ups so far, a
+        group ready for it, and when the next lease or park ends."""
+        due, ready = look
+        # A ready group is worth a try whatever else the look saw: a version never seen.
+        version = (generation, object() if ready else None)
+        return WaitState(version, None if due is None else self._due_clock() + due)
+
 
 class PostgresTransport(Configured[E], TransportBase[E]):
     """A durable transport in one PostgreSQL schema, over a psycopg connection pool."""
@@ -323,13 +361,20 @@ class PostgresTransport(Configured[E], TransportBase[E]):
             self._pool.close()
             raise
 
-    # Narrower than the base's: it only ever gets the operations of its own `_ops`.
-    def _run(self, op: _ops.Operation[T]) -> T:  # type: ignore[override]
+    def _run(self, op: Operation[_ops.Batch, list[_ops.Result], T]) -> T:
         if self._closed:
             raise TransportError(f"{self!r} is closed")
-        call = Call(op.call, op.writes)
+        mine = own(op)
+        call = Call(mine.call, mine.writes)
         with postgres_errors(self._where, call), self._pool.connection() as conn:
-            return perform(conn, self._schema, op, self._clock(), call)
+            execute = functools.partial(run_batch, conn, self._schema, call)
+            try:
+                return drive(mine, self._clock(), execute)
+            except BaseException:
+                if in_transaction(conn):
+                    with contextlib.suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                raise
 
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
@@ -342,26 +387,27 @@ class PostgresTransport(Configured[E], TransportBase[E]):
         return None if claimed is None else claimed.lease(self._codec)
 
     def _wait(self, op: _ops.Claim, wait: float) -> Claimed | None:
-        deadline = time.monotonic() + wait
         waker = self._waker
+        seen = waker.generation
+
+        def look() -> WaitState:
+            nonlocal seen
+            seen = waker.generation
+            return self._looked(seen, self._run(_ops.NextDue(op.min_priority)))
+
         try:
             with waker.waiting(self._run):
-                while not waker.closed:
-                    seen = waker.generation
-                    claimed = self._run(op)
-                    left = deadline - time.monotonic()
-                    if claimed is not None or left <= 0:
-                        return claimed
-                    timeout = min(left, self._recheck)
-                    due = self._run(_ops.NextDue())
-                    if due is not None:
-                        timeout = min(timeout, max(due, 0.01))
-                    waker.wait(seen, timeout)
+                return wait_for(
+                    self._plan(wait),
+                    look,
+                    lambda: self._run(op),
+                    lambda timeout: waker.wait(seen, timeout),
+                    lambda: waker.closed,
+                )
         except TransportError:
             if self._closed:  # closed from another thread while this claim was blocked
                 return None
             raise
-        return None
 
     def close(self) -> None:
         if self._closed:

@@ -4,16 +4,16 @@ transport under it). Its surface is checked against the sync one in ``tests/test
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 import psycopg
 import pytest
 
-from transports_core import (
-    Event,
-    open_async_transport,
-)
+from transports_core import Event, Lease, open_async_transport
+from transports_core.backend import Claimed
 from transports_postgres import AsyncPostgresTransport
+from transports_postgres._url import parse_url
 
 
 def _waiters(raw: psycopg.Connection[Any], schema: str) -> int:
@@ -87,3 +87,66 @@ def test_a_blocked_async_claim_is_woken_by_a_publish(
             assert lease.event.n == 5
 
     asyncio.run(scenario())
+
+
+class CountingGiveBacks(AsyncPostgresTransport[Event]):
+    """The transport, noting each lease it gave back for a cancelled claim."""
+
+    given: list[int]
+
+    async def _give_back(self, claimed: Claimed) -> bool:
+        given = await super()._give_back(claimed)
+        if given:
+            self.given.append(claimed.seq)
+        return given
+
+
+# Where a claim is cancelled: after so many turns of the event loop (before it has sent
+# anything, or while it waits for a connection or the reply), or after so many seconds
+# (the server has leased, and the reply is on its way or read).
+CANCEL_POINTS = [("turns", turns) for turns in range(8)] + [
+    ("seconds", step * 0.0005) for step in range(1, 41)
+]
+
+
+def test_a_cancelled_claim_gives_back_at_once_what_the_server_leased(queue_url: str) -> None:
+    async def scenario() -> None:
+        queue = CountingGiveBacks(parse_url(queue_url, {}))
+        queue.given = []
+        cancelled = 0
+        async with queue, open_async_transport(queue_url) as other:
+            await queue.publish("warm", Event(n=-1))  # the pool and schema are ready
+            await queue.ack(await _claimed(queue.claim("w", 60)))
+            for n, (unit, at) in enumerate(CANCEL_POINTS):
+                await queue.publish(f"g{n}", Event(n=n))
+                task = asyncio.ensure_future(queue.claim("w", 60))
+                if unit == "turns":
+                    for _ in range(int(at)):
+                        await asyncio.sleep(0)
+                else:
+                    await asyncio.sleep(at)
+                task.cancel()
+                try:
+                    done = await task
+                except asyncio.CancelledError:
+                    cancelled += 1
+                else:  # it returned before the cancellation landed
+                    assert done is not None
+                    await queue.ack(done)
+                    continue
+                await queue._drain()
+                again = await other.claim("w2", 60)
+                where = f"cancelled after {at} {unit}"
+                assert again is not None, f"{where}: the message was not claimable at once"
+                assert (again.group_id, again.attempt) == (f"g{n}", 1), where
+                await other.ack(again)
+        # Both cases were staged: cancelled before the server leased, and after.
+        assert 0 < len(queue.given) < cancelled, (len(queue.given), cancelled)
+
+    asyncio.run(scenario())
+
+
+async def _claimed(call: Awaitable[Lease[Event] | None]) -> Lease[Event]:
+    lease = await call
+    assert lease is not None
+    return lease

@@ -20,7 +20,7 @@ HOT = {
     "claim_ready": (sql.CLAIM_READY, (0, None, "w", 30.0, None)),
     "claim": (sql.CLAIM, (0, None, "w", 30.0, None)),
     "wake": (sql.WAKE_LAPSED, (None,)),
-    "next_due": (sql.NEXT_DUE, (None,)),
+    "next_due": (sql.NEXT_DUE, (None, 0)),
     "lock_lease": (sql.LOCK_LEASE, ("g1", 1, "w", 1)),
     "ack_at_once": (sql.ACK_AT_ONCE, ("g1", 1, "w", 1)),
     "ack": (sql.ACK, ("g1", 1, "w", 1)),
@@ -40,9 +40,7 @@ def _positional(stmt: sql.Statement, schema: str) -> str:
 
 
 @pytest.fixture
-def loaded(
-    queue: Transport[Event], raw: psycopg.Connection[Any], schema: str
-) -> str:
+def loaded(queue: Transport[Event], raw: psycopg.Connection[Any], schema: str) -> str:
     queue.publish_many(
         [(f"g{g}", Event(n=n), g % 5) for n in range(PER_GROUP) for g in range(GROUPS)]
     )
