@@ -187,7 +187,6 @@ class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
         self._opening: asyncio.Lock | None = None
         self._waker: _AsyncWaker | None = None
         self._giving: GiveBack[Claimed] = GiveBack(self._give_back)
-        self._cancelled: set[asyncio.Future[Claimed | None]] = set()
 
     async def _open(self) -> AsyncConnectionPool[AConn]:
         if self._opening is None:
@@ -249,22 +248,7 @@ class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
 
     async def _claim(self, op: _ops.Claim) -> Claimed | None:
         # Cancelled while the server may be leasing: what it leases is given back.
-        call = asyncio.ensure_future(self._run(op))
-        try:
-            return await self._giving.claim(call)
-        except asyncio.CancelledError:
-            # `GiveBack.drain` knows only the give-backs under way, not the calls still
-            # in flight that will start one: those are kept here, for `_drain`.
-            self._cancelled.add(call)
-            call.add_done_callback(self._cancelled.discard)
-            raise
-
-    async def _drain(self) -> None:
-        """Wait until every cancelled claim has finished and given back what it leased."""
-        while self._cancelled:
-            # Their give-backs start in a callback that runs before this wakes.
-            await asyncio.wait(tuple(self._cancelled))
-        await self._giving.drain()
+        return await self._giving.claim(self._run(op))
 
     async def _give_back(self, claimed: Claimed) -> bool:
         """Undo ``claimed`` (see `_ops.Unclaim`); whether its lease was still current."""
@@ -301,7 +285,7 @@ class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
         self._closed = True
         if self._waker is not None:
             await self._waker.close()
-        await self._drain()  # before the pool goes: give-backs need a connection
+        await self._giving.drain()  # before the pool goes: give-backs need a connection
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
