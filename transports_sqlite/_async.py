@@ -21,17 +21,23 @@ import sys
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, TypeVar
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import AsyncTransportBase, Claimed
+from transports_core.backend import (
+    AsyncTransportBase,
+    Claimed,
+    GiveBack,
+    WaitState,
+    wait_for_async,
+)
 
 from . import _ops
 from . import _sql as sql
 from ._errors import is_transient, sqlite_errors
 from ._sync import Engine, Twin, Waiting
 from ._url import SqliteOptions
-from ._watch import CLAIM, LOOK, WaitState, Watcher
+from ._watch import Watcher
 
 E = TypeVar("E")
 T = TypeVar("T")
@@ -155,126 +161,75 @@ class LoopEngine(Engine):
 
 
 class _Thread:
-    """The engine's own thread: runs the calls handed to it one at a time, in order,
-    holding `lock`, and resolves each call's future on the event loop that handed it over.
+    """The engine's own thread: it runs the calls handed to it one at a time, in order,
+    each holding `lock`, and resolves each call's future on the event loop that handed it
+    over. A call whose future is cancelled before it begins never runs; one cancelled
+    while it runs finishes, unheard (a claim's caller is covered by `GiveBack`).
 
-    A call may come with an ``undo``: if its caller is cancelled once it has run, ``undo``
-    gets its value on the thread before any call handed over later runs. So a claim's
-    value that is on its way to the loop is "undecided" until the loop takes it, and a
-    call handed over meanwhile first undoes the values whose callers are gone."""
+    `idle` is what the loop asks before it runs a call itself: no call is queued or
+    running. Calls handed over are counted on the loop's thread, and calls done with on
+    this one, before the loop hears of their value, so that the caller's next call may
+    run on the loop at once. (Loops on several threads sharing one transport can only
+    misjudge `idle`; `lock` alone keeps two calls off the connection at once.)
+
+    The standard library's ``ThreadPoolExecutor(max_workers=1)`` with
+    ``asyncio.wrap_future`` would do the same, at half again the cost of each trip (see
+    docs/sqlite.md, "The async twin")."""
 
     def __init__(self, name: str) -> None:
-        self._calls: queue.SimpleQueue[_Call[Any] | None] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         # Held around each call: whoever else uses the connection takes it without waiting.
         self.lock = threading.Lock()
         self._stopped = False
-        self._guard = threading.Lock()  # over `_undecided`
-        self._undecided: dict[_Call[Any], object] = {}
-        # Calls handed over (counted on the loop's thread) and calls done with (counted
-        # on this one): while they differ, one is queued or running. (Loops on several
-        # threads sharing a transport can only misjudge that; `lock` alone keeps two
-        # calls off the connection at once.)
         self._handed = 0
         self._finished = 0
 
     def idle(self) -> bool:
-        """Whether no call is queued or running, and no claim's value is undecided."""
-        return self._handed == self._finished and not self._undecided
+        return self._handed == self._finished
 
-    def call(
-        self, run: Callable[[], T], undo: Callable[[T], object] | None = None
-    ) -> asyncio.Future[T]:
-        """Run ``run`` on the thread; see the class for ``undo``."""
+    def call(self, run: Callable[[], T]) -> asyncio.Future[T]:
+        """Run ``run`` on the thread; raises `TransportError` once `stop` was called."""
         if self._stopped:
             raise TransportError("the transport is closed")
-        if self.thread.ident is None:
-            self.thread.start()
-        loop = asyncio.get_running_loop()
-        if self._undecided:
-            self._undo_abandoned()
-        future: asyncio.Future[T] = loop.create_future()
-        self._hand(_Call(run, future, loop, undo))
-        return future
-
-    def _hand(self, call: _Call[Any]) -> None:
+        if self._thread.ident is None:
+            self._thread.start()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._handed += 1
-        self._calls.put(call)
-
-    def _undo_abandoned(self) -> None:
-        with self._guard:
-            gone = [(c, v) for c, v in self._undecided.items() if c.future.cancelled()]
-            for call, _ in gone:
-                del self._undecided[call]
-        for call, value in gone:
-            self._undo(call, value)
-
-    def _undo(self, call: _Call[T], value: T) -> None:
-        """Queue ``call``'s undo of ``value`` (its caller is gone: nobody awaits it)."""
-        assert call.undo is not None
-        undo = partial(call.undo, value)
-        self._hand(_Call(undo, call.loop.create_future(), call.loop, None))
+        self._calls.put((run, future))
+        return future
 
     def _serve(self) -> None:
         while (call := self._calls.get()) is not None:
-            with self.lock:
-                outcome = self._run(call)
-            self._finished += 1
-            # Told only now, once idle: the caller's next call may run on its loop at once.
-            if outcome is not None:
+            run, future = call
+            if not future.cancelled():
+                with self.lock:
+                    try:
+                        outcome: tuple[object, BaseException | None] = (run(), None)
+                    except BaseException as exc:  # the caller gets it, whatever it is
+                        outcome = (None, exc)
+                self._finished += 1  # before the loop hears: see `idle`
                 with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                    call.loop.call_soon_threadsafe(self._settle, call, *outcome)
-
-    def _run(self, call: _Call[T]) -> tuple[T | None, BaseException | None] | None:
-        """Run ``call``: its value or its error, for its caller; None if nobody waits."""
-        if call.future.cancelled():
-            return None  # given up before it began: it never happens
-        try:
-            value = call.run()
-        except BaseException as exc:  # the caller gets it, whatever it is
-            return None, exc
-        if call.undo is not None:
-            with self._guard:
-                abandoned = call.future.cancelled()
-                if not abandoned:
-                    self._undecided[call] = value
-            if abandoned:
-                call.undo(value)
-                return None
-        return value, None
-
-    def _settle(self, call: _Call[T], value: T | None, error: BaseException | None) -> None:
-        if call.undo is not None and error is None:
-            with self._guard:
-                if self._undecided.pop(call, self) is self:
-                    return  # undone already, by `_undo_abandoned`
-            if call.future.cancelled():
-                self._undo(call, cast(T, value))  # no error: the call returned a value
-                return
-        future = call.future
-        if future.cancelled():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)  # type: ignore[arg-type]
+                    future.get_loop().call_soon_threadsafe(_resolve, future, *outcome)
+            else:
+                self._finished += 1
 
     def stop(self) -> None:
+        """No more calls; those handed over still run."""
         self._stopped = True
         self._calls.put(None)
 
 
-class _Call(Generic[T]):
-    __slots__ = ("future", "loop", "run", "undo")
+_Call = tuple[Callable[[], Any], "asyncio.Future[Any]"]
 
-    def __init__(
-        self,
-        run: Callable[[], T],
-        future: asyncio.Future[T],
-        loop: asyncio.AbstractEventLoop,
-        undo: Callable[[T], object] | None,
-    ) -> None:
-        self.run, self.future, self.loop, self.undo = run, future, loop, undo
+
+def _resolve(future: asyncio.Future[Any], value: object, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -285,7 +240,12 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 
 class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
-    """A durable transport in one SQLite file (or in memory), for asyncio."""
+    """A durable transport in one SQLite file (or in memory), for asyncio.
+
+    A claim whose task is cancelled follows core's `GiveBack`: what the store leased
+    meanwhile is given back (`_ops.Unclaim`: free at once, its delivery uncounted). Calls
+    made after the cancellation wait for that (see `_repay`), so even the very next
+    claim finds the message."""
 
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
         super().__init__(options, event_type)
@@ -294,6 +254,9 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
         self._closed = False  # close() was called: waiting claims stop
         self._gone = False  # the engine's thread has closed the connection
         self._checkpointing = False  # a checkpoint is handed to the engine's thread
+        self._give_back: GiveBack[Claimed] = GiveBack(self._unclaim)
+        # The calls of cancelled claims, until what they leased is given back.
+        self._owed: set[asyncio.Future[Claimed | None]] = set()
 
     def _engine_here(self) -> LoopEngine:
         """The engine, opened on first use; only ever called on the engine's thread."""
@@ -335,11 +298,9 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
         finally:
             self._checkpointing = False
 
-    def _submit(
-        self, run: Callable[[], T], undo: Callable[[T], object] | None = None
-    ) -> asyncio.Future[T]:
+    def _submit(self, run: Callable[[], T]) -> asyncio.Future[T]:
         try:
-            return self._thread.call(run, undo)
+            return self._thread.call(run)
         except TransportError:
             raise TransportError(f"{self!r} is closed") from None
 
@@ -352,34 +313,43 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
 
     # Narrower than the base's: it only ever gets the operations of its own `_ops`.
     async def _run(self, op: _ops.Op[T]) -> T:  # type: ignore[override]
+        if self._owed:
+            await self._repay()
         value = self._here(op)
         if isinstance(value, NotHere):
             return await self._away(op)
         return value
 
     async def _claim(self, op: _ops.Claim) -> Claimed | None:
+        if self._owed:
+            await self._repay()
         claimed = self._here(op)
         if not isinstance(claimed, NotHere):
             return claimed  # no await: the caller has it
-        # A claim whose caller was cancelled once it ran gives its lease back, so that a
-        # cancelled claim never leaves a lease nobody holds.
-        future = self._submit(partial(self._perform, op), self._hand_back)
+        future = self._submit(partial(self._perform, op))
         try:
-            return await future
+            return await self._give_back.claim(future)
         except asyncio.CancelledError:
-            # Cancelled after the value arrived, before this task ran again.
-            if future.done() and not future.cancelled() and future.exception() is None:
-                with contextlib.suppress(TransportError):
-                    self._submit(partial(self._hand_back, future.result()))
+            self._owed.add(future)
             raise
 
-    def _hand_back(self, claimed: Claimed | None) -> None:
-        """On the engine's thread: undo a claim whose caller was cancelled."""
-        if claimed is None:
-            return
+    async def _unclaim(self, claimed: Claimed) -> None:
+        """The give-back of a cancelled claim's lease (see the class)."""
         unclaim = _ops.Unclaim(Lease(*claimed))
+        # Not `_run`, which waits for the give-backs under way, this one among them.
         with contextlib.suppress(TransportError):  # closed meanwhile: nothing to give
-            self._perform(unclaim)
+            given = self._here(unclaim)
+            if isinstance(given, NotHere):
+                await self._away(unclaim)
+
+    async def _repay(self) -> None:
+        """Wait until the leases of cancelled claims are given back: once a claim's call
+        ends, `GiveBack` has its give-back under way, which `drain` waits for."""
+        while self._owed:
+            owed = tuple(self._owed)
+            await asyncio.wait(owed)
+            await self._give_back.drain()
+            self._owed.difference_update(owed)
 
     async def _look(self, engine: LoopEngine, min_priority: int) -> WaitState:
         state = self._here(_ops.wait_state(min_priority))
@@ -393,18 +363,14 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
         if engine is None:
             return None
         with Waiting(engine, self._options, wait, lambda: self._closed) as waiting:
-            reply: object = None
-            while (step := waiting.next(reply)) is not None:
-                if step == LOOK:
-                    reply = await self._look(engine, op.min_priority)
-                elif step == CLAIM:
-                    reply = await self._claim(op)
-                    if reply is not None:
-                        return reply
-                else:
-                    assert isinstance(step, float)
-                    reply = await _sleep(waiting.watcher, step)
-        return None
+            return await wait_for_async(
+                waiting.plan,
+                partial(self._look, engine, op.min_priority),
+                partial(self._claim, op),
+                partial(_sleep, waiting.watcher),
+                waiting.closed,
+            )
+        return None  # the transport closed meanwhile (see `Waiting`)
 
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
@@ -429,6 +395,7 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
         if engine is not None:
             for watcher in tuple(engine.waiters):
                 watcher.nudge()
+        await self._repay()
         # Queued behind every transaction handed over before it, which still run.
         closing = self._submit(self._close_here)
         self._thread.stop()

@@ -1,13 +1,14 @@
 """Every SQLite operation, sans-I/O, shared by the sync and async drivers.
 
-An operation (`Op`) validates its arguments when it is built, so bad input never takes the
-write lock. Given the transaction's ``now``, it may offer one statement first, and say
-from its rows whether that was all; otherwise (or when it has no first statement) its
-steps are a generator that yields `Stmt` objects, receives a `Result` for each, and
-returns the value or raises `LeaseLost`. No operation does I/O, reads a clock or imports
-a driver: the engine opens the transaction, runs the statements, and commits once the
-operation has its value. The builders of the public methods' operations go by the names
-of core's `Operations` (`Ack`, `Stats`, ...), whether they are classes or functions.
+Each operation (`Op`) is core's `Operation` whose steps are statements (`Stmt`) and whose
+replies are their `Result`s. It validates its arguments when it is built, so bad input
+never takes the write lock. Given the transaction's ``now``, it may offer one statement
+first, and say from its rows whether that was all (or `MORE`); otherwise its steps are a
+generator that yields statements and returns the value or raises `LeaseLost`. No
+operation does I/O, reads a clock or imports a driver: the engine opens the transaction,
+has core's `drive` run the statements, and commits once the operation has its value.
+The builders of the public methods' operations go by the names of core's `Operations`
+(`Ack`, `Stats`, ...), whether they are classes or functions.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Final, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import transports_core as dt
 from transports_core import backend as core
+from transports_core.backend import MORE, More
 
 from . import _sql as sql
 
@@ -65,19 +67,7 @@ Steps = Generator[Stmt, Result, T]
 AUTOCOMMIT = None
 
 
-class NotFinished:
-    """What `Op.done` returns when the first statement was not enough: go on with `steps`."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "MORE"
-
-
-MORE: Final = NotFinished()
-
-
-class Op(core.Operation[T]):
+class Op(core.Operation[Stmt, Result, T]):
     """An operation, checked and ready to run in one transaction, opened with `begin`
     (None: AUTOCOMMIT). An op that only moves a lease is not `durable` (see
     `lease_durability`); one that cannot make a message deliverable does not `wake`
@@ -88,22 +78,16 @@ class Op(core.Operation[T]):
     statement: `first` gives it and `done` makes the value of its rows and row count, or
     says `MORE`. Every other op, and those when `done` says `MORE`, run their `steps`.
     These are plain slotted objects holding their checked arguments, so a call on a
-    worker's path builds no generator."""
+    worker's path builds no generator.
+
+    The engine always reads its clock for ``now`` (SQLite has no clock of its own that
+    a statement could use instead), so an op that needs it asserts it is there."""
 
     __slots__ = ()
     begin: str | None = sql.BEGIN_WRITE
     durable: bool = True
     wakes: bool = True
     brief: bool = True
-
-    def first(self, now: float) -> tuple[sql.Statement, Params] | None:
-        return None
-
-    def done(self, rows: list[Any], rowcount: int, now: float) -> T | NotFinished:
-        return MORE
-
-    def steps(self, now: float) -> Steps[T]:
-        raise NotImplementedError(f"{type(self).__name__} has no steps")
 
 
 class Plan(Op[T]):
@@ -124,7 +108,8 @@ class Plan(Op[T]):
         self._steps = steps
         self.begin, self.durable, self.wakes, self.brief = begin, durable, wakes, brief
 
-    def steps(self, now: float) -> Steps[T]:
+    def steps(self, now: float | None) -> Steps[T]:
+        assert now is not None  # see `Op`
         return self._steps(now)
 
 
@@ -192,23 +177,24 @@ def session(synchronous: str, memory: bool, on_loop: bool = False) -> Op[None]:
 
 
 class Publish(Op[int]):
-    __slots__ = ("params",)
+    __slots__ = ("stmt",)
     begin = AUTOCOMMIT
 
     def __init__(
         self, codec: core.EventCodec[Any], group_id: str, event: object, priority: int
     ) -> None:
-        self.params = {
+        params = {
             "group_id": core.check_group_id(group_id),
             "priority": core.check_priority(priority),
             "event": codec.encode(event),
         }
+        self.stmt = Stmt(sql.PUBLISH, params)
 
-    def first(self, now: float) -> tuple[sql.Statement, Params]:
-        return sql.PUBLISH, self.params
+    def first(self, now: float | None) -> Stmt:
+        return self.stmt
 
-    def done(self, rows: list[Any], rowcount: int, now: float) -> int:
-        seq: int = rows[0][0]
+    def done(self, reply: Result, now: float | None) -> int:
+        seq: int = reply.rows[0][0]
         return seq
 
 
@@ -274,23 +260,30 @@ class Claim(Op[core.Claimed | None], core.Claiming[core.Claimed | None]):
     durable = False
     wakes = False  # a claim takes a message; what it frees on the way is due by the clock
 
-    def first(self, now: float) -> tuple[sql.Statement, Params]:
-        return sql.CLAIM_READY, {
-            "worker_id": self.worker_id,
-            "expires_at": now + self.visibility,
-            "min_priority": self.min_priority,
-            "now": now,
-            "max_attempts": _UNLIMITED if self.max_attempts is None else self.max_attempts,
-        }
+    def first(self, now: float | None) -> Stmt:
+        assert now is not None  # see `Op`
+        return Stmt(
+            sql.CLAIM_READY,
+            {
+                "worker_id": self.worker_id,
+                "expires_at": now + self.visibility,
+                "min_priority": self.min_priority,
+                "now": now,
+                "max_attempts": _UNLIMITED if self.max_attempts is None else self.max_attempts,
+            },
+        )
 
-    def done(self, rows: list[Any], rowcount: int, now: float) -> core.Claimed | NotFinished:
+    def done(self, reply: Result, now: float | None) -> core.Claimed | More:
+        rows = reply.rows
         return self._claimed(rows, now) if rows else MORE
 
-    def _claimed(self, rows: list[Any], now: float) -> core.Claimed:
+    def _claimed(self, rows: list[Any], now: float | None) -> core.Claimed:
+        assert now is not None  # see `Op`
         seq, group_id, raw, attempt = rows[0]
         return core.Claimed(seq, group_id, raw, self.worker_id, attempt, now + self.visibility)
 
-    def steps(self, now: float) -> Steps[core.Claimed | None]:
+    def steps(self, now: float | None) -> Steps[core.Claimed | None]:
+        assert now is not None  # see `Op`
         max_attempts = self.max_attempts
         lease = {"worker_id": self.worker_id, "expires_at": now + self.visibility, "now": now}
         yield Stmt(sql.WAKE_LAPSED, {"now": now})
@@ -364,11 +357,14 @@ class _Settle(Op[T], core.Settle[T]):
 class Ack(_Settle[None]):
     __slots__ = ()
 
-    def first(self, now: float) -> tuple[sql.Statement, Params]:
-        return sql.ACK, self.fence
+    def first(self, now: float | None) -> Stmt:
+        return Stmt(sql.ACK, self.fence)
 
-    def done(self, rows: list[Any], rowcount: int, now: float) -> None:
-        self.held(rowcount == 1)
+    def done(self, reply: Result, now: float | None) -> None:
+        self.held(reply.rowcount == 1)
+
+
+_FREED: dict[str, Any] = {"locked_by": None, "lock_expiry": None}
 
 
 class Nack(_Settle[None]):
@@ -379,17 +375,15 @@ class Nack(_Settle[None]):
         super().__init__(lease)
         self.delay = core.check_delay(delay)
 
-    def first(self, now: float) -> tuple[sql.Statement, Params]:
+    def first(self, now: float | None) -> Stmt:
         if self.delay > 0:  # park: the group stays held until the delay has passed
-            return sql.RELEASE, {
-                **self.fence,
-                "locked_by": sql.PARKED,
-                "lock_expiry": now + self.delay,
-            }
-        return sql.RELEASE, {**self.fence, "locked_by": None, "lock_expiry": None}
+            assert now is not None  # see `Op`
+            parked = {"locked_by": sql.PARKED, "lock_expiry": now + self.delay}
+            return Stmt(sql.RELEASE, self.fence | parked)
+        return Stmt(sql.RELEASE, self.fence | _FREED)
 
-    def done(self, rows: list[Any], rowcount: int, now: float) -> None:
-        self.held(rowcount == 1)
+    def done(self, reply: Result, now: float | None) -> None:
+        self.held(reply.rowcount == 1)
 
 
 class Unclaim(_Settle[None]):
@@ -398,10 +392,10 @@ class Unclaim(_Settle[None]):
     __slots__ = ()
     durable = False
 
-    def first(self, now: float) -> tuple[sql.Statement, Params]:
-        return sql.UNCLAIM, self.fence
+    def first(self, now: float | None) -> Stmt:
+        return Stmt(sql.UNCLAIM, self.fence)
 
-    def done(self, rows: list[Any], rowcount: int, now: float) -> None:
+    def done(self, reply: Result, now: float | None) -> None:
         return None  # settled meanwhile (it lapsed and was taken): nothing to give back
 
 
@@ -414,11 +408,13 @@ class Extend(_Settle[dt.Lease[T]]):
         super().__init__(lease)
         self.visibility = core.check_visibility(visibility)
 
-    def first(self, now: float) -> tuple[sql.Statement, Params]:
-        return sql.EXTEND, {**self.fence, "lock_expiry": now + self.visibility}
+    def first(self, now: float | None) -> Stmt:
+        assert now is not None  # see `Op`
+        return Stmt(sql.EXTEND, self.fence | {"lock_expiry": now + self.visibility})
 
-    def done(self, rows: list[Any], rowcount: int, now: float) -> dt.Lease[T]:
-        self.held(rowcount == 1)
+    def done(self, reply: Result, now: float | None) -> dt.Lease[T]:
+        assert now is not None  # see `Op`
+        self.held(reply.rowcount == 1)
         return self.renewed(now + self.visibility)
 
 
@@ -465,10 +461,10 @@ class RewriteHeader(Op[None]):
     durable = False
     wakes = False
 
-    def first(self, now: float) -> tuple[sql.Statement, Params]:
-        return sql.REWRITE_HEADER, {}
+    def first(self, now: float | None) -> Stmt:
+        return Stmt(sql.REWRITE_HEADER)
 
-    def done(self, rows: list[Any], rowcount: int, now: float) -> None:
+    def done(self, reply: Result, now: float | None) -> None:
         return None
 
 

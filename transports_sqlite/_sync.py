@@ -2,8 +2,9 @@
 
 `Engine` owns one connection and runs each operation on it as one transaction: the open
 sequence, the retries on a busy database and the lease-flush bracket are written here
-once. The sync transport shares one engine between threads under a lock that spans each
-whole transaction; the async twin runs the same engine on a thread of its own.
+once, around core's `drive`, which runs the operation's statements. The sync transport
+shares one engine between threads under a lock that spans each whole transaction; the
+async twin runs the same engine on a thread of its own.
 """
 
 from __future__ import annotations
@@ -11,17 +12,24 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from transports_core import Event, Lease, TransportError
 from transports_core.backend import (
+    Backoff,
     Claimed,
     EventCodec,
     Operations,
     ReuseLast,
     TransportBase,
+    WaitState,
+    WaitStep,
     check_wait,
+    drive,
+    wait_for,
+    wait_plan,
 )
 
 from . import _ops
@@ -29,13 +37,14 @@ from . import _sql as sql
 from ._errors import Retries, is_transient, sqlite_errors
 from ._ops import Claim
 from ._url import SqliteOptions, database_target, wal_bytes
-from ._watch import CLAIM, LOOK, Step, WaitState, Watcher, plan
+from ._watch import Watcher
 
 E = TypeVar("E")
 T = TypeVar("T")
 
 
 def _execute(conn: sqlite3.Connection, stmt: _ops.Stmt) -> _ops.Result:
+    """One step of core's `drive`: run ``stmt`` on ``conn``."""
     statement = stmt.statement
     if stmt.many is not None:
         cursor = conn.executemany(statement.sql, stmt.many)
@@ -43,29 +52,12 @@ def _execute(conn: sqlite3.Connection, stmt: _ops.Stmt) -> _ops.Result:
         cursor = conn.execute(statement.sql, statement.bind(stmt.params))
     # Rows first: a write's row count is complete once its RETURNING rows are fetched.
     rows = cursor.fetchall() if statement.rows else []
-    return _ops.Result(rows, cursor.rowcount)
+    return _result((rows, cursor.rowcount))
 
 
-def _drive(conn: sqlite3.Connection, steps: _ops.Steps[T]) -> T:
-    try:
-        stmt = next(steps)
-        while True:
-            stmt = steps.send(_execute(conn, stmt))
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
-
-
-def _perform(conn: sqlite3.Connection, op: _ops.Op[T], now: float) -> T:
-    first = op.first(now)
-    if first is not None:
-        statement, params = first
-        cursor = conn.execute(statement.sql, statement.bind(params))
-        rows = cursor.fetchall() if statement.rows else []
-        value = op.done(rows, cursor.rowcount, now)
-        if not isinstance(value, _ops.NotFinished):
-            return value
-    return _drive(conn, op.steps(now))
+# `Result(rows, rowcount)` without the Python-level `__new__` of a named tuple: every
+# statement on the hot path builds one.
+_result: Callable[[tuple[list[Any], int]], _ops.Result] = partial(tuple.__new__, _ops.Result)
 
 
 class Engine:
@@ -87,6 +79,7 @@ class Engine:
         self.waiters: set[Watcher] = set()
         self._relax = _ops.lease_durability(options.synchronous, options.memory)
         self._resting_busy_timeout = 0 if self.on_loop else options.busy_timeout
+        self._execute: Callable[[_ops.Stmt], _ops.Result]
         target = database_target(options)
         with sqlite_errors(options.path):
             # isolation_level=None: sqlite3 must not open transactions behind our back; we
@@ -98,6 +91,7 @@ class Engine:
                 check_same_thread=False,
                 timeout=options.busy_timeout / 1000,
             )
+        self._execute = partial(_execute, conn)
         try:
             # Look before asking for the write lock, so that a read-only queue opens.
             if self._transaction(conn, _ops.needs_setup(options.path)):
@@ -128,13 +122,15 @@ class Engine:
                 watcher.nudge()
 
     def look(self, min_priority: int) -> WaitState:
-        """What a waiting claim compares: see `_watch.WaitState`."""
+        """What a waiting claim compares (see `seen`)."""
         return self.seen(self.run(_ops.wait_state(min_priority)))
 
     def seen(self, state: tuple[int, float | None]) -> WaitState:
-        """A waiting claim's look: the database's ``state`` and this engine's commits."""
-        version, due = state
-        return WaitState(version, self.commits, due)
+        """A waiting claim's look: its version is the database's change counter (moved by
+        other connections' commits) with this engine's own commits, which that counter
+        does not count; ``due`` comes with the counter, from the database."""
+        counter, due = state
+        return WaitState((counter, self.commits), due)
 
     def _transaction(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
         """Run ``op`` in one transaction, again from the start while it fails on contention
@@ -193,10 +189,10 @@ class Engine:
     def _commit(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
         begin = op.begin
         if begin is None:  # AUTOCOMMIT: each statement is its own transaction
-            return _perform(conn, op, self.options.clock())
+            return drive(op, self.options.clock(), self._execute)
         conn.execute(begin)
         try:
-            value = _perform(conn, op, self.options.clock())
+            value = drive(op, self.options.clock(), self._execute)
             conn.execute(sql.COMMIT)
         except BaseException:
             if conn.in_transaction:
@@ -242,36 +238,33 @@ class Engine:
 
 class Waiting:
     """What both twins' waiting claims share: a watcher of the files a commit to the
-    database writes (none in memory), known to the engine, which nudges it; the claim's
-    plan (see `_watch.plan`); and its end. A twin runs the steps `next` gives, until it
-    gives None: the plan is over, or the transport is ``closed``. A `TransportError`
-    raised once the transport is closed ends the wait with nothing leased."""
+    database writes (none in memory), known to the engine, which nudges it, and the
+    claim's `plan` (core's `wait_plan`: it confirms a file's wake-up with a few looks,
+    and reads the counter on core's `Backoff` schedule where no file wakes it). A twin
+    runs the plan with core's `wait_for` or `wait_for_async`, until the transport is
+    ``closed``; a `TransportError` raised once it is closed ends the wait with nothing
+    leased."""
 
     def __init__(
         self, engine: Engine, options: SqliteOptions, seconds: float, closed: Callable[[], bool]
     ) -> None:
-        self.watcher = Watcher(None if options.memory else options.path)
+        self.watcher = watcher = Watcher(None if options.memory else options.path)
+        self.closed = closed
         self._engine = engine
-        self._closed = closed
-        engine.waiters.add(self.watcher)
-        self._steps = plan(seconds, self.watcher.sees_files, options.clock, time.monotonic)
-
-    def next(self, reply: object) -> Step | None:
-        if self._closed():
-            return None
-        try:
-            return self._steps.send(reply)
-        except StopIteration:
-            return None
+        engine.waiters.add(watcher)
+        backoff = None if watcher.sees_files else Backoff()
+        self.plan: Generator[WaitStep, object, None] = wait_plan(
+            seconds, options.clock, time.monotonic, confirm=watcher.confirm, backoff=backoff
+        )
 
     def __enter__(self) -> Waiting:
         return self
 
     def __exit__(self, t: object, e: BaseException | None, tb: object) -> bool:
-        self._steps.close()
+        self.plan.close()
         self._engine.waiters.discard(self.watcher)
         self.watcher.close()
-        return isinstance(e, TransportError) and self._closed()
+        return isinstance(e, TransportError) and self.closed()
 
 
 class Twin(Generic[E]):
@@ -316,23 +309,22 @@ class SqliteTransport(Twin[E], TransportBase[E]):
         with self._lock:
             return self._engine.run(op)
 
+    def _look(self, min_priority: int) -> WaitState:
+        with self._lock:
+            return self._engine.look(min_priority)
+
     def _wait(self, op: _ops.Claim, wait: float) -> Claimed | None:
         """Claim until a message comes or ``wait`` runs out (see `Waiting`)."""
         engine = self._engine
         with Waiting(engine, self._options, wait, lambda: engine.conn is None) as waiting:
-            reply: object = None
-            while (step := waiting.next(reply)) is not None:
-                if step == LOOK:
-                    with self._lock:
-                        reply = engine.look(op.min_priority)
-                elif step == CLAIM:
-                    reply = self._run(op)
-                    if reply is not None:
-                        return reply
-                else:
-                    assert isinstance(step, float)
-                    reply = waiting.watcher.wait(step)
-        return None
+            return wait_for(
+                waiting.plan,
+                partial(self._look, op.min_priority),
+                partial(self._run, op),
+                waiting.watcher.wait,
+                waiting.closed,
+            )
+        return None  # the transport closed meanwhile (see `Waiting`)
 
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0

@@ -4,8 +4,10 @@ and a cancelled operation leaves nothing open behind it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import sqlite3
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -220,3 +222,83 @@ def test_sync_and_async_transports_share_one_file(tmp_path: Path) -> None:
         lease = sync.claim("sync-worker", 30)
         assert lease is not None
         assert (lease.group_id, lease.event.n) == ("back", 9)
+
+
+def held_by(db: Path, worker_id: str) -> None:
+    """Block the calling thread until another connection sees ``worker_id`` hold a lease."""
+    with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        deadline = time.monotonic() + 30
+        while not conn.execute("SELECT 1 FROM groups WHERE locked_by = ?", (worker_id,)).fetchall():
+            assert time.monotonic() < deadline, "the claim never leased"
+            time.sleep(0.001)
+
+
+# Where the claim is cancelled: after this many turns of the loop, or once the store has
+# leased the message and before the loop has heard so ("leased": the loop is held still
+# until another connection sees the lease).
+POINTS: list[int | str] = [*range(8), "leased"]
+
+
+@pytest.mark.parametrize("synchronous", ["extra", "normal"])
+@pytest.mark.parametrize("point", POINTS)
+def test_a_cancelled_claim_gives_its_message_back_at_once_with_its_delivery_uncounted(
+    tmp_path: Path, synchronous: str, point: int | str
+) -> None:
+    # At extra every claim runs on the engine's thread (its commit flushes); at normal it
+    # runs on the loop unless the thread is busy, which the publish just before it makes
+    # likelier to vary with the point.
+    db = tmp_path / "q.db"
+
+    async def main() -> None:
+        url = f"sqlite:///{db}?synchronous={synchronous}"
+        async with open_async_transport(url) as transport:
+            seq = await transport.publish("g", Event(n=1))
+            task = asyncio.create_task(transport.claim("cancelled", visibility=60))
+            if point == "leased":
+                await asyncio.sleep(0)  # the claim starts, and is handed over or done
+                held_by(db, "cancelled")
+            else:
+                assert isinstance(point, int)
+                for _ in range(point):
+                    await asyncio.sleep(0)
+            task.cancel()
+            try:
+                taken: Lease[Event] | None = await task
+            except asyncio.CancelledError:
+                taken = None
+            if point == "leased" and synchronous == "extra":
+                assert taken is None, "the claim was not cancelled after the store leased"
+            # No wait and a long visibility: only a lease given back at once is claimable.
+            lease = await transport.claim("next", visibility=60)
+            if taken is not None:
+                assert lease is None, "two leases on one group"
+                lease = taken
+            else:
+                assert lease is not None, "a cancelled claim left a lease nobody holds"
+                assert (lease.seq, lease.attempt) == (seq, 1), "the delivery was counted"
+            await transport.ack(lease)
+        # Closing waited for every give-back: nothing is left leased.
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            assert conn.execute("SELECT count(*) FROM groups").fetchall() == [(0,)]
+
+    run(main())
+
+
+def test_close_gives_back_the_lease_of_a_claim_cancelled_just_before(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+
+    async def main() -> None:
+        async with open_async_transport(f"sqlite:///{db}?synchronous=extra") as transport:
+            await transport.publish("g", Event(n=1))
+            task = asyncio.create_task(transport.claim("cancelled", visibility=60))
+            await asyncio.sleep(0)
+            held_by(db, "cancelled")
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        async with open_async_transport(f"sqlite:///{db}") as reopened:
+            lease = await reopened.claim("next", visibility=60)
+            assert lease is not None, "close left the cancelled claim's lease to lapse"
+            assert lease.attempt == 1
+
+    run(main())

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import pytest
 
 from transports_core import Event, EventDecodeError, Lease, LeaseLost, TransportError
+from transports_core import backend as core
 from transports_core.backend import Claimed, EventCodec
 from transports_sqlite import SqliteOptions, SqliteTransport, _ops
 from transports_sqlite import _sql as sql
@@ -38,7 +39,7 @@ def rows(stmt: Stmt) -> list[dict[str, Any]]:
 
 
 def drive(op: _ops.Op[T], results: Sequence[Result], now: float = NOW) -> tuple[list[Stmt], T]:
-    """Run ``op`` as a driver would, answering its statements with ``results`` in order;
+    """Run ``op`` with core's driver, answering its statements with ``results`` in order;
     return what it ran and what it returned. Fails if it wants more answers."""
     answers = iter(results)
     seen: list[Stmt] = []
@@ -50,23 +51,7 @@ def drive(op: _ops.Op[T], results: Sequence[Result], now: float = NOW) -> tuple[
             raise AssertionError(f"the operation wants more results after {seen}")
         return result
 
-    steps: _ops.Steps[T] | None = None
-    first = op.first(now)
-    if first is not None:
-        done = op.done(*answer(Stmt(*first)), now)
-        if isinstance(done, _ops.NotFinished):
-            steps = op.steps(now)
-        else:
-            value: T = done
-    else:
-        steps = op.steps(now)
-    if steps is not None:
-        try:
-            stmt = next(steps)
-            while True:
-                stmt = steps.send(answer(stmt))
-        except StopIteration as stop:
-            value = stop.value
+    value = core.drive(op, now, answer)
     assert next(answers, None) is None, "the operation stopped before using every result"
     return seen, value
 
