@@ -320,24 +320,34 @@ async def wait_for_async(
 
 class GiveBack(Generic[C]):
     """The one rule for an async claim whose task is cancelled: when the store leased a
-    message anyway, that message is given back, its delivery uncounted, before the
-    cancellation reaches the caller. Once the cancelled task has ended, the message is
+    message anyway, that message is given back, its delivery uncounted, so that it is
     claimable again at once and its next delivery carries the same attempt number.
     Nothing leased is ever left to lapse with nobody holding it.
 
     `claim` awaits the store's call shielded from the caller's cancellation. If the
-    caller is cancelled meanwhile, the call still finishes, whatever it leased goes to
-    ``give_back`` (the backend's operation that undoes a claim), and the cancellation is
-    raised once that is done. A second cancellation stops the waiting, not the give-back,
-    which goes on in its own task; `drain` waits for those, so that closing a transport
-    does not cut one short.
+    caller is cancelled meanwhile, the call still finishes, and whatever it leased goes
+    to ``give_back`` (the backend's operation that undoes a claim) in a task of its own.
+    The cancellation is raised once that is done, so that a claim made after the
+    cancelled task has ended finds the message; but not later than ``patience`` seconds
+    (None: no limit), for a store whose call may itself wait long (for a lock another
+    process holds, say), which must not hold a cancellation up. A backend that sets
+    ``patience`` makes its next calls wait for the give-backs still `owed` (`drain`),
+    and every backend drains them before it closes.
     """
 
-    __slots__ = ("_give_back", "_giving")
+    __slots__ = ("_give_back", "_giving", "_patience")
 
-    def __init__(self, give_back: Callable[[C], Awaitable[object]]) -> None:
+    def __init__(
+        self, give_back: Callable[[C], Awaitable[object]], *, patience: float | None = None
+    ) -> None:
         self._give_back = give_back
+        self._patience = patience
         self._giving: set[asyncio.Future[None]] = set()
+
+    @property
+    def owed(self) -> bool:
+        """Whether give-backs are still under way (`drain` waits for them)."""
+        return bool(self._giving)
 
     async def claim(self, call: Awaitable[C | None]) -> C | None:
         """The value of ``call``; if cancelled meanwhile, give back what it leased."""
@@ -348,7 +358,9 @@ class GiveBack(Generic[C]):
             back = asyncio.ensure_future(self._undo(future))
             self._giving.add(back)
             back.add_done_callback(self._giving.discard)
-            await asyncio.wait((back,))  # never raises what the give-back raised
+            # Never raises what the give-back raised; a second cancellation stops only
+            # this wait, and `drain` still knows the give-back.
+            await asyncio.wait((back,), timeout=self._patience)
             raise
 
     async def _undo(self, future: asyncio.Future[C | None]) -> None:

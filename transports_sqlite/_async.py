@@ -21,7 +21,7 @@ import sys
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from transports_core import Event, Lease, TransportError
 from transports_core.backend import (
@@ -239,13 +239,19 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
+# How long a cancelled claim's task waits for what its call leased to be given back
+# before it ends: a call that waits for the write lock must not hold the cancellation up.
+CANCEL_PATIENCE: Final = 0.05
+
+
 class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
     """A durable transport in one SQLite file (or in memory), for asyncio.
 
     A claim whose task is cancelled follows core's `GiveBack`: what the store leased
-    meanwhile is given back (`_ops.Unclaim`: free at once, its delivery uncounted). Calls
-    made after the cancellation wait for that (see `_repay`), so even the very next
-    claim finds the message."""
+    meanwhile is given back (`_ops.Unclaim`: free at once, its delivery uncounted). The
+    cancellation waits for that at most `CANCEL_PATIENCE`, since the claim may be waiting
+    for another process's write lock; calls made after it wait for the give-backs still
+    owed, so even the very next claim finds the message."""
 
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
         super().__init__(options, event_type)
@@ -254,9 +260,7 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
         self._closed = False  # close() was called: waiting claims stop
         self._gone = False  # the engine's thread has closed the connection
         self._checkpointing = False  # a checkpoint is handed to the engine's thread
-        self._give_back: GiveBack[Claimed] = GiveBack(self._unclaim)
-        # The calls of cancelled claims, until what they leased is given back.
-        self._owed: set[asyncio.Future[Claimed | None]] = set()
+        self._give_back: GiveBack[Claimed] = GiveBack(self._unclaim, patience=CANCEL_PATIENCE)
 
     def _engine_here(self) -> LoopEngine:
         """The engine, opened on first use; only ever called on the engine's thread."""
@@ -313,43 +317,29 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
 
     # Narrower than the base's: it only ever gets the operations of its own `_ops`.
     async def _run(self, op: _ops.Op[T]) -> T:  # type: ignore[override]
-        if self._owed:
-            await self._repay()
+        if self._give_back.owed:
+            await self._give_back.drain()
         value = self._here(op)
         if isinstance(value, NotHere):
             return await self._away(op)
         return value
 
     async def _claim(self, op: _ops.Claim) -> Claimed | None:
-        if self._owed:
-            await self._repay()
+        if self._give_back.owed:
+            await self._give_back.drain()
         claimed = self._here(op)
         if not isinstance(claimed, NotHere):
             return claimed  # no await: the caller has it
-        future = self._submit(partial(self._perform, op))
-        try:
-            return await self._give_back.claim(future)
-        except asyncio.CancelledError:
-            self._owed.add(future)
-            raise
+        return await self._give_back.claim(self._submit(partial(self._perform, op)))
 
     async def _unclaim(self, claimed: Claimed) -> None:
         """The give-back of a cancelled claim's lease (see the class)."""
         unclaim = _ops.Unclaim(Lease(*claimed))
-        # Not `_run`, which waits for the give-backs under way, this one among them.
+        # Not `_run`, which drains the give-backs under way, this one among them.
         with contextlib.suppress(TransportError):  # closed meanwhile: nothing to give
             given = self._here(unclaim)
             if isinstance(given, NotHere):
                 await self._away(unclaim)
-
-    async def _repay(self) -> None:
-        """Wait until the leases of cancelled claims are given back: once a claim's call
-        ends, `GiveBack` has its give-back under way, which `drain` waits for."""
-        while self._owed:
-            owed = tuple(self._owed)
-            await asyncio.wait(owed)
-            await self._give_back.drain()
-            self._owed.difference_update(owed)
 
     async def _look(self, engine: LoopEngine, min_priority: int) -> WaitState:
         state = self._here(_ops.wait_state(min_priority))
@@ -395,7 +385,7 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
         if engine is not None:
             for watcher in tuple(engine.waiters):
                 watcher.nudge()
-        await self._repay()
+        await self._give_back.drain()
         # Queued behind every transaction handed over before it, which still run.
         closing = self._submit(self._close_here)
         self._thread.stop()

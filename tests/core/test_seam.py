@@ -350,3 +350,32 @@ def test_a_failed_give_back_does_not_replace_the_cancellation() -> None:
         await back.drain()
 
     asyncio.run(main())
+
+
+def owed(back: GiveBack[str]) -> bool:
+    return back.owed  # read anew each time: mypy would narrow the property itself
+
+
+def test_patience_bounds_how_long_a_cancellation_waits_and_owed_says_what_is_left() -> None:
+    given: list[str] = []
+
+    async def give_back(value: str) -> None:
+        given.append(value)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        back: GiveBack[str] = GiveBack(give_back, patience=0.01)
+        store: asyncio.Future[str | None] = loop.create_future()  # a call stuck on a lock
+        task = asyncio.ensure_future(back.claim(store))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 5)  # ends after `patience`, store still silent
+        assert owed(back)
+        assert given == []
+        loop.call_later(0.01, store.set_result, "leased")
+        await back.drain()
+        assert not owed(back)
+        assert given == ["leased"]
+
+    asyncio.run(main())
