@@ -21,7 +21,7 @@ from ._errors import (
     TransportError,
     UnknownBackend,
 )
-from ._models import Event, Lease
+from ._models import Duplicate, Event, Lease, Message
 from ._protocol import AsyncTransport, Transport
 from ._registry import (
     ENTRY_POINT_GROUP,
@@ -39,6 +39,7 @@ __all__ = [
     "AsyncTransportAdmin",
     "Backend",
     "DeadLetter",
+    "Duplicate",
     "Event",
     "EventDecodeError",
     "GroupInfo",
@@ -46,6 +47,7 @@ __all__ = [
     "HeldGroup",
     "Lease",
     "LeaseLost",
+    "Message",
     "OutcomeUnknown",
     "PriorityStats",
     "QueueStats",

@@ -25,7 +25,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 from ._admin import DeadLetter, GroupInfo, HeldGroup, QueueStats
 from ._codec import EventCodec
 from ._errors import LeaseLost
-from ._models import Lease
+from ._models import Lease, Message
 from ._seam import Operation
 from ._validate import check_lease, check_priority, check_visibility, check_worker_id
 
@@ -111,11 +111,17 @@ class Operations(Protocol):
     """
 
     def Publish(
-        self, codec: EventCodec[Any], group_id: str, event: object, priority: int, /
+        self,
+        codec: EventCodec[Any],
+        group_id: str,
+        event: object,
+        priority: int,
+        key: str | None,
+        /,
     ) -> Operation[Any, Any, int]: ...
 
     def PublishMany(
-        self, codec: EventCodec[Any], items: Iterable[tuple[str, Any, int]], /
+        self, codec: EventCodec[Any], items: Iterable[tuple[str, Any, int] | Message[Any]], /
     ) -> Operation[Any, Any, list[int]]: ...
 
     def Ack(self, lease: Lease[Any], /) -> Operation[Any, Any, None]: ...
@@ -233,10 +239,10 @@ class TransportBase(Closing, Generic[E]):
         """Run ``op`` in one transaction (or one script call) and return its value."""
         raise NotImplementedError
 
-    def publish(self, group_id: str, event: E, priority: int = 0) -> int:
-        return self._run(self._ops.Publish(self._codec, group_id, event, priority))
+    def publish(self, group_id: str, event: E, priority: int = 0, *, key: str | None = None) -> int:
+        return self._run(self._ops.Publish(self._codec, group_id, event, priority, key))
 
-    def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
+    def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
         return self._run(self._ops.PublishMany(self._codec, items))
 
     def ack(self, lease: Lease[object]) -> None:
@@ -286,10 +292,12 @@ class AsyncTransportBase(AsyncClosing, Generic[E]):
         """Run ``op`` in one transaction (or one script call) and return its value."""
         raise NotImplementedError
 
-    async def publish(self, group_id: str, event: E, priority: int = 0) -> int:
-        return await self._run(self._ops.Publish(self._codec, group_id, event, priority))
+    async def publish(
+        self, group_id: str, event: E, priority: int = 0, *, key: str | None = None
+    ) -> int:
+        return await self._run(self._ops.Publish(self._codec, group_id, event, priority, key))
 
-    async def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
+    async def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
         return await self._run(self._ops.PublishMany(self._codec, items))
 
     async def ack(self, lease: Lease[object]) -> None:

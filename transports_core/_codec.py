@@ -13,8 +13,16 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ._errors import EventDecodeError
-from ._models import Lease
-from ._validate import MAX_PRIORITY, check_group_id, check_item, check_items, check_priority
+from ._models import Lease, Message
+from ._validate import (
+    MAX_KEY,
+    MAX_PRIORITY,
+    check_group_id,
+    check_item,
+    check_items,
+    check_key,
+    check_priority,
+)
 
 __all__ = ["Claimed", "EventCodec"]
 
@@ -91,27 +99,43 @@ class EventCodec(Generic[E]):
             )
         return self._to_json(valid).decode()
 
-    def encode_items(self, items: Iterable[tuple[str, E, int]]) -> list[tuple[str, str, int]]:
-        """Check and encode ``publish_many`` items, naming the index of a bad one."""
-        encoded: list[tuple[str, str, int]] = []
+    def encode_items(
+        self, items: Iterable[tuple[str, E, int] | Message[E]]
+    ) -> list[tuple[str, str, int, str | None]]:
+        """Check and encode ``publish_many`` items as ``(group_id, raw, priority, key)``,
+        naming the index of a bad one."""
+        encoded: list[tuple[str, str, int, str | None]] = []
         append = encoded.append
         model, to_json = self._model, self._to_json
         for index, item in enumerate(check_items(items)):
-            # The common item, checked inline, in one pass: a batch pays these per row.
+            # The common items, checked inline, in one pass: a batch pays these per row.
             if type(item) is tuple and len(item) == 3:
                 group_id, event, priority = item
-                if (
-                    type(group_id) is str
-                    and group_id
-                    and type(priority) is int
-                    and 0 <= priority <= MAX_PRIORITY
-                    and type(event) is model
-                ):
-                    append((group_id, to_json(event).decode(), priority))
-                    continue
-            group_id, event, priority = check_item(index, item)
+                key = None
+            elif type(item) is Message:
+                group_id, event, priority, key = item.group_id, item.event, item.priority, item.key
+            else:
+                group_id = None
+            if (
+                type(group_id) is str
+                and group_id
+                and type(priority) is int
+                and 0 <= priority <= MAX_PRIORITY
+                and type(event) is model
+                and (key is None or (type(key) is str and 0 < len(key) <= MAX_KEY))
+            ):
+                append((group_id, to_json(event).decode(), priority, key))
+                continue
+            fields = check_item(index, item)
             try:
-                append((check_group_id(group_id), self.encode(event), check_priority(priority)))
+                append(
+                    (
+                        check_group_id(fields[0]),
+                        self.encode(fields[1]),
+                        check_priority(fields[2]),
+                        check_key(fields[3]),
+                    )
+                )
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"items[{index}]: {exc}") from exc
         return encoded

@@ -1,4 +1,5 @@
-"""The two values every transport speaks: the default `Event` model and the `Lease`.
+"""The values every transport speaks: the default `Event` model, the `Lease`, a `Message`
+to publish, and the `Duplicate` seq of a publish whose key was used already.
 
 Imports nothing from the rest of the package, so every other module may import it.
 """
@@ -6,11 +7,11 @@ Imports nothing from the rest of the package, so every other module may import i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["Event", "Lease"]
+__all__ = ["Duplicate", "Event", "Lease", "Message"]
 
 E_co = TypeVar("E_co", covariant=True)
 
@@ -46,3 +47,30 @@ class Lease(Generic[E_co]):
     worker_id: str
     attempt: int
     expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Message(Generic[E_co]):
+    """One item of ``publish_many``: what ``publish`` takes as arguments, as a value.
+
+    ``key``, when given, makes the publish idempotent within its group: see `Duplicate`.
+    """
+
+    group_id: str
+    event: E_co
+    priority: int = 0
+    key: str | None = None
+
+
+class Duplicate(int):
+    """The seq that ``publish`` (or ``publish_many``, per item) returns when its ``key``
+    was used in the same group within the queue's deduplication window: the seq of the
+    message first published with that key, whether it is still queued, in flight, acked,
+    dead or purged. Nothing was stored. It is an ``int`` like any seq; ask
+    ``isinstance(seq, Duplicate)`` (or ``seq.duplicate``) to tell."""
+
+    __slots__ = ()
+    duplicate: ClassVar[bool] = True
+
+    def __repr__(self) -> str:
+        return f"Duplicate({int(self)})"

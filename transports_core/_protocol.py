@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Protocol, TypeVar, runtime_checkable
 
-from ._models import Lease
+from ._models import Lease, Message
 
 try:
     from typing import Self
@@ -51,16 +51,26 @@ class Transport(Protocol[E]):
       anything is written.
     """
 
-    def publish(self, group_id: str, event: E, priority: int = 0) -> int:
+    def publish(self, group_id: str, event: E, priority: int = 0, *, key: str | None = None) -> int:
         """Append ``event`` to ``group_id``; return its sequence number.
 
         ``priority`` (0-4) applies only when this publish creates the group.
+
+        With a ``key`` (1-255 characters), the publish is idempotent within its group: if
+        the key was used in that group within the queue's deduplication window (the
+        ``dedup_window`` option, a day unless set), nothing is stored and the seq of the
+        message first published with it is returned as a `Duplicate`, whether that message
+        is still queued, in flight, acked, dead or purged. Publishes of one key racing from
+        several processes or hosts store exactly one message. A key older than the window
+        is forgotten: its next use publishes anew.
         """
         ...
 
-    def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
-        """Publish ``(group_id, event, priority)`` triples atomically; return their seqs
-        in order. A bad item rejects the whole batch before anything is written."""
+    def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
+        """Publish the items atomically, each a `Message` or a ``(group_id, event,
+        priority)`` triple; return their seqs in order, a `Duplicate` for each item whose
+        key was used already (by an earlier item of the same batch too). A bad item
+        rejects the whole batch before anything is written."""
         ...
 
     def claim(
@@ -124,9 +134,11 @@ class Transport(Protocol[E]):
 class AsyncTransport(Protocol[E]):
     """`Transport` as coroutines, with the same contract, used with ``async with``."""
 
-    async def publish(self, group_id: str, event: E, priority: int = 0) -> int: ...
+    async def publish(
+        self, group_id: str, event: E, priority: int = 0, *, key: str | None = None
+    ) -> int: ...
 
-    async def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]: ...
+    async def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]: ...
 
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0

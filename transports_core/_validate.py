@@ -13,9 +13,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from ._models import Lease
+from ._models import Lease, Message
 
 MAX_PRIORITY = 4
+# The longest idempotency key, in characters.
+MAX_KEY = 255
 # Worker ids with this prefix belong to the backends: each keeps its own markers (a parked
 # message's holder, say) inside it, where no worker's id can collide with them.
 RESERVED_PREFIX = "__"
@@ -31,6 +33,17 @@ def check_group_id(group_id: object) -> str:
     if not group_id:
         raise ValueError("group_id must not be empty")
     return group_id
+
+
+def check_key(key: object) -> str | None:
+    """An idempotency key: None, or a non-empty str of at most `MAX_KEY` characters."""
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a str or None, got {key!r:.200}")
+    if not key or len(key) > MAX_KEY:
+        raise ValueError(f"key must be 1 to {MAX_KEY} characters long, got {key!r:.200}")
+    return key
 
 
 def check_priority(priority: object, name: str = "priority") -> int:
@@ -140,18 +153,23 @@ def check_items(items: object) -> Iterable[object]:
     """``publish_many``'s items, if they are an iterable (each is checked by `check_item`)."""
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         raise TypeError(
-            f"items must be an iterable of (group_id, event, priority), got {items!r:.200}"
+            "items must be an iterable of Message or (group_id, event, priority), "
+            f"got {items!r:.200}"
         )
     return items
 
 
-def check_item(index: int, item: object) -> tuple[object, object, object]:
-    """Item ``index`` of ``publish_many``, if it is a 3-tuple."""
+def check_item(index: int, item: object) -> tuple[object, object, object, object]:
+    """Item ``index`` of ``publish_many``, if it is a `Message` or a 3-tuple, as
+    ``(group_id, event, priority, key)``."""
+    if isinstance(item, Message):
+        return (item.group_id, item.event, item.priority, item.key)
     if not isinstance(item, tuple) or len(item) != 3:
         raise TypeError(
-            f"items[{index}] must be a (group_id, event, priority) tuple, got {item!r:.200}"
+            f"items[{index}] must be a Message or a (group_id, event, priority) tuple, "
+            f"got {item!r:.200}"
         )
-    return item
+    return (*item, None)
 
 
 def check_seq(seq: object) -> int:

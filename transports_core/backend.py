@@ -75,6 +75,7 @@ from ._seam import (
     wait_plan,
 )
 from ._validate import (
+    MAX_KEY,
     MAX_PRIORITY,
     MAX_REASON,
     ON_DEAD_CHOICES,
@@ -84,6 +85,7 @@ from ._validate import (
     check_group_id,
     check_item,
     check_items,
+    check_key,
     check_lease,
     check_limit,
     check_max_attempts,
@@ -102,6 +104,7 @@ __all__ = [
     "CLAIM",
     "ENTRY_POINT_GROUP",
     "LOOK",
+    "MAX_KEY",
     "MAX_PRIORITY",
     "MAX_REASON",
     "MORE",
@@ -134,6 +137,7 @@ __all__ = [
     "check_group_id",
     "check_item",
     "check_items",
+    "check_key",
     "check_lease",
     "check_limit",
     "check_max_attempts",

@@ -17,7 +17,15 @@ from typing import Any, ClassVar, Final, Protocol, TypeVar, cast
 
 import pytest
 
-from transports_core import AsyncTransport, Event, Lease, LeaseLost, Transport, TransportAdmin
+from transports_core import (
+    AsyncTransport,
+    Event,
+    Lease,
+    LeaseLost,
+    Message,
+    Transport,
+    TransportAdmin,
+)
 from transports_core.backend import Closing
 
 ExcT = TypeVar("ExcT", bound=BaseException)
@@ -177,10 +185,12 @@ class _Tracked(Closing):
     ) -> None:
         self._inner, self._leases, self._parks, self._now = inner, leases, parks, now
 
-    def publish(self, group_id: str, event: Event, priority: int = 0) -> int:
-        return self._inner.publish(group_id, event, priority)
+    def publish(
+        self, group_id: str, event: Event, priority: int = 0, *, key: str | None = None
+    ) -> int:
+        return self._inner.publish(group_id, event, priority, key=key)
 
-    def publish_many(self, items: Iterable[tuple[str, Event, int]]) -> list[int]:
+    def publish_many(self, items: Iterable[tuple[str, Event, int] | Message[Event]]) -> list[int]:
         return self._inner.publish_many(items)
 
     def claim(

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Generic, TypeVar
 
-from transports_core import AsyncTransport, Lease
+from transports_core import AsyncTransport, Lease, Message
 from transports_core.backend import Closing
 
 try:
@@ -87,10 +87,10 @@ class BlockingTransport(Closing, Generic[E]):
         self._portal = portal
         self.async_transport = transport
 
-    def publish(self, group_id: str, event: E, priority: int = 0) -> int:
-        return self._portal.run(self.async_transport.publish(group_id, event, priority))
+    def publish(self, group_id: str, event: E, priority: int = 0, *, key: str | None = None) -> int:
+        return self._portal.run(self.async_transport.publish(group_id, event, priority, key=key))
 
-    def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
+    def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
         return self._portal.run(self.async_transport.publish_many(items))
 
     def claim(
