@@ -85,16 +85,18 @@ class PriorityStats:
 @dataclass(frozen=True, slots=True)
 class QueueStats:
     """Totals over the whole queue, and the same counts per priority (ascending; only the
-    priorities that have messages or dead letters)."""
+    priorities that have messages or dead letters). ``keys``: the idempotency keys the
+    queue remembers (some may be past the window and not yet forgotten)."""
 
     ready: int
     in_flight: int
     parked: int
     dead: int
     by_priority: tuple[PriorityStats, ...]
+    keys: int = 0
 
 
-def queue_stats(by_priority: Iterable[PriorityStats]) -> QueueStats:
+def queue_stats(by_priority: Iterable[PriorityStats], keys: int = 0) -> QueueStats:
     """The `QueueStats` of a queue whose counts per priority are ``by_priority``
     (ascending by priority): the totals are their sums."""
     rows = tuple(by_priority)
@@ -104,6 +106,7 @@ def queue_stats(by_priority: Iterable[PriorityStats]) -> QueueStats:
         parked=sum(p.parked for p in rows),
         dead=sum(p.dead for p in rows),
         by_priority=rows,
+        keys=keys,
     )
 
 

@@ -18,6 +18,8 @@ from ._models import Lease, Message
 MAX_PRIORITY = 4
 # The longest idempotency key, in characters.
 MAX_KEY = 255
+# How long a queue remembers an idempotency key unless its `dedup_window` says otherwise.
+DEDUP_WINDOW = 86_400.0
 # Worker ids with this prefix belong to the backends: each keeps its own markers (a parked
 # message's holder, say) inside it, where no worker's id can collide with them.
 RESERVED_PREFIX = "__"

@@ -75,6 +75,7 @@ from ._seam import (
     wait_plan,
 )
 from ._validate import (
+    DEDUP_WINDOW,
     MAX_KEY,
     MAX_PRIORITY,
     MAX_REASON,
@@ -102,6 +103,7 @@ from ._validate import (
 __all__ = [
     "AFTER_DUE",
     "CLAIM",
+    "DEDUP_WINDOW",
     "ENTRY_POINT_GROUP",
     "LOOK",
     "MAX_KEY",

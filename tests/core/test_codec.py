@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from transports_core import Event, EventDecodeError
+from transports_core import Event, EventDecodeError, Message
 from transports_core._codec import EventCodec
 from transports_core.conformance._edges import OrderEvent, Placed, Refunded
 
@@ -129,12 +129,20 @@ class Loud(Shipped):
 
 def test_a_batch_encodes_each_item_as_encode_would_whichever_path_it_takes() -> None:
     codec: EventCodec[Shipped] = EventCodec(Shipped)
-    items: list[tuple[str, Any, int]] = [
+    items: list[tuple[str, Any, int] | Message[Any]] = [
         ("g", Shipped(order_id=1), 0),  # the common item, checked inline
         ("h", Loud(order_id=2), 4),  # a subclass: the general path
         ("g", Shipped(order_id=3), 2),
+        Message("g", Shipped(order_id=4), 1, key="k-4"),  # a message, checked inline
+        Message("h", Loud(order_id=5), key="k-5"),  # a message, the general path
     ]
-    assert codec.encode_items(items) == [(g, codec.encode(e), p) for g, e, p in items]
+    assert codec.encode_items(items) == [
+        ("g", codec.encode(Shipped(order_id=1)), 0, None),
+        ("h", codec.encode(Loud(order_id=2)), 4, None),
+        ("g", codec.encode(Shipped(order_id=3)), 2, None),
+        ("g", codec.encode(Shipped(order_id=4)), 1, "k-4"),
+        ("h", codec.encode(Loud(order_id=5)), 0, "k-5"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -144,6 +152,13 @@ def test_a_batch_encodes_each_item_as_encode_would_whichever_path_it_takes() -> 
         (("g", Shipped(order_id=1), True), r"items\[1\]: priority must be an int"),
         (("g", Shipped(order_id=1), 5), r"items\[1\]: priority must be from 0 to 4"),
         (("g", Placed(order=1), 0), r"items\[1\]: event .* is not a valid Shipped"),
+        (Message("g", Shipped(order_id=1), key=""), r"items\[1\]: key must be 1 to 255"),
+        (Message("g", Shipped(order_id=1), key="k" * 256), r"items\[1\]: key must be 1 to 255"),
+        (
+            Message("g", Shipped(order_id=1), key=7),  # type: ignore[arg-type]
+            r"items\[1\]: key must be a str or None",
+        ),
+        (("g", Shipped(order_id=1), 0, "k"), r"items\[1\] must be a Message or a \(group_id"),
     ],
 )
 def test_a_bad_item_in_a_batch_is_named_by_its_index(item: Any, message: str) -> None:
