@@ -8,9 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from bench import keys
+from tests.core.broken_backends import MemoryStore
+from transports_core import Backend, register_backend
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,3 +104,39 @@ def test_quick_overhead_benchmark_prints_both_loops_and_their_difference() -> No
     # All three are printed to 0.01, each within 0.005 of its value: the printed
     # difference and the difference of the printed two can be 0.015 apart.
     assert added == pytest.approx(costs["runtime"] - costs["bare"], abs=0.0151)
+
+
+def test_keys_benchmark_prints_both_pairs_and_their_ratios(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # In process, on the suite's in-memory backend, which keeps keys as every backend must
+    # (a subprocess cannot see register_backend); a --url names any backend the same way.
+    store = MemoryStore(time.time)
+    register_backend("benchkeys", Backend(open=lambda url, event_type, options: store.open()))
+    try:
+        assert keys.main(["--quick", "--url", "benchkeys://queue"]) == 0
+    finally:
+        register_backend("benchkeys", None)
+    out = capsys.readouterr().out
+    figures = {}
+    for line in out.splitlines()[1:]:
+        label, _, value = line.rpartition(" ")
+        figures[" ".join(label.split())] = float(value)
+    assert list(figures) == [
+        "publish, plain (us a message)",
+        "publish, keyed (us a message)",
+        "keyed / plain (target <= 1.4)",
+        "publish_many of 100, plain (us a message)",
+        "publish_many of 100, keyed (us a message)",
+        "keyed / plain (target <= 1.5)",
+    ]
+    assert all(value > 0 for value in figures.values())
+    # One round: each ratio is that round's, so it agrees with the printed costs (each
+    # printed to 0.1 us, the ratio to 0.01).
+    costs = list(figures.values())
+    for plain, keyed, ratio in (costs[0:3], costs[3:6]):
+        low, high = (keyed - 0.05) / (plain + 0.05), (keyed + 0.05) / max(plain - 0.05, 1e-9)
+        assert low - 0.005 <= ratio <= high + 0.005, (plain, keyed, ratio)
+    # Every keyed publish used a fresh key: each stored a message; the run purged them all.
+    assert len(store.keys) == 10 + 50 + 2 * 100
+    assert store.messages == {}

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
+from tests.core.broken_backends import MemoryStore
 from transports_cli._app import run
-from transports_core import Backend, Event, Lease, Transport, open_transport, register_backend
+from transports_core import (
+    Backend,
+    Event,
+    Lease,
+    Message,
+    Transport,
+    open_transport,
+    register_backend,
+)
 from transports_core.backend import Closing
 
 from ._command import transports
@@ -29,6 +39,7 @@ def test_json_counts_match_what_was_set_up(tmp_path: Path) -> None:
     assert report["url"] == queue.url
     # ready: deep's 3, ready's 1, and leased's second message (waiting behind its head).
     assert report["totals"] == {"ready": 5, "in_flight": 1, "parked": 1, "dead": 1}
+    assert report["keys"] == 0  # nothing was published with a key
     by_priority = {p["priority"]: p for p in report["by_priority"]}
     assert sorted(by_priority) == [0, 1, 2]
     counts = {
@@ -79,7 +90,9 @@ def test_table_shows_totals_oldest_and_deepest_groups(tmp_path: Path) -> None:
     result = transports("inspect", queue.url)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == f"Queue {queue.url}: 7 messages in 4 groups, 1 dead letter"
+    assert (
+        lines[0] == f"Queue {queue.url}: 7 messages in 4 groups, 1 dead letter, 0 idempotency keys"
+    )
     assert lines[2].split() == [
         "priority",
         "ready",
@@ -105,9 +118,12 @@ def test_an_empty_queue_says_so(tmp_path: Path) -> None:
     open_transport(url).close()
     result = transports("inspect", url)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"Queue {url}: 0 messages in 0 groups, 0 dead letters\n"
+    assert result.stdout == (
+        f"Queue {url}: 0 messages in 0 groups, 0 dead letters, 0 idempotency keys\n"
+    )
     report = json.loads(transports("inspect", url, "--json").stdout)
     assert report["totals"] == {"ready": 0, "in_flight": 0, "parked": 0, "dead": 0}
+    assert report["keys"] == 0
     assert report["oldest"] is None
     assert report["groups"] == []
 
@@ -122,6 +138,39 @@ def test_a_missing_file_is_refused_not_created(tmp_path: Path) -> None:
         == f"Error: no queue at {missing}: the file does not exist (this command never creates one)"
     )
     assert not missing.exists()
+
+
+# -- the keys a queue remembers ------------------------------------------------------------
+
+
+@pytest.fixture
+def keyed() -> Iterator[str]:
+    """A queue that remembers three keys: in the suite's in-memory backend, whose stats
+    count keys as every backend's must (a subprocess cannot see it, so tests run `run`)."""
+    store = MemoryStore(time.time)
+    with store.open() as queue:
+        queue.publish("a", Event(n=1), key="k1")
+        queue.publish("a", Event(n=2), key="k1")  # a duplicate: no new key
+        queue.publish("b", Event(n=3), key="k1")  # another group's: a key of its own
+        queue.publish_many([Message("a", Event(n=4), key="k2"), ("a", Event(n=5), 0)])
+        lease = queue.claim("w1", 60)
+        assert lease is not None
+        queue.ack(lease)  # an acked message's key is remembered still
+    register_backend("keyed", Backend(open=lambda url, event_type, options: store.open()))
+    yield "keyed://somewhere/queue"
+    register_backend("keyed", None)
+
+
+def test_json_and_table_count_the_keys_remembered(
+    keyed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["inspect", keyed, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["keys"] == 3
+    assert report["totals"] == {"ready": 3, "in_flight": 0, "parked": 0, "dead": 0}
+    assert run(["inspect", keyed]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"Queue {keyed}: 3 messages in 2 groups, 0 dead letters, 3 idempotency keys"
 
 
 # -- a backend without the admin interface -----------------------------------------------

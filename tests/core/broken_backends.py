@@ -16,6 +16,9 @@ import transports_core as dt
 from transports_core import backend as core
 
 LastDelivery = Literal["lapsed", "nacked"]
+# (group, key) -> (the seq first published with the key, when the key is forgotten); the
+# group is "" under the keys_across_groups defect
+Keys = dict[tuple[str, str], tuple[int, float]]
 PARKED = "__parked__"
 # A waiting claim re-checks this often (real seconds) so that it sees a manual clock move.
 RECHECK = 0.2
@@ -51,6 +54,11 @@ class Defects:
     racy_claim: bool = False  # picks and marks a message under two separate locks
     ignore_event_type: bool = False  # encodes and decodes every event as the default Event
     decode_unleased: bool = False  # a message that does not decode is not leased after all
+    ignore_keys: bool = False  # takes a key and stores the message anyway
+    keys_across_groups: bool = False  # a key is one for the whole queue, not per group
+    forget_key_on_ack: bool = False  # an acked message's key is forgotten with it
+    eternal_keys: bool = False  # keys outlive the window
+    batch_keys_unseen: bool = False  # publish_many checks keys against earlier publishes only
 
 
 @dataclass
@@ -92,6 +100,7 @@ class MemoryStore:
         self.messages: dict[int, _Message] = {}
         self.groups: dict[str, _Group] = {}
         self.dead: dict[int, _Dead] = {}
+        self.keys: Keys = {}
         self.seq = self.publishes = self.claims = 0
 
     def open(self, **options: Any) -> MemoryTransport:
@@ -110,8 +119,10 @@ class MemoryTransport(core.Closing):
         event_type: Any = dt.Event,
         max_attempts: int | None = None,
         on_dead: str = "release",
+        dedup_window: float = core.DEDUP_WINDOW,
     ) -> None:
         self._store = store
+        self._window = core.check_seconds(dedup_window, "dedup_window")
         self._codec: core.EventCodec[Any] = core.EventCodec(event_type)
         self._decoder = (
             core.EventCodec(dt.Event) if store.defects.ignore_event_type else self._codec
@@ -142,19 +153,54 @@ class MemoryTransport(core.Closing):
             s.changed.notify_all()
         return s.seq
 
-    def publish(self, group_id: str, event: object, priority: int = 0) -> int:
+    def _keyed(self, group_id: str, key: str | None, known: Keys) -> int | None:
+        """The original seq if ``key`` was used in ``group_id`` within the window, as
+        ``known`` (the store's keys, or a copy of them) says; else None."""
+        s = self._store
+        if key is None or s.defects.ignore_keys:
+            return None
+        found = known.get(("" if s.defects.keys_across_groups else group_id, key))
+        if found is None:
+            return None
+        seq, until = found
+        if until <= s.clock() and not s.defects.eternal_keys:
+            return None
+        if s.defects.forget_key_on_ack and seq not in s.messages and seq not in s.dead:
+            return None
+        return seq
+
+    def _publish(self, group_id: str, raw: str, priority: int, key: str | None, known: Keys) -> int:
+        s = self._store
+        original = self._keyed(group_id, key, known)
+        if original is not None:
+            return dt.Duplicate(original)
+        seq = self._append(group_id, raw, priority)
+        if key is not None:
+            scope = "" if s.defects.keys_across_groups else group_id
+            s.keys[(scope, key)] = (seq, s.clock() + self._window)
+        return seq
+
+    def publish(
+        self, group_id: str, event: object, priority: int = 0, *, key: str | None = None
+    ) -> int:
         group_id, priority = core.check_group_id(group_id), core.check_priority(priority)
+        key = core.check_key(key)
         raw = self._codec.encode(event)
         with self._locked():
-            return self._append(group_id, raw, priority)
+            return self._publish(group_id, raw, priority, key, self._store.keys)
 
-    def publish_many(self, items: Iterable[tuple[str, object, int]]) -> list[int]:
+    def publish_many(
+        self, items: Iterable[tuple[str, object, int] | dt.Message[object]]
+    ) -> list[int]:
         encoded = self._codec.encode_items(items)
         with self._locked():
-            seqs = [self._append(g, raw, p) for g, raw, p in encoded]
-            if self._store.defects.batch_priority_last:
-                for g, _, p in encoded:
-                    self._store.groups[g].priority = p
+            s = self._store
+            # The defect looks keys up in the store as it was before the batch.
+            known = dict(s.keys) if s.defects.batch_keys_unseen else s.keys
+            seqs = [self._publish(g, raw, p, k, known) for g, raw, p, k in encoded]
+            if s.defects.batch_priority_last:
+                for g, _, p, _ in encoded:
+                    s.groups[g].priority = p
             return seqs
 
     # -- claiming --------------------------------------------------------------------
@@ -356,6 +402,7 @@ class MemoryTransport(core.Closing):
                 sum(r.parked for r in by),
                 sum(r.dead for r in by),
                 by,
+                len(s.keys),
             )
 
     def groups(self, limit: int = 10) -> list[dt.GroupInfo]:
@@ -493,9 +540,9 @@ _IN_PROCESS = threading.Lock()
 class FileTransport(core.Closing):
     """A JSON file as the store, opened by ``brokenfile:///PATH?defect=NAME``: each call
     reads, changes and replaces the whole file under an exclusive ``flock``. Only what the
-    contention scenarios use (publish, publish_many, claim, ack). Defects: ``process-lock``
-    takes a lock that only this process's threads respect, and ``unlocked`` reads under the
-    lock but writes after letting go of it."""
+    process scenarios use (publish and publish_many, with keys; claim, ack). Defects:
+    ``process-lock`` takes a lock that only this process's threads respect, and
+    ``unlocked`` reads under the lock but writes after letting go of it."""
 
     def __init__(self, path: str, defect: str) -> None:
         self._path, self._defect = path, defect
@@ -551,17 +598,28 @@ class FileTransport(core.Closing):
             self._write(state)
         return result
 
-    def publish(self, group_id: str, event: object, priority: int = 0) -> int:
-        return self.publish_many([(group_id, event, priority)])[0]
+    def publish(
+        self, group_id: str, event: object, priority: int = 0, *, key: str | None = None
+    ) -> int:
+        return self.publish_many([dt.Message(group_id, event, priority, key)])[0]
 
-    def publish_many(self, items: Iterable[tuple[str, object, int]]) -> list[int]:
+    def publish_many(
+        self, items: Iterable[tuple[str, object, int] | dt.Message[object]]
+    ) -> list[int]:
         encoded = self._codec.encode_items(items)
 
         def change(state: dict[str, Any]) -> list[int]:
-            seqs = []
-            for group, raw, _ in encoded:
+            seqs: list[int] = []
+            keys = state.setdefault("keys", {})  # "group key" -> seq; never forgotten
+            for group, raw, _, key in encoded:
+                scoped = f"{group} {key}"
+                if key is not None and scoped in keys:
+                    seqs.append(dt.Duplicate(keys[scoped]))
+                    continue
                 state["seq"] += 1
                 state["messages"][str(state["seq"])] = [group, raw, 0, None, 0.0]
+                if key is not None:
+                    keys[scoped] = state["seq"]
                 seqs.append(state["seq"])
             return seqs
 

@@ -1,7 +1,7 @@
-"""The process-contention scenario catches what only shows across processes: run in a
-subprocess on a store in a file (`FileTransport`, found by entry point from a real
-distribution, as spawned workers find it), it passes a claim that is atomic, fails one
-atomic only among one process's threads, and fails one not atomic at all."""
+"""The process scenarios catch what only shows across processes: run in a subprocess on a
+store in a file (`FileTransport`, found by entry point from a real distribution, as
+spawned workers find it), they pass a claim and a keyed publish that are atomic, fail ones
+atomic only among one process's threads, and fail ones not atomic at all."""
 
 from __future__ import annotations
 
@@ -48,15 +48,21 @@ def run(
     paths = [str(dist), str(ROOT), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
     return pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-k", "contention_processes or contention_threads", "-rf"
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "contention_processes or contention_threads or key_processes",
+        "-rf",
     )
 
 
 # defect -> which of the two scenarios must fail (the others must pass)
 OUTCOMES = {
-    "": [],  # a claim atomic across processes: both pass
-    "process-lock": ["contention-processes"],  # atomic only among one process's threads
-    "unlocked": ["contention-threads", "contention-processes"],  # not atomic at all
+    "": [],  # a claim and a keyed publish atomic across processes: all pass
+    # atomic only among one process's threads
+    "process-lock": ["contention-processes", "key-processes-store-once"],
+    # not atomic at all
+    "unlocked": ["contention-threads", "contention-processes", "key-processes-store-once"],
 }
 
 
@@ -67,7 +73,7 @@ def test_contention_scenarios_fail_exactly_where_the_claim_is_not_atomic(
 ) -> None:
     result = run(pytester, tmp_path, defect, monkeypatch)
     failing = OUTCOMES[defect]
-    result.assert_outcomes(passed=2 - len(failing), failed=len(failing))
+    result.assert_outcomes(passed=3 - len(failing), failed=len(failing))
     for prop in failing:
         test = prop.replace("-", "_")
         result.stdout.fnmatch_lines([f"*Error: {prop}: *"])

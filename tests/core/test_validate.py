@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from transports_core import Event, Lease
+from transports_core import Event, Lease, Message
 from transports_core.backend import (
     MAX_PRIORITY,
     check_delay,
@@ -119,15 +119,16 @@ def test_good_values_are_returned_normalised() -> None:
     assert check_on_dead("HOLD") == "hold"
 
 
-def test_items_must_be_an_iterable_of_triples() -> None:
+def test_items_must_be_an_iterable_of_messages_or_triples() -> None:
     items = iter([("g", 1, 0)])
     assert check_items(items) is items
     with pytest.raises(TypeError, match=r"items must be an iterable .* got 'abc'"):
         check_items("abc")
     with pytest.raises(TypeError, match="got 5"):
         check_items(5)
-    assert check_item(0, ("g", 1, 0)) == ("g", 1, 0)
-    with pytest.raises(TypeError, match=r"items\[1\] must be a \(group_id, event, priority\)"):
+    assert check_item(0, ("g", 1, 0)) == ("g", 1, 0, None)
+    assert check_item(0, Message("g", 1, 2, key="k")) == ("g", 1, 2, "k")
+    with pytest.raises(TypeError, match=r"items\[1\] must be a Message or a \(group_id, event"):
         check_item(1, ["g", 1, 0])
-    with pytest.raises(TypeError, match=r"items\[2\] must be a \(group_id, event, priority\)"):
+    with pytest.raises(TypeError, match=r"items\[2\] must be a Message or a \(group_id, event"):
         check_item(2, ("g", 1))

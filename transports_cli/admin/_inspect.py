@@ -1,7 +1,8 @@
 """``transports inspect``: what a queue holds, read through the admin protocol only.
 
-Three reads: `stats`, `groups` for every group (the deepest are listed; all are needed
-to find the oldest waiting message), and `held_groups`. Never a claim, never a write.
+Three reads: `stats` (the idempotency keys remembered too), `groups` for every group (the
+deepest are listed; all are needed to find the oldest waiting message), and `held_groups`.
+Never a claim, never a write.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ def _oldest_json(group: GroupInfo | None) -> dict[str, Any] | None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def inspect(url: str, limit: int, as_json: bool) -> None:
     """Show how many messages a queue holds (ready, in flight, parked, dead), in total
-    and per priority; the groups with the deepest backlog; the oldest waiting message
-    (the lowest seq: messages carry no publish time); and groups held by a dead letter.
+    and per priority; how many idempotency keys it remembers; the groups with the deepest
+    backlog; the oldest waiting message (the lowest seq: messages carry no publish time);
+    and groups held by a dead letter.
 
     Works with every backend that implements the admin interface
     (transports_core.TransportAdmin). It only reads: it takes no lease and changes
@@ -79,6 +81,7 @@ def inspect(url: str, limit: int, as_json: bool) -> None:
                     "parked": stats.parked,
                     "dead": stats.dead,
                 },
+                "keys": stats.keys,
                 "by_priority": [
                     {**asdict(p), "oldest": _oldest_json(oldest_by_priority[p.priority])}
                     for p in stats.by_priority
@@ -94,7 +97,8 @@ def inspect(url: str, limit: int, as_json: bool) -> None:
     messages = stats.ready + stats.in_flight + stats.parked
     click.echo(
         f"Queue {redact_url(url)}: {plural(messages, 'message')} in "
-        f"{plural(len(every), 'group')}, {plural(stats.dead, 'dead letter')}"
+        f"{plural(len(every), 'group')}, {plural(stats.dead, 'dead letter')}, "
+        f"{plural(stats.keys, 'idempotency key')}"
     )
     if not stats.by_priority:
         return

@@ -6,21 +6,36 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Coroutine, Iterator
 from typing import Any, Final, TypeVar
 
 import pytest
 
-from transports_core import AsyncTransport, AsyncTransportAdmin, Event, Lease, TransportError
+from transports_core import (
+    AsyncTransport,
+    AsyncTransportAdmin,
+    Duplicate,
+    Event,
+    Lease,
+    TransportError,
+)
 
 from ._base import ADMIN, DURABLE, AsyncTransportFactory, SuiteBase, checks, seen
 from ._blocking import Portal
 from ._contention import GROUPS, PER_GROUP, check_journal
-from ._properties import ASYNC_CONTEXT, CANCELLED_CLAIM, CONTENTION_TASKS, ONE_IN_FLIGHT
+from ._properties import (
+    ASYNC_CONTEXT,
+    CANCELLED_CLAIM,
+    CONTENTION_TASKS,
+    KEY_TASKS,
+    ONE_IN_FLIGHT,
+)
 from ._steps import ev
 
 T = TypeVar("T")
 TASKS = 8
+KEYS = 25  # keys each task publishes, the same keys in every task
 
 # The visibility of a cancelled claim: far longer than the test, so that a message
 # claimable again cannot be explained by its lease lapsing.
@@ -238,3 +253,32 @@ class AsyncNativeScenarios(SuiteBase):
                     await other.purge_group(group)
 
         self.run(scenario())
+
+    @checks(KEY_TASKS)
+    def test_key_tasks_store_once_racing_on_the_same_keys(self) -> None:
+        token = uuid.uuid4().hex[:12]  # a store shared by the tests remembers keys
+
+        async def publisher(t: AsyncTransport[Event]) -> list[int]:
+            return [await t.publish("keys", ev(n), key=f"{token}-{n}") for n in range(KEYS)]
+
+        async def scenario() -> tuple[list[list[int]], list[int]]:
+            t, other = self.open_async(), self.open_async()  # one object shared, and another
+            answers = await asyncio.wait_for(
+                asyncio.gather(*(publisher(t if i % 2 else other) for i in range(TASKS))), 60
+            )
+            got = []
+            while (lease := await t.claim("w1", self.hold)) is not None:
+                got.append(lease.event.n)
+                await t.ack(lease)
+            return answers, got
+
+        answers, got = self.run(scenario())
+        assert sorted(got) == list(range(KEYS)), (
+            f"{KEY_TASKS}: {TASKS} tasks publishing the same {KEYS} keys stored n={sorted(got)}"
+        )
+        for n in range(KEYS):
+            seqs = [answer[n] for answer in answers]
+            stored = [seq for seq in seqs if not isinstance(seq, Duplicate)]
+            why = "expected one seq, stored once and a Duplicate of it for every other task"
+            assert len(set(seqs)) == 1, f"{KEY_TASKS}: key {n} gave the tasks {seqs}: {why}"
+            assert len(stored) == 1, f"{KEY_TASKS}: key {n} gave the tasks {seqs}: {why}"

@@ -53,8 +53,9 @@ __all__ = [
 
 class TransportFactory(Protocol):
     """Opens a new handle on the test's store. The suite passes keyword options the backend
-    must accept as ``open_transport`` does: ``event_type=`` always may come, and with the
-    ``admin`` capability ``max_attempts=`` and ``on_dead=``. Most calls pass none."""
+    must accept as ``open_transport`` does: ``event_type=`` and ``dedup_window=`` always
+    may come, and with the ``admin`` capability ``max_attempts=`` and ``on_dead=``. Most
+    calls pass none."""
 
     def __call__(self, **options: Any) -> Transport[Any]: ...
 

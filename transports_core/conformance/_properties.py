@@ -60,6 +60,14 @@ SEQ_NEVER_REUSED: Final = "seq-never-reused"
 RESERVED_WORKER: Final = "reserved-worker-ids-refused"
 TIMING_EDGES: Final = "timing-from-the-right-moment"
 LAPSED_ACROSS_REOPEN: Final = "lapsed-lease-current-across-reopen"
+KEY_DUPLICATE: Final = "key-duplicate-returns-the-original"
+KEY_AFTER_SETTLE: Final = "key-duplicate-after-settle"
+KEY_WINDOW: Final = "key-forgotten-after-the-window"
+KEY_GROUP_SCOPE: Final = "key-scoped-to-its-group"
+KEY_BATCH: Final = "key-in-publish-many"
+KEY_STATS: Final = "key-count-in-stats"
+KEY_PROCESSES: Final = "key-processes-store-once"
+KEY_TASKS: Final = "key-tasks-store-once"
 
 # What each property means, in the order the CLI reports them.
 PROPERTIES: Final[dict[str, str]] = {
@@ -114,4 +122,12 @@ PROPERTIES: Final[dict[str, str]] = {
     RESERVED_WORKER: "worker ids beginning with __ are refused by every method taking one",
     TIMING_EDGES: "a lease is claimable once expires_at passed; a park counts from the nack",
     LAPSED_ACROSS_REOPEN: "a lapsed lease nobody re-claimed stays current across reopening",
+    KEY_DUPLICATE: "a repeated key in its group stores nothing and returns Duplicate(original)",
+    KEY_AFTER_SETTLE: "a key stays a duplicate once its message is acked, dead or purged",
+    KEY_WINDOW: "after dedup_window (> 0) a key is forgotten: its next use publishes anew",
+    KEY_GROUP_SCOPE: "another group's same key is a new message",
+    KEY_BATCH: "publish_many dedupes within the batch and against earlier keys; all or none",
+    KEY_STATS: "stats().keys counts the keys the queue remembers",
+    KEY_PROCESSES: "processes racing on the same keys store each key's message once",
+    KEY_TASKS: "asyncio tasks racing on the same keys store each key's message once",
 }

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from transports_core import Event, Lease, Transport
+from transports_core import Event, Lease, Message, Transport
 
 from ._base import SuiteBase, checks, must_raise, seen
 from ._properties import BAD_INPUT, NO_LOSS, PUBLISH
@@ -36,6 +36,15 @@ BAD_CALLS: list[tuple[str, str, type[Exception], BadCall]] = [
         "group_id",
         ValueError,
         lambda t, _: t.publish_many([("c", ev(9), 0), ("", ev(9), 0)]),
+    ),
+    ("publish-key-empty", "key", ValueError, lambda t, _: t.publish("c", ev(9), key="")),
+    ("publish-key-256", "key", ValueError, lambda t, _: t.publish("c", ev(9), key="k" * 256)),
+    ("publish-key-int", "key", TypeError, lambda t, _: t.publish("c", ev(9), key=7)),  # type: ignore[arg-type]
+    (
+        "publish_many-bad-key-midway",
+        "key",
+        ValueError,
+        lambda t, _: t.publish_many([Message("c", ev(9), key="k"), Message("d", ev(9), key="")]),
     ),
     ("claim-worker_id-empty", "worker_id", ValueError, lambda t, _: t.claim("", 30)),
     ("claim-worker_id-int", "worker_id", TypeError, lambda t, _: t.claim(3, 30)),  # type: ignore[arg-type]

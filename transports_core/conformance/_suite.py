@@ -18,6 +18,7 @@ from ._bury import BuryScenarios
 from ._claim import ClaimScenarios
 from ._contention import ContentionScenarios
 from ._edges import EdgeScenarios
+from ._keys import KeyScenarios
 from ._lifecycle import LifecycleScenarios
 from ._publish import PublishScenarios
 from ._settle import SettleScenarios
@@ -37,6 +38,7 @@ class TransportSuite(
     BuryScenarios,
     AdminScenarios,
     EdgeScenarios,
+    KeyScenarios,
     ModelScenarios,
 ):
     """Every scenario of the contract, for a sync `Transport`.
