@@ -13,9 +13,11 @@ The builders of the public methods' operations go by the names of core's `Operat
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from operator import itemgetter
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -113,32 +115,39 @@ class Plan(Op[T]):
         return self._steps(now)
 
 
-def _is_empty(path: str, identity: Result) -> bool:
-    """True for an empty database; None of ours raises, naming the file."""
+# The schema version `needs_setup` gives for an empty database.
+EMPTY = 0
+
+
+def _version(path: str, identity: Result) -> int:
+    """The schema version of a queue of ours: `SCHEMA_VERSION`, or an older one that
+    `upgrade` knows; `EMPTY` for an empty database. Any other database raises, naming
+    the file."""
     ((tables, app_id, version),) = identity.rows
     # Only a pristine database is adopted: one with no tables may still carry another
     # application's application_id or user_version, which the schema would overwrite.
     if (tables, app_id, version) == (0, 0, 0):
-        return True
+        return EMPTY
     if app_id != sql.APPLICATION_ID:
         raise dt.TransportError(
             f"{path} is a SQLite database of another application "
             f"(application_id {app_id}); refusing to use it as a queue"
         )
-    if version != sql.SCHEMA_VERSION:
+    if version != sql.SCHEMA_VERSION and version not in sql.UPGRADES:
         raise dt.TransportError(
             f"{path} has queue schema version {version}; this version of "
             f"durable-transports knows version {sql.SCHEMA_VERSION}"
         )
-    return False
+    return int(version)
 
 
-def needs_setup(path: str) -> Plan[bool]:
-    """Read-only: is the database empty? Refuse a foreign or unknown one. Run first, in a
-    read transaction, so that a read-only queue opens without asking for the write lock."""
+def needs_setup(path: str) -> Plan[int]:
+    """Read-only: the database's schema version (`EMPTY`: none yet). Refuse a foreign or
+    unknown one. Run first, in a read transaction, so that a read-only queue opens
+    without asking for the write lock."""
 
-    def steps(now: float) -> Steps[bool]:
-        return _is_empty(path, (yield Stmt(sql.READ_IDENTITY)))
+    def steps(now: float) -> Steps[int]:
+        return _version(path, (yield Stmt(sql.READ_IDENTITY)))
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
@@ -148,11 +157,24 @@ def setup(path: str) -> Op[None]:
     another process may have created it since `needs_setup`)."""
 
     def steps(now: float) -> Steps[None]:
-        if _is_empty(path, (yield Stmt(sql.READ_IDENTITY))):
+        if _version(path, (yield Stmt(sql.READ_IDENTITY))) == EMPTY:
             for statement in sql.SCHEMA:
                 yield Stmt(statement)
 
     return Plan(steps)
+
+
+def upgrade(path: str) -> Op[None]:
+    """Bring a queue at an older schema version up to `SCHEMA_VERSION`, in one write
+    transaction (checked again under the write lock: another process may have upgraded
+    it since `needs_setup`). Additive only, so a crash leaves the old version whole."""
+
+    def steps(now: float) -> Steps[None]:
+        version = _version(path, (yield Stmt(sql.READ_IDENTITY)))
+        for statement in sql.UPGRADES.get(version, ()):
+            yield Stmt(statement)
+
+    return Plan(steps, wakes=False)
 
 
 def new_file() -> Op[None]:
@@ -177,6 +199,8 @@ def session(synchronous: str, memory: bool, on_loop: bool = False) -> Op[None]:
 
 
 class Publish(Op[int]):
+    """A publish without a key."""
+
     __slots__ = ("stmt",)
     begin = AUTOCOMMIT
 
@@ -198,48 +222,129 @@ class Publish(Op[int]):
         return seq
 
 
+class PublishKeyed(Op[int]):
+    """A publish with a key: one statement too (see `_sql.PUBLISH_KEYED`), which stores
+    the message unless the key is live in its group, and gives the seq either way."""
+
+    __slots__ = ("params", "window")
+    begin = AUTOCOMMIT
+
+    def __init__(
+        self,
+        codec: core.EventCodec[Any],
+        group_id: str,
+        event: object,
+        priority: int,
+        key: str,
+        window: float,
+    ) -> None:
+        self.params = {
+            "group_id": core.check_group_id(group_id),
+            "priority": core.check_priority(priority),
+            "event": codec.encode(event),
+            "key": core.check_key(key),
+        }
+        self.window = window
+
+    def first(self, now: float | None) -> Stmt:
+        assert now is not None  # see `Op`
+        return Stmt(sql.PUBLISH_KEYED, self.params | {"now": now, "expires_at": now + self.window})
+
+    def done(self, reply: Result, now: float | None) -> int:
+        seq, kept = reply.rows[0]
+        return int(seq) if kept == seq else dt.Duplicate(kept)
+
+
+# A row of `codec.encode_items`: (group_id, raw event, priority, key).
+Encoded = tuple[str, str, int, "str | None"]
+
+
 def PublishMany(
-    codec: core.EventCodec[Any], items: Iterable[tuple[str, Any, int]]
+    codec: core.EventCodec[Any],
+    items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
+    window: float = core.DEDUP_WINDOW,
 ) -> Op[list[int]]:
     encoded = codec.encode_items(items)
+    if any(map(itemgetter(3), encoded)):  # keys are never empty
+        return Plan(partial(_publish_keyed_batch, encoded, window))
 
     def steps(now: float) -> Steps[list[int]]:
         if not encoded:
             return []
         first: int = (yield Stmt(sql.LAST_SEQ)).rows[0][0] + 1
-        seqs = range(first, first + len(encoded))
-        # Built from the back, so that each row knows the next seq of its group in the
-        # batch. In the end `following` holds each group's first seq in the batch, and
-        # `tails` its last.
-        rows: list[tuple[int, str, int, str, int | None]] = []  # INSERT_ROW's names
-        following: dict[str, int] = {}
-        tails: dict[str, int] = {}
-        append, after = rows.append, following.get
-        seq = seqs[-1]
-        for group_id, raw, priority in reversed(encoded):
-            next_seq = after(group_id)
-            if next_seq is None:
-                tails[group_id] = seq
-            append((seq, group_id, priority, raw, next_seq))
-            following[group_id] = seq
-            seq -= 1
-        rows.reverse()
-        depth = Counter(map(itemgetter(0), encoded))
-        yield Stmt(sql.LINK_TAIL, many=[(seq, group_id) for group_id, seq in following.items()])
-        # Each group of the batch, with the priority of its first message in the batch, its
-        # head, tail and depth. A new group opens with them; an existing one keeps its head
-        # and priority and takes the tail and the added depth.
-        yield Stmt(
-            sql.OPEN_GROUP,
-            many=[
-                (group_id, rows[seq - first][2], seq, tails[group_id], depth[group_id])
-                for group_id, seq in following.items()
-            ],
-        )
-        yield Stmt(sql.INSERT_ROW, many=rows)
-        return list(seqs)
+        yield from _append(first, encoded)
+        return list(range(first, first + len(encoded)))
 
     return Plan(steps)
+
+
+def _publish_keyed_batch(encoded: list[Encoded], window: float, now: float) -> Steps[list[int]]:
+    """publish_many with keys: the live keys first (the write lock is held from the
+    start, so they cannot change before the batch commits), then only the items whose
+    key is not live, nor used by an earlier item of the batch, are stored, numbered in
+    order; the others get the seq their key points to, as a `Duplicate`."""
+    first: int = (yield Stmt(sql.LAST_SEQ)).rows[0][0] + 1
+    pairs = list(dict.fromkeys((row[0], row[3]) for row in encoded if row[3] is not None))
+    found = yield Stmt(sql.LIVE_KEYS, {"pairs": json.dumps(pairs), "now": now})
+    live: dict[tuple[str, str | None], int] = {(g, k): dt.Duplicate(s) for g, k, s in found.rows}
+    seqs: list[int] = []
+    stored: list[Encoded] = []
+    remembered: list[tuple[str, str, int, float]] = []  # REMEMBER_KEY's names
+    expires_at = now + window
+    seq = first
+    for row in encoded:
+        group_id, _, _, key = row
+        if key is not None:
+            original = live.get((group_id, key))
+            if original is not None:
+                seqs.append(original)
+                continue
+            live[group_id, key] = dt.Duplicate(seq)
+            remembered.append((group_id, key, seq, expires_at))
+        stored.append(row)
+        seqs.append(seq)
+        seq += 1
+    if stored:
+        yield from _append(first, stored)
+    if remembered:
+        limit = len(remembered) + sql.FORGET_PER_PUBLISH
+        yield Stmt(sql.FORGET_EXPIRED, {"now": now, "limit": limit})
+        yield Stmt(sql.REMEMBER_KEY, many=remembered)
+    return seqs
+
+
+def _append(first: int, encoded: list[Encoded]) -> Steps[None]:
+    """Store ``encoded`` rows as seqs ``first`` on, in one pass per table."""
+    seqs = range(first, first + len(encoded))
+    # Built from the back, so that each row knows the next seq of its group in the
+    # batch. In the end `following` holds each group's first seq in the batch, and
+    # `tails` its last.
+    rows: list[tuple[int, str, int, str, int | None]] = []  # INSERT_ROW's names
+    following: dict[str, int] = {}
+    tails: dict[str, int] = {}
+    append, after = rows.append, following.get
+    seq = seqs[-1]
+    for group_id, raw, priority, _ in reversed(encoded):
+        next_seq = after(group_id)
+        if next_seq is None:
+            tails[group_id] = seq
+        append((seq, group_id, priority, raw, next_seq))
+        following[group_id] = seq
+        seq -= 1
+    rows.reverse()
+    depth = Counter(map(itemgetter(0), encoded))
+    yield Stmt(sql.LINK_TAIL, many=[(seq, group_id) for group_id, seq in following.items()])
+    # Each group of the batch, with the priority of its first message in the batch, its
+    # head, tail and depth. A new group opens with them; an existing one keeps its head
+    # and priority and takes the tail and the added depth.
+    yield Stmt(
+        sql.OPEN_GROUP,
+        many=[
+            (group_id, rows[seq - first][2], seq, tails[group_id], depth[group_id])
+            for group_id, seq in following.items()
+        ],
+    )
+    yield Stmt(sql.INSERT_ROW, many=rows)
 
 
 # No head has this many deliveries: CLAIM_READY's guard when there is no max_attempts.
@@ -482,9 +587,13 @@ def Stats() -> Op[dt.QueueStats]:
         counted = yield Stmt(sql.MESSAGE_COUNTS, markers)
         live = {p: (ready, in_flight, parked) for p, ready, in_flight, parked in counted.rows}
         dead = dict((yield Stmt(sql.DEAD_COUNTS)).rows)
+        ((keys,),) = (yield Stmt(sql.KEY_COUNT)).rows
         return core.queue_stats(
-            dt.PriorityStats(p, *live.get(p, (0, 0, 0)), dead=dead.get(p, 0))
-            for p in sorted(live.keys() | dead.keys())
+            (
+                dt.PriorityStats(p, *live.get(p, (0, 0, 0)), dead=dead.get(p, 0))
+                for p in sorted(live.keys() | dead.keys())
+            ),
+            keys=keys,
         )
 
     return Plan(steps, sql.BEGIN_READ, wakes=False)
@@ -602,3 +711,48 @@ def wait_state(min_priority: int) -> Op[tuple[int, float | None]]:
     # A read transaction around its one statement, so that no runner mistakes it for a
     # write (see `commit_flushes`).
     return Plan(steps, sql.BEGIN_READ, wakes=False, brief=True)
+
+
+# --- the builders a transport runs --------------------------------------------------------
+
+
+class QueueOps:
+    """This module's builders, as core's `Operations`, for one queue: its publishes take
+    the queue's ``dedup_window``. A publish without a key builds the same op as ever."""
+
+    __slots__ = ("window",)
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+
+    def Publish(
+        self,
+        codec: core.EventCodec[Any],
+        group_id: str,
+        event: object,
+        priority: int,
+        key: str | None,
+        /,
+    ) -> Op[int]:
+        if key is None:
+            return Publish(codec, group_id, event, priority)
+        return PublishKeyed(codec, group_id, event, priority, key, self.window)
+
+    def PublishMany(
+        self,
+        codec: core.EventCodec[Any],
+        items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
+        /,
+    ) -> Op[list[int]]:
+        return PublishMany(codec, items, self.window)
+
+    # Classes are not bound as methods; functions need staticmethod to stay unbound.
+    Ack, Nack, Extend = Ack, Nack, Extend
+    Bury = staticmethod(Bury)
+    Stats = staticmethod(Stats)
+    Groups = staticmethod(Groups)
+    DeadLetters = staticmethod(DeadLetters)
+    HeldGroups = staticmethod(HeldGroups)
+    Requeue = staticmethod(Requeue)
+    Discard = staticmethod(Discard)
+    PurgeGroup = staticmethod(PurgeGroup)

@@ -8,6 +8,8 @@ lease or park, and its turn in the round-robin. Claim, nack and extend touch onl
 `groups`; ack deletes the head and a trigger moves the head along the chain. So choosing
 the next group is a walk of one small index, never a scan of the backlog, and a claim
 writes two pages whatever the backlog.
+`keys` remembers each idempotency key a group used within the queue's window, with the
+seq it published: a keyed publish is one more statement's worth of index seeks.
 
 Each statement is a `Statement`: its text, with ``:name`` for each parameter, the names of
 those parameters, declared once beside it, and whether it returns rows. Every value
@@ -25,9 +27,10 @@ from typing import Any, Final
 from transports_core.backend import MAX_PRIORITY, RESERVED_PREFIX
 
 # "DTQ1": marks a file as ours, so that we never adopt or alter another application's
-# database. SCHEMA_VERSION is stored in `user_version`; a file with another one is refused.
+# database. SCHEMA_VERSION is stored in `user_version`; a file with another one is refused,
+# except one at a version in `UPGRADES`, which is brought up to date when opened.
 APPLICATION_ID: Final = 0x44545131
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
@@ -92,7 +95,8 @@ SELECT (SELECT count(*) FROM sqlite_master),
     rows=True,
 )
 
-SCHEMA: Final = tuple(
+# The tables, views and triggers of version 3, which version 4 only adds to.
+_SCHEMA_V3: Final = tuple(
     Statement(ddl)
     for ddl in (
         # In seq order: publishing appends (the cheap insert into a B-tree, whatever the
@@ -200,10 +204,73 @@ SCHEMA: Final = tuple(
         attempts INTEGER NOT NULL
     )
     """,
-        f"PRAGMA application_id = {APPLICATION_ID}",
-        f"PRAGMA user_version = {SCHEMA_VERSION}",
     )
 )
+
+# How many expired keys a keyed publish forgets, on its way: those expiring no later than
+# the FORGET_PER_PUBLISH-th oldest, all found through `keys_by_expiry` (so a few more only
+# when several share that expiry, as a batch's keys do). Never a sweep; and as each publish
+# that remembers a key can forget several, the table does not outgrow the window.
+FORGET_PER_PUBLISH: Final = 8
+
+# Version 4: idempotency keys.
+_KEYS_SCHEMA: Final = tuple(
+    Statement(ddl)
+    for ddl in (
+        # One row per (group, key) used within the window: the seq it published (which may
+        # have been acked, buried or purged since) and when the key is forgotten. A row past
+        # its expiry counts as absent until it is deleted or overwritten. The primary key
+        # is what makes racing publishes of one key store one message.
+        """
+    CREATE TABLE keys (
+        group_id   TEXT    NOT NULL,
+        key        TEXT    NOT NULL,
+        seq        INTEGER NOT NULL,
+        expires_at REAL    NOT NULL,
+        PRIMARY KEY (group_id, key)
+    ) WITHOUT ROWID
+    """,
+        "CREATE INDEX keys_by_expiry ON keys (expires_at)",
+        # A keyed publish is one statement too: an insert into this view. Its trigger forgets
+        # a few expired keys, then claims the key for the new seq: inserted, or taken over
+        # from an expired row; a live row keeps its seq and the upsert changes nothing. Only
+        # when it changed a row is the message published, through `publish`'s own trigger.
+        # The insert's RETURNING reads the key's seq after the trigger ran: the new seq, or
+        # the original one of a duplicate.
+        """
+    CREATE VIEW publish_keyed (seq, group_id, priority, event, key, now, expires_at) AS
+    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0
+    """,
+        f"""
+    CREATE TRIGGER publish_keyed_message INSTEAD OF INSERT ON publish_keyed BEGIN
+        DELETE FROM keys WHERE expires_at <= (
+            SELECT max(expires_at) FROM (
+                SELECT expires_at FROM keys WHERE expires_at <= NEW.now
+                 ORDER BY expires_at LIMIT {FORGET_PER_PUBLISH}));
+        INSERT INTO keys (group_id, key, seq, expires_at)
+        VALUES (NEW.group_id, NEW.key, NEW.seq, NEW.expires_at)
+        ON CONFLICT (group_id, key) DO UPDATE
+        SET seq = excluded.seq, expires_at = excluded.expires_at WHERE expires_at <= NEW.now;
+        INSERT INTO publish (seq, group_id, priority, event)
+        SELECT NEW.seq, NEW.group_id, NEW.priority, NEW.event WHERE changes() = 1;
+    END
+    """,
+    )
+)
+
+SCHEMA: Final = (
+    *_SCHEMA_V3,
+    *_KEYS_SCHEMA,
+    Statement(f"PRAGMA application_id = {APPLICATION_ID}"),
+    Statement(f"PRAGMA user_version = {SCHEMA_VERSION}"),
+)
+
+# What brings a queue at an older version up to SCHEMA_VERSION, by that version: additive
+# statements only, run in one write transaction, so that a crash leaves the old version
+# whole and the next open upgrades again.
+UPGRADES: Final = {
+    3: (*_KEYS_SCHEMA, Statement(f"PRAGMA user_version = {SCHEMA_VERSION}")),
+}
 
 # The highest seq handed out so far (see `seqs`): two seeks, no write. A publish adds one;
 # publish_many reads it first to number its batch.
@@ -220,6 +287,54 @@ RETURNING seq
 """,
     ("group_id", "priority", "event"),
     rows=True,
+)
+
+# A keyed publish (see `publish_keyed`): its seq, and the seq its key points to once the
+# trigger ran: the same, or the original message's when the key was live (a duplicate,
+# which stored nothing).
+PUBLISH_KEYED: Final = Statement(
+    f"""
+INSERT INTO publish_keyed (seq, group_id, priority, event, key, now, expires_at)
+VALUES (({_LAST_SEQ}) + 1, :group_id, :priority, :event, :key, :now, :expires_at)
+RETURNING seq, (SELECT seq FROM keys WHERE group_id = :group_id AND key = :key)
+""",
+    ("group_id", "priority", "event", "key", "now", "expires_at"),
+    rows=True,
+)
+
+# publish_many with keys, under the write lock it holds from its start: the batch's
+# (group, key) pairs, as a JSON array of pairs, that are live (used within the window),
+# with the seqs they published. One seek per pair; the pairs themselves are the batch's
+# own parameter, not a table.
+LIVE_KEYS: Final = Statement(
+    """
+SELECT k.group_id, k.key, k.seq
+  FROM json_each(:pairs) AS j
+  JOIN keys k ON k.group_id = json_extract(j.value, '$[0]')
+             AND k.key = json_extract(j.value, '$[1]')
+ WHERE k.expires_at > :now
+""",
+    ("pairs", "now"),
+    rows=True,
+)
+# Then it remembers the keys it publishes with, each known not to be live: new, or taking
+# over an expired row.
+REMEMBER_KEY: Final = Statement(
+    """
+INSERT INTO keys (group_id, key, seq, expires_at) VALUES (:group_id, :key, :seq, :expires_at)
+ON CONFLICT (group_id, key) DO UPDATE SET seq = excluded.seq, expires_at = excluded.expires_at
+""",
+    ("group_id", "key", "seq", "expires_at"),
+)
+# And forgets as many expired keys as it remembered and a few more, through the expiry
+# index: the same bounded delete as a keyed publish's, never a sweep.
+FORGET_EXPIRED: Final = Statement(
+    """
+DELETE FROM keys WHERE expires_at <= (
+    SELECT max(expires_at) FROM (
+        SELECT expires_at FROM keys WHERE expires_at <= :now ORDER BY expires_at LIMIT :limit))
+""",
+    ("now", "limit"),
 )
 
 # publish_many, in one write transaction: read where the batch's seqs start (LAST_SEQ);
@@ -533,6 +648,10 @@ SELECT priority,
     ("now", "parked", "held"),
     rows=True,
 )
+
+# The keys remembered, expired ones not yet forgotten included: a count of the smaller
+# index, so it grows with the keys used within the window, not with the messages.
+KEY_COUNT: Final = Statement("SELECT count(*) FROM keys", rows=True)
 
 DEAD_COUNTS: Final = Statement(
     "SELECT priority, count(*) FROM dead_letters GROUP BY priority",

@@ -94,9 +94,12 @@ class Engine:
         self._execute = partial(_execute, conn)
         try:
             # Look before asking for the write lock, so that a read-only queue opens.
-            if self._transaction(conn, _ops.needs_setup(options.path)):
+            version = self._transaction(conn, _ops.needs_setup(options.path))
+            if version == _ops.EMPTY:
                 self._transaction(conn, _ops.new_file())
                 self._transaction(conn, _ops.setup(options.path))
+            elif version != sql.SCHEMA_VERSION:
+                self._transaction(conn, _ops.upgrade(options.path))
             session = _ops.session(options.synchronous, options.memory, self.on_loop)
             self._transaction(conn, session)
         except BaseException:
@@ -271,10 +274,11 @@ class Twin(Generic[E]):
     """What both SQLite transports hold and do alike: their options, event codec and
     claim builder, a claim's checked arguments, and how they show."""
 
-    _ops: Operations = _ops
+    _ops: Operations
 
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
         self._options = options
+        self._ops = _ops.QueueOps(options.dedup_window)
         self._codec: EventCodec[E] = EventCodec(event_type)
         self._on_dead: str = options.on_dead
         max_attempts, on_dead = options.max_attempts, options.on_dead

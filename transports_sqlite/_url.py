@@ -41,6 +41,8 @@ class SqliteOptions:
     group go on with its next message; ``hold`` blocks the group until the dead letter
     is requeued or discarded.
     ``file_mode``: permission bits of a database file this transport creates (0o600).
+    ``dedup_window``: seconds a group remembers an idempotency key (a day by default);
+    a publish with a key used within it is a `Duplicate`.
     ``clock``: seconds since the epoch; injectable for tests (keyword only).
     """
 
@@ -50,6 +52,7 @@ class SqliteOptions:
     max_attempts: int | None = None
     on_dead: OnDead = "release"
     file_mode: int = 0o600
+    dedup_window: float = core.DEDUP_WINDOW
     clock: Callable[[], float] = time.time
 
     @property
@@ -86,6 +89,18 @@ def _file_mode(value: object) -> int:
     return value
 
 
+def _dedup_window(value: object) -> float:
+    """Seconds > 0; from a URL, a decimal number of them."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(
+                f"dedup_window must be a number of seconds > 0, got {value!r}"
+            ) from None
+    return core.check_seconds(value, "dedup_window")
+
+
 OPTIONS = core.OptionTable(
     "SQLite",
     {
@@ -94,6 +109,7 @@ OPTIONS = core.OptionTable(
         "file_mode": _file_mode,
         "max_attempts": core.check_max_attempts,
         "on_dead": core.check_on_dead,
+        "dedup_window": _dedup_window,
     },
     keyword_only={"clock": core.check_clock},
 )

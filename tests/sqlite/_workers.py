@@ -11,7 +11,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from transports_core import open_transport
+from transports_core import Event, open_transport
 
 # The queue is empty once the transport has nothing more to hand out and the file has no
 # rows left; a claim alone cannot tell "empty" from "every group is leased elsewhere".
@@ -77,3 +77,17 @@ def hold_lease(db: str, visibility: float, report: Connection) -> None:
         assert lease is not None
         report.send((lease.seq, lease.group_id, lease.attempt, lease.expires_at))
         time.sleep(120)
+
+
+def publish_keys(db: str, keys: int, ready: Any, go: Any, seqs: Any) -> None:
+    """Publish one message under each of ``keys`` keys in group "g", in a shuffled order
+    of its own, once ``go`` is set; put the seqs it got back on ``seqs``."""
+    import random
+
+    order = list(range(keys))
+    random.shuffle(order)
+    with open_transport(f"sqlite:///{db}?synchronous=normal&busy_timeout=60000") as t:
+        ready.put(True)
+        go.wait(60)
+        got = [(f"k{n}", int(t.publish("g", Event(n=n), key=f"k{n}"))) for n in order]
+    seqs.put(got)

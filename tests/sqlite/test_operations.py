@@ -203,7 +203,7 @@ def test_publish_many_first_item_of_a_new_group_sets_its_priority(
         (("", Event(), 0), "group_id"),
         (("g", {"i": 1}, 0), "not a valid Event"),
         (("g", Event(), 9), "priority must be from 0 to 4, got 9"),
-        (("g", Event()), "must be a (group_id, event, priority) tuple"),
+        (("g", Event()), "must be a Message or a (group_id, event, priority) tuple"),
     ],
 )
 def test_publish_many_refuses_the_whole_batch_naming_the_bad_item(

@@ -269,7 +269,10 @@ def test_setup_accepts_its_own_schema_without_writing() -> None:
             r"q\.db is a SQLite database of another application \(application_id 1234\)",
         ),
         ((0, 0, 7), r"q\.db is a SQLite database of another application \(application_id 0\)"),
-        ((3, sql.APPLICATION_ID, 9), r"q\.db has queue schema version 9; .* knows version 3"),
+        (
+            (3, sql.APPLICATION_ID, 9),
+            rf"q\.db has queue schema version 9; .* knows version {sql.SCHEMA_VERSION}",
+        ),
     ],
 )
 def test_setup_refuses_a_database_it_does_not_know(

@@ -24,6 +24,10 @@ from transports_sqlite import _sql as sql
 # The statements the hot paths run; each is checked on its own.
 STATEMENTS = {
     "PUBLISH": sql.PUBLISH,
+    "PUBLISH_KEYED": sql.PUBLISH_KEYED,
+    "LIVE_KEYS": sql.LIVE_KEYS,
+    "REMEMBER_KEY": sql.REMEMBER_KEY,
+    "FORGET_EXPIRED": sql.FORGET_EXPIRED,
     "LAST_SEQ": sql.LAST_SEQ,
     "LINK_TAIL": sql.LINK_TAIL,
     "OPEN_GROUP": sql.OPEN_GROUP,
@@ -62,11 +66,13 @@ SELECT m.seq, m.group_id, m.event
 )
 
 # Scans that read no table: a SELECT without FROM, the <= 5 candidates of a claim's
-# per-priority seeks (the MERGE of its arms' output, numbered by SQLite), and `seqs`,
-# whose one row the schema creates.
+# per-priority seeks (the MERGE of its arms' output, numbered by SQLite), `seqs`,
+# whose one row the schema creates, and a keyed batch's own (group, key) pairs, which
+# it passes as a JSON array (`json_each` over a parameter, aliased ``j``).
 BOUNDED_SCANS = {
     "SCAN CONSTANT ROW",
     "SCAN seqs",
+    "SCAN j VIRTUAL TABLE INDEX 1:",
     *(f"SCAN (subquery-{n})" for n in range(1, 20)),
 }
 
@@ -127,7 +133,7 @@ def conn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sqlite3.Connectio
 def test_triggers_were_found() -> None:
     # One statement per trigger at least: a silently empty list would check nothing.
     names = {key.split("[")[0] for key in TRIGGER_STATEMENTS}
-    assert names == {"publish_message", "head_removed", "last_removed"}
+    assert names == {"publish_message", "publish_keyed_message", "head_removed", "last_removed"}
 
 
 @pytest.mark.parametrize("name", sorted(STATEMENTS))
@@ -185,3 +191,20 @@ def test_checker_rejects_the_seed_claim() -> None:
         problems = _problems(_plan(seed, SEED_CLAIM))
     assert any(p.startswith("SCAN m") for p in problems), problems
     assert any("TEMP B-TREE" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("name", ["PUBLISH_KEYED", "LIVE_KEYS"])
+def test_a_key_is_found_by_its_primary_key(conn: sqlite3.Connection, name: str) -> None:
+    plan = _plan(conn, STATEMENTS[name])
+    assert "SEARCH k USING PRIMARY KEY (group_id=? AND key=?)" in plan or (
+        "SEARCH keys USING PRIMARY KEY (group_id=? AND key=?)" in plan
+    ), plan
+
+
+@pytest.mark.parametrize(
+    "name", ["FORGET_EXPIRED", "publish_keyed_message[0]"], ids=["batch", "publish"]
+)
+def test_forgetting_keys_seeks_the_expired_ones(conn: sqlite3.Connection, name: str) -> None:
+    plan = _plan(conn, {**STATEMENTS, **TRIGGER_STATEMENTS}[name])
+    seeks = [line for line in plan if "keys_by_expiry (expires_at<?)" in line]
+    assert len(seeks) == 2, plan  # the bounded look for the oldest, and the delete

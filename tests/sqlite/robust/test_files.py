@@ -125,6 +125,7 @@ def test_damaged_file_is_refused_by_name_and_left_alone(
 
 # --- read-only: run as the unprivileged user `nobody` in a forked child -------------------
 
+
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
     with privileged.shared_directory() as path:
