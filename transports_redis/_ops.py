@@ -69,6 +69,12 @@ class Packer:
         return b"".join([b"*%d\r\n" % (count + len(args)), fixed, *[_bulk(a) for a in args]])
 
 
+def key_member(group_id: str, key: str) -> str:
+    """The field of idempotency key ``key`` of ``group_id`` in the queue's keys: the
+    group's length first, so that no other (group, key) pair spells it."""
+    return f"{len(group_id)}:{group_id}{key}"
+
+
 def wake_key(queue: str, floor: int) -> str:
     return f"{key_prefix(queue)}w{floor}"
 
@@ -151,7 +157,7 @@ class PublishKeyed(Publish):
         checked = core.check_key(key)
         if checked is None:
             raise TypeError("a keyed publish needs a key")
-        self.params = (*self.params, checked, repr(window))
+        self.params = (*self.params, key_member(group_id, checked), repr(window))
 
     def first(self, now: float | None) -> Call:
         return (self.script, (*self.params, server_time(now)))
@@ -187,7 +193,7 @@ class PublishMany(Op[list[int]]):
             # The items only: `first` puts the count, window and time ahead of them.
             flat = []
             for group_id, raw, priority, key in encoded:
-                flat += (group_id, priority, raw, key or "")
+                flat += (group_id, priority, raw, "" if key is None else key_member(group_id, key))
         self.flat = flat
 
     def first(self, now: float | None) -> Call:

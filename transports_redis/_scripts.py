@@ -249,10 +249,10 @@ local function append_many(first, n, at, stride, skip)
 end
 """
 
-# The keys' helpers, ahead of the keyed publishes' bodies. A key's field names its group
-# by length first, so that no (group, key) pair can spell another's.
+# The keys' helpers, ahead of the keyed publishes' bodies. A key's field is made by the
+# caller (`_ops.key_member`): its group by length first, so that no (group, key) pair
+# can spell another's.
 KEY_HELPERS: Final = r"""
-local function key_member(group, key) return #group .. ':' .. group .. key end
 -- the keys whose time is up at `now`, at most `limit` of them, oldest first (a thousand
 -- a call: Lua's stack holds some 8,000 arguments)
 local function forget(now, limit)
@@ -274,6 +274,36 @@ end
 local function remember(member, seq, until_)
   redis.call('HSET', K.key, member, seq)
   redis.call('ZADD', K.kx, f17(until_), member)
+end
+-- `lookup` of many, a few calls in all: a list of seqs, false where absent. Calls take
+-- a thousand arguments at most: Lua's stack holds some 8,000.
+local function lookup_many(members, now)
+  local found = {}
+  for from = 1, #members, 1000 do
+    local seqs = redis.call('HMGET', K.key, unpack(members, from, math.min(from + 999, #members)))
+    for j, seq in ipairs(seqs) do
+      local member = members[from + j - 1]
+      if seq and tonumber(redis.call('ZSCORE', K.kx, member)) > now then
+        found[from + j - 1] = tonumber(seq)
+      else
+        found[from + j - 1] = false
+      end
+    end
+  end
+  return found
+end
+-- `remember` of many: `pairs` is member, seq, member, seq ...
+local function remember_many(pairs_, until_)
+  local at = f17(until_)
+  for from = 1, #pairs_, 1000 do
+    local fields, times = {}, {}
+    for j = from, math.min(from + 999, #pairs_), 2 do
+      fields[#fields + 1], fields[#fields + 2] = pairs_[j], pairs_[j + 1]
+      times[#times + 1], times[#times + 2] = at, pairs_[j]
+    end
+    redis.call('HSET', K.key, unpack(fields))
+    redis.call('ZADD', K.kx, unpack(times))
+  end
 end
 """
 
@@ -324,17 +354,16 @@ PUBLISH: Final = Script(
 PUBLISH_KEYED: Final = Script(
     "publish_keyed",
     KEYED_KEYS,
-    ("group", "prio", "raw", "key", "window", "now"),
+    ("group", "prio", "raw", "member", "window", "now"),
     APPEND
     + KEY_HELPERS
     + r"""
 local now = clock(A.now)
 forget(now, FORGET)
-local member = key_member(A.group, A.key)
-local original = lookup(member, now)
+local original = lookup(A.member, now)
 if original then return -original end
 local seq = append(A.group, A.prio, A.raw)
-remember(member, seq, now + tonumber(A.window))
+remember(A.member, seq, now + tonumber(A.window))
 return seq
 """.replace("FORGET", str(FORGET)),
 )
@@ -353,8 +382,8 @@ return first
 """,
 )
 
-# ARGV after `count`, `window` and `now`: group, prio, raw, key ('' for none) for each
-# item. An item whose key is in use (in the store, or by an earlier item of the batch)
+# ARGV after `count`, `window` and `now`: group, prio, raw, key field ('' for no key)
+# for each item. An item whose key is in use (in the store, or by an earlier item of the batch)
 # is left out; the others take consecutive seqs from the reply's first number, which
 # the left-out items follow as (index from 0, the original's seq) pairs.
 PUBLISH_MANY_KEYED: Final = Script(
@@ -366,34 +395,34 @@ PUBLISH_MANY_KEYED: Final = Script(
     + r"""
 local n = tonumber(A.count)
 local now = clock(A.now)
-local keyed, skip, dups, ord = {}, {}, {}, {}
-local stored, seen = 0, {}
+local members, items = {}, {}
 for i = 0, n - 1 do
-  local key = ARGV[7 + 4 * i]
-  if key ~= '' then keyed[#keyed + 1] = i end
+  local member = ARGV[7 + 4 * i]
+  if member ~= '' then members[#members + 1], items[#items + 1] = member, i end
 end
-forget(now, FORGET * #keyed)
-for _, i in ipairs(keyed) do
-  local member = key_member(ARGV[4 + 4 * i], ARGV[7 + 4 * i])
-  local earlier = seen[member]
+forget(now, FORGET * #members)
+local found = lookup_many(members, now)
+local skip, dups, seen, fresh = {}, {}, {}, {}
+for j, member in ipairs(members) do
+  local i = items[j]
+  local earlier = seen[member] or found[j]
   if earlier then
     skip[i], dups[#dups + 1] = true, {i, earlier}
   else
-    local original = lookup(member, now)
-    if original then
-      skip[i], dups[#dups + 1] = true, {i, original}
-    else
-      seen[member] = -1 - i  -- an item of this batch: its seq is known below
-    end
+    seen[member], fresh[#fresh + 1] = -1 - i, j  -- an item of this batch: seq below
   end
 end
+local ord, stored = {}, 0
 for i = 0, n - 1 do
   if not skip[i] then ord[i], stored = stored, stored + 1 end
 end
 local first = redis.call('INCRBY', K.seq, stored) - stored + 1
 append_many(first, n, 4, 4, skip)
-local until_ = now + tonumber(A.window)
-for member, mark in pairs(seen) do remember(member, first + ord[-1 - mark], until_) end
+local kept = {}
+for _, j in ipairs(fresh) do
+  kept[#kept + 1], kept[#kept + 2] = members[j], first + ord[items[j]]
+end
+remember_many(kept, now + tonumber(A.window))
 local out = {first}
 for _, d in ipairs(dups) do
   local seq = d[2]

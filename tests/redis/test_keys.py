@@ -235,3 +235,20 @@ def test_the_async_twin_keeps_keys_alike(queue_url: str) -> None:
             assert (stats.ready, stats.keys) == (2, 2)
 
     asyncio.run(main())
+
+
+def test_a_big_keyed_batch_is_looked_up_and_remembered_in_chunks(queue_url: str) -> None:
+    # More keys than one call takes (a thousand arguments), some used already.
+    with _open(queue_url) as q:
+        old = q.publish_many([Message("g", Event(n=i), key=f"k{i}") for i in range(0, 2500, 7)])
+        items = [Message("g", Event(n=i), key=f"k{i}") for i in range(2500)]
+        seqs = q.publish_many(items)
+        for i, seq in enumerate(seqs):
+            if i % 7 == 0:
+                assert seq == Duplicate(old[i // 7])
+            else:
+                assert type(seq) is int
+        assert q.stats().keys == 2500
+        assert q.publish_many(items[1998:2003]) == seqs[1998:2003]
+        assert all(isinstance(s, Duplicate) for s in q.publish_many(items[1998:2003]))
+        assert q.check() == []
