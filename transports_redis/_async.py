@@ -22,7 +22,7 @@ import redis.asyncio as aredis
 import redis.exceptions as rex
 from redis.asyncio.retry import Retry
 
-from transports_core import Event, Lease, TransportError
+from transports_core import Event, Lease, Message, TransportError
 from transports_core.backend import (
     AsyncTransportBase,
     Claimed,
@@ -50,8 +50,6 @@ T = TypeVar("T")
 
 class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
     """`RedisTransport` as coroutines, over ``redis.asyncio``."""
-
-    _ops = ops
 
     def __init__(self, options: RedisOptions, event_type: object = Event) -> None:
         pool = aredis.ConnectionPool.from_url(options.server, **pool_kwargs(options, Retry))
@@ -211,9 +209,9 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
 
     # -- the contract ----------------------------------------------------------------
 
-    async def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
+    async def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
         # The base's, but an empty batch sends no script at all.
-        op = ops.PublishMany(self._codec, items)
+        op = ops.PublishMany(self._codec, items, self._options.dedup_window)
         return await self._run(op) if op.count else []
 
     async def claim(

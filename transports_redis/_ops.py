@@ -49,23 +49,30 @@ def command(*args: Arg) -> bytes:
 
 
 class Packer:
-    """EVALSHA calls of one queue in the server's wire format (RESP), with the part that
-    never changes (the command, the script's digest, the key names) packed once."""
+    """EVALSHA calls of queue ``queue`` in the server's wire format (RESP), with the part
+    that never changes (the command, the script's digest, its key names) packed once."""
 
-    __slots__ = ("_heads", "_keys")
+    __slots__ = ("_heads", "_queue")
 
-    def __init__(self, keys: Sequence[str]) -> None:
-        self._keys = b"".join(_bulk(k) for k in keys)
+    def __init__(self, queue: str) -> None:
+        self._queue = queue
         self._heads: dict[str, tuple[int, bytes]] = {}
 
     def evalsha(self, script: Script, args: Sequence[Arg]) -> bytes:
         head = self._heads.get(script.sha)
         if head is None:
             nkeys = len(script.keys)
-            fixed = _bulk("EVALSHA") + _bulk(script.sha) + _bulk(nkeys) + self._keys
+            keys = b"".join(_bulk(k) for k in queue_keys(self._queue, script))
+            fixed = _bulk("EVALSHA") + _bulk(script.sha) + _bulk(nkeys) + keys
             head = self._heads[script.sha] = (3 + nkeys, fixed)
         count, fixed = head
         return b"".join([b"*%d\r\n" % (count + len(args)), fixed, *[_bulk(a) for a in args]])
+
+
+def key_member(group_id: str, key: str) -> str:
+    """The field of idempotency key ``key`` of ``group_id`` in the queue's keys: the
+    group's length first, so that no other (group, key) pair spells it."""
+    return f"{len(group_id)}:{group_id}{key}"
 
 
 def wake_key(queue: str, floor: int) -> str:
@@ -109,13 +116,15 @@ class Op(core.Operation[Call, Any, T]):
 
 
 class Publish(Op[int]):
+    """A publish without a key."""
+
     __slots__ = ("params",)
     script = scripts.PUBLISH
 
     def __init__(
         self, codec: core.EventCodec[Any], group_id: str, event: object, priority: int
     ) -> None:
-        self.params = (
+        self.params: tuple[Arg, ...] = (
             core.check_group_id(group_id),
             core.check_priority(priority),
             codec.encode(event),
@@ -128,24 +137,86 @@ class Publish(Op[int]):
         return int(reply)
 
 
-class PublishMany(Op[list[int]]):
-    __slots__ = ("count", "flat")
-    script = scripts.PUBLISH_MANY
+class PublishKeyed(Publish):
+    """A publish with a key, remembered for ``window`` seconds: a key in use replies
+    minus the original's seq, which is returned as a `Duplicate`."""
 
-    def __init__(self, codec: core.EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> None:
+    __slots__ = ()
+    script = scripts.PUBLISH_KEYED
+
+    def __init__(
+        self,
+        codec: core.EventCodec[Any],
+        group_id: str,
+        event: object,
+        priority: int,
+        key: object,
+        window: float,
+    ) -> None:
+        super().__init__(codec, group_id, event, priority)
+        checked = core.check_key(key)
+        if checked is None:
+            raise TypeError("a keyed publish needs a key")
+        self.params = (*self.params, key_member(group_id, checked), repr(window))
+
+    def first(self, now: float | None) -> Call:
+        return (self.script, (*self.params, server_time(now)))
+
+    def done(self, reply: Any, now: float | None) -> int:
+        seq = int(reply)
+        return seq if seq > 0 else dt.Duplicate(-seq)
+
+
+class PublishMany(Op[list[int]]):
+    """A batch: without a key, one script; with one or more, the keyed script, which
+    also tells which items were duplicates (and of what)."""
+
+    __slots__ = ("count", "flat", "keyed", "window")
+
+    def __init__(
+        self,
+        codec: core.EventCodec[Any],
+        items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
+        window: float = core.DEDUP_WINDOW,
+    ) -> None:
         encoded = codec.encode_items(items)
         self.count = len(encoded)
+        self.window = repr(window)
         flat: list[Arg] = [self.count]
-        for group_id, raw, priority in encoded:
+        self.keyed = False
+        for group_id, raw, priority, key in encoded:
+            if key is not None:
+                self.keyed = True
+                break
             flat += (group_id, priority, raw)
+        if self.keyed:
+            # The items only: `first` puts the count, window and time ahead of them.
+            flat = []
+            for group_id, raw, priority, key in encoded:
+                flat += (group_id, priority, raw, "" if key is None else key_member(group_id, key))
         self.flat = flat
 
     def first(self, now: float | None) -> Call:
-        return (self.script, self.flat)
+        if self.keyed:
+            args = [self.count, self.window, server_time(now), *self.flat]
+            return (scripts.PUBLISH_MANY_KEYED, args)
+        return (scripts.PUBLISH_MANY, self.flat)
 
     def done(self, reply: Any, now: float | None) -> list[int]:
-        first = int(reply)
-        return list(range(first, first + self.count))
+        if not self.keyed:
+            first = int(reply)
+            return list(range(first, first + self.count))
+        seq = int(reply[0])
+        dups = {int(reply[i]): int(reply[i + 1]) for i in range(1, len(reply), 2)}
+        out: list[int] = []
+        for index in range(self.count):
+            original = dups.get(index)
+            if original is None:
+                out.append(seq)
+                seq += 1
+            else:
+                out.append(dt.Duplicate(original))
+        return out
 
 
 class Idle(NamedTuple):
@@ -309,16 +380,17 @@ class Stats(Op[dt.QueueStats]):
             at, after, score = reply[0], reply[1], reply[2]
             lapsed = [a + int(b) for a, b in zip(lapsed, reply[3:13], strict=True)]
             if not counts:
-                counts = [int(x) for x in reply[13:33]]
+                counts = [int(x) for x in reply[13:34]]
             if not after:
                 break
         m, leased, parked, dead = (counts[i : i + 5] for i in range(0, 20, 5))
+        keys = counts[20]
         rows = []
         for p in scripts.PRIORITIES:
             in_flight, held = leased[p] - lapsed[p], parked[p] - lapsed[5 + p]
             if m[p] or dead[p]:
                 rows.append(dt.PriorityStats(p, m[p] - in_flight - held, in_flight, held, dead[p]))
-        return core.queue_stats(rows)
+        return core.queue_stats(rows, keys=keys)
 
 
 def _deepest(info: dt.GroupInfo) -> tuple[int, int]:
@@ -510,6 +582,51 @@ class Check(Op[list[str]]):
 
     def done(self, reply: Any, now: float | None) -> list[str]:
         return [str(x) for x in reply]
+
+
+class QueueOps:
+    """The `Operations` of one handle: this module's builders, with the handle's
+    ``dedup_window`` passed to the publishes (a keyed one runs its own script, so a
+    plain one costs what it did before keys)."""
+
+    __slots__ = ("window",)
+
+    # The rest are the module's own, built alike for every handle.
+    Ack: Final = Ack
+    Nack: Final = Nack
+    Extend: Final = Extend
+    Bury: Final = Bury
+    Stats: Final = Stats
+    Groups: Final = Groups
+    DeadLetters: Final = DeadLetters
+    HeldGroups: Final = HeldGroups
+    Requeue: Final = Requeue
+    Discard: Final = Discard
+    PurgeGroup: Final = PurgeGroup
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+
+    def Publish(
+        self,
+        codec: core.EventCodec[Any],
+        group_id: str,
+        event: object,
+        priority: int,
+        key: str | None,
+        /,
+    ) -> Publish:
+        if key is None:
+            return Publish(codec, group_id, event, priority)
+        return PublishKeyed(codec, group_id, event, priority, key, self.window)
+
+    def PublishMany(
+        self,
+        codec: core.EventCodec[Any],
+        items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
+        /,
+    ) -> PublishMany:
+        return PublishMany(codec, items, self.window)
 
 
 # --- a claim that waits --------------------------------------------------------------

@@ -23,6 +23,17 @@ one cluster slot; group ids are hash fields and set members, never part of a key
                                all scored 0, so that a group's are one range by name
     dt:{NAME}:n        hash    counters the scripts keep, so that stats reads a few
                                fields (see `bump`): m<p>, l<p>, k<p>, d<p> per priority
+    dt:{NAME}:key      hash    idempotency key -> seq of the message first published
+                               with it; the field is `key_member(group, key)`
+    dt:{NAME}:kx       zset    the same fields, scored by when the key is forgotten
+                               (its publish's time plus the window)
+
+Only the keyed publishes, stats and check touch the last two (`KEYED_KEYS`): a plain
+publish sends the keys it always sent. Nothing else removes a key: an acked, dead or
+purged message's key is a duplicate until its time is up, and the keyed publishes forget
+at most `FORGET` keys each (per keyed item of a batch), oldest first, so that the keys
+left behind by a burst are gone after as many keyed publishes, while a lookup treats a
+key past its time as absent.
 
 No script's cost grows with the size of the queue except CHECK (for tests): the admin
 reads go through it in chunks of `chunk` items, one script each, and purge_group removes
@@ -41,6 +52,9 @@ WAKE_KEYS: Final = tuple(f"w{p}" for p in PRIORITIES)
 QUEUE_KEYS: Final = (
     "seq", "ev", "nx", "att", "g", "busy", *READY_KEYS, *WAKE_KEYS, "dead", "deadq", "dg", "n",
 )  # fmt: skip
+KEYED_KEYS: Final = (*QUEUE_KEYS, "key", "kx")
+# At most this many forgotten keys are removed by a keyed publish (per keyed item).
+FORGET: Final = 8
 # At most this many lapsed leases or ended parks are freed by one claim (the next claims
 # free the rest), so that no claim runs long after a crowd of them ended at once.
 SWEEP: Final = 250
@@ -179,6 +193,121 @@ end
 """
 
 
+# A message appended to its group's chain: a new group is ready at once, an existing one
+# only gets a longer chain. Used by PUBLISH and PUBLISH_KEYED, ahead of their bodies.
+APPEND: Final = r"""
+local function append(group, prio, raw)
+  local seq = redis.call('INCR', K.seq)
+  redis.call('HSET', K.ev, seq, raw)
+  local r = load(group)
+  if r then
+    redis.call('HSET', K.nx, r.tail, seq)
+    r.tail, r.depth = seq, r.depth + 1
+    save(group, r)
+  else
+    r = {head = seq, tail = seq, depth = 1, prio = tonumber(prio), att = 0, base = 0,
+         worker = '', due = 0, last = 0, held = 0}
+    save(group, r)
+    make_ready(group, r)
+  end
+  bump('m' .. r.prio, 1)
+  return seq
+end
+"""
+
+# A batch's messages appended, their seqs consecutive from `first`: ARGV from `at`, per
+# item `stride` arguments of which the first three are group, prio, raw; the items
+# `skip` names (a table of 0-based indexes, or nil) are left out and take no seq. Used by
+# PUBLISH_MANY and PUBLISH_MANY_KEYED, ahead of their bodies.
+APPEND_MANY: Final = r"""
+local function append_many(first, n, at, stride, skip)
+  local cache, added, seq = {}, {}, first
+  for i = 0, n - 1 do
+    if not (skip and skip[i]) then
+      local base = at + stride * i
+      local group = ARGV[base]
+      redis.call('HSET', K.ev, seq, ARGV[base + 2])
+      local r = cache[group]
+      if r == nil then r = load(group) end
+      if r then
+        redis.call('HSET', K.nx, r.tail, seq)
+        r.tail, r.depth = seq, r.depth + 1
+      else
+        r = {head = seq, tail = seq, depth = 1, prio = tonumber(ARGV[base + 1]), att = 0,
+             base = 0, worker = '', due = 0, last = 0, held = 0, new = true}
+      end
+      cache[group] = r
+      added[r.prio] = (added[r.prio] or 0) + 1
+      seq = seq + 1
+    end
+  end
+  for group, r in pairs(cache) do
+    save(group, r)
+    if r.new then make_ready(group, r) end
+  end
+  for p, count in pairs(added) do bump('m' .. p, count) end
+end
+"""
+
+# The keys' helpers, ahead of the keyed publishes' bodies. A key's field is made by the
+# caller (`_ops.key_member`): its group by length first, so that no (group, key) pair
+# can spell another's.
+KEY_HELPERS: Final = r"""
+-- the keys whose time is up at `now`, at most `limit` of them, oldest first (a thousand
+-- a call: Lua's stack holds some 8,000 arguments)
+local function forget(now, limit)
+  while limit > 0 do
+    local gone = redis.call('ZRANGEBYSCORE', K.kx, '-inf', f17(now), 'LIMIT', 0,
+      math.min(limit, 1000))
+    if #gone == 0 then return end
+    redis.call('ZREM', K.kx, unpack(gone))
+    redis.call('HDEL', K.key, unpack(gone))
+    limit = limit - 1000
+  end
+end
+-- the seq a live key points at, or nil (never used, or its time is up: absent)
+local function lookup(member, now)
+  local seq = redis.call('HGET', K.key, member)
+  if seq and tonumber(redis.call('ZSCORE', K.kx, member)) > now then return tonumber(seq) end
+  return nil
+end
+local function remember(member, seq, until_)
+  redis.call('HSET', K.key, member, seq)
+  redis.call('ZADD', K.kx, f17(until_), member)
+end
+-- `lookup` of many, a few calls in all: a list of seqs, false where absent. Calls take
+-- a thousand arguments at most: Lua's stack holds some 8,000.
+local function lookup_many(members, now)
+  local found = {}
+  for from = 1, #members, 1000 do
+    local seqs = redis.call('HMGET', K.key, unpack(members, from, math.min(from + 999, #members)))
+    for j, seq in ipairs(seqs) do
+      local member = members[from + j - 1]
+      if seq and tonumber(redis.call('ZSCORE', K.kx, member)) > now then
+        found[from + j - 1] = tonumber(seq)
+      else
+        found[from + j - 1] = false
+      end
+    end
+  end
+  return found
+end
+-- `remember` of many: `pairs` is member, seq, member, seq ...
+local function remember_many(pairs_, until_)
+  local at = f17(until_)
+  for from = 1, #pairs_, 1000 do
+    local fields, times = {}, {}
+    for j = from, math.min(from + 999, #pairs_), 2 do
+      fields[#fields + 1], fields[#fields + 2] = pairs_[j], pairs_[j + 1]
+      times[#times + 1], times[#times + 2] = at, pairs_[j]
+    end
+    redis.call('HSET', K.key, unpack(fields))
+    redis.call('ZADD', K.kx, unpack(times))
+  end
+end
+"""
+
+
 @dataclass(frozen=True)
 class Script:
     """One operation's Lua: the key suffixes and argument names it declares, and its body."""
@@ -212,28 +341,31 @@ class Script:
         object.__setattr__(self, "writes", "no-writes" not in self.flags)
 
 
-# A new group is ready at once; an existing one only gets a longer chain.
 PUBLISH: Final = Script(
     "publish",
     QUEUE_KEYS,
     ("group", "prio", "raw"),
-    r"""
-local seq = redis.call('INCR', K.seq)
-redis.call('HSET', K.ev, seq, A.raw)
-local r = load(A.group)
-if r then
-  redis.call('HSET', K.nx, r.tail, seq)
-  r.tail, r.depth = seq, r.depth + 1
-  save(A.group, r)
-else
-  r = {head = seq, tail = seq, depth = 1, prio = tonumber(A.prio), att = 0, base = 0,
-       worker = '', due = 0, last = 0, held = 0}
-  save(A.group, r)
-  make_ready(A.group, r)
-end
-bump('m' .. r.prio, 1)
+    APPEND + "return append(A.group, A.prio, A.raw)",
+)
+
+# A key in use within the window: nothing is stored, and the reply is minus the seq of
+# the message first published with it. Otherwise the message is appended and the key
+# (forgotten or never used) remembered until now + window.
+PUBLISH_KEYED: Final = Script(
+    "publish_keyed",
+    KEYED_KEYS,
+    ("group", "prio", "raw", "member", "window", "now"),
+    APPEND
+    + KEY_HELPERS
+    + r"""
+local now = clock(A.now)
+forget(now, FORGET)
+local original = lookup(A.member, now)
+if original then return -original end
+local seq = append(A.group, A.prio, A.raw)
+remember(A.member, seq, now + tonumber(A.window))
 return seq
-""",
+""".replace("FORGET", str(FORGET)),
 )
 
 # ARGV after `count`: group, prio, raw for each item; seqs are consecutive from the reply.
@@ -241,33 +373,65 @@ PUBLISH_MANY: Final = Script(
     "publish_many",
     QUEUE_KEYS,
     ("count",),
-    r"""
+    APPEND_MANY
+    + r"""
 local n = tonumber(A.count)
-local last = redis.call('INCRBY', K.seq, n)
-local first = last - n + 1
-local cache, added = {}, {}
-for i = 0, n - 1 do
-  local group, seq = ARGV[2 + 3 * i], first + i
-  redis.call('HSET', K.ev, seq, ARGV[4 + 3 * i])
-  local r = cache[group]
-  if r == nil then r = load(group) end
-  if r then
-    redis.call('HSET', K.nx, r.tail, seq)
-    r.tail, r.depth = seq, r.depth + 1
-  else
-    r = {head = seq, tail = seq, depth = 1, prio = tonumber(ARGV[3 + 3 * i]), att = 0,
-         base = 0, worker = '', due = 0, last = 0, held = 0, new = true}
-  end
-  cache[group] = r
-  added[r.prio] = (added[r.prio] or 0) + 1
-end
-for group, r in pairs(cache) do
-  save(group, r)
-  if r.new then make_ready(group, r) end
-end
-for p, count in pairs(added) do bump('m' .. p, count) end
+local first = redis.call('INCRBY', K.seq, n) - n + 1
+append_many(first, n, 2, 3, nil)
 return first
 """,
+)
+
+# ARGV after `count`, `window` and `now`: group, prio, raw, key field ('' for no key)
+# for each item. An item whose key is in use (in the store, or by an earlier item of the batch)
+# is left out; the others take consecutive seqs from the reply's first number, which
+# the left-out items follow as (index from 0, the original's seq) pairs.
+PUBLISH_MANY_KEYED: Final = Script(
+    "publish_many_keyed",
+    KEYED_KEYS,
+    ("count", "window", "now"),
+    APPEND_MANY
+    + KEY_HELPERS
+    + r"""
+local n = tonumber(A.count)
+local now = clock(A.now)
+local members, items = {}, {}
+for i = 0, n - 1 do
+  local member = ARGV[7 + 4 * i]
+  if member ~= '' then members[#members + 1], items[#items + 1] = member, i end
+end
+forget(now, FORGET * #members)
+local found = lookup_many(members, now)
+local skip, dups, seen, fresh = {}, {}, {}, {}
+for j, member in ipairs(members) do
+  local i = items[j]
+  local earlier = seen[member] or found[j]
+  if earlier then
+    skip[i], dups[#dups + 1] = true, {i, earlier}
+  else
+    seen[member], fresh[#fresh + 1] = -1 - i, j  -- an item of this batch: seq below
+  end
+end
+local ord, stored = {}, 0
+for i = 0, n - 1 do
+  if not skip[i] then ord[i], stored = stored, stored + 1 end
+end
+local first = redis.call('INCRBY', K.seq, stored) - stored + 1
+append_many(first, n, 4, 4, skip)
+local kept = {}
+for _, j in ipairs(fresh) do
+  kept[#kept + 1], kept[#kept + 2] = members[j], first + ord[items[j]]
+end
+remember_many(kept, now + tonumber(A.window))
+local out = {first}
+for _, d in ipairs(dups) do
+  local seq = d[2]
+  if seq < 0 then seq = first + ord[-1 - seq] end
+  out[#out + 1] = d[1]
+  out[#out + 1] = seq
+end
+return out
+""".replace("FORGET", str(FORGET)),
 )
 
 # Frees lapsed leases and ended parks first (their group keeps its holder, so a lapsed
@@ -442,10 +606,11 @@ return 1
 # in `busy` from the cursor `after` (the member last seen, or '' to begin; `score` is its
 # score, for when it has left meanwhile), `chunk` at a time. Reply: now, the member to go
 # on from ('' when done) and its score, the lapsed l0..l4 and k0..k4 of this chunk, then,
-# on the first call only, the counters m0..m4, l0..l4, k0..k4, d0..d4.
+# on the first call only, the counters m0..m4, l0..l4, k0..k4, d0..d4 and the keys
+# remembered (those whose time is not up).
 STATS: Final = Script(
     "stats",
-    QUEUE_KEYS,
+    KEYED_KEYS,
     ("now", "after", "score", "chunk"),
     r"""
 local now = clock(A.now)
@@ -472,6 +637,7 @@ if A.after == '' then
   local counts = redis.call('HMGET', K.n, 'm0', 'm1', 'm2', 'm3', 'm4', 'l0', 'l1', 'l2',
     'l3', 'l4', 'k0', 'k1', 'k2', 'k3', 'k4', 'd0', 'd1', 'd2', 'd3', 'd4')
   for i = 1, 20 do out[#out + 1] = counts[i] or 0 end
+  out[#out + 1] = redis.call('ZCOUNT', K.kx, '(' .. f17(now), '+inf')
 end
 return out
 """,
@@ -672,11 +838,12 @@ return {removed, f17(upto), more}
 # group's chain reaches its tail in `depth` steps going up, every chained message but a
 # held head has its event, the sets hold exactly the groups in their state, nothing is
 # left over outside a chain, every dead letter is indexed by its group, and the counters
-# match what they count. It reads the whole queue in one script: for tests, and for
-# queues small or quiet enough to stop the server for that long.
+# match what they count; the keys' hash and their set by time hold the same fields, and
+# each key points at a seq handed out already. It reads the whole queue in one script:
+# for tests, and for queues small or quiet enough to stop the server for that long.
 CHECK: Final = Script(
     "check",
-    QUEUE_KEYS,
+    KEYED_KEYS,
     (),
     r"""
 local bad = {}
@@ -743,6 +910,16 @@ for _, k in ipairs({'m', 'l', 'k', 'd'}) do
     end
   end
 end
+if redis.call('HLEN', K.key) ~= redis.call('ZCARD', K.kx) then fail('keys and their times') end
+local last_seq = tonumber(redis.call('GET', K.seq) or 0)
+local keys = redis.call('HGETALL', K.key)
+for i = 1, #keys, 2 do
+  local seq = tonumber(keys[i + 1])
+  if not redis.call('ZSCORE', K.kx, keys[i]) then fail('key ' .. keys[i] .. ' has no time') end
+  if not seq or seq < 1 or seq > last_seq or seq % 1 ~= 0 then
+    fail('key ' .. keys[i] .. ' points at ' .. keys[i + 1])
+  end
+end
 return bad
 """,
     flags="no-writes",
@@ -752,6 +929,6 @@ return bad
 NOTHING: Final = Script("nothing", (), (), "return 1")
 
 ALL: Final = (
-    PUBLISH, PUBLISH_MANY, CLAIM, ACK, NACK, UNCLAIM, EXTEND, BURY, STATS, GROUPS, DEAD_LETTERS,
-    REQUEUE, DISCARD, PURGE_GROUP, CHECK,
+    PUBLISH, PUBLISH_KEYED, PUBLISH_MANY, PUBLISH_MANY_KEYED, CLAIM, ACK, NACK, UNCLAIM, EXTEND,
+    BURY, STATS, GROUPS, DEAD_LETTERS, REQUEUE, DISCARD, PURGE_GROUP, CHECK,
 )  # fmt: skip

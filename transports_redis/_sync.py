@@ -30,11 +30,12 @@ import redis.exceptions as rex
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from transports_core import Event, Lease, TransportError
+from transports_core import Event, Lease, Message, TransportError
 from transports_core.backend import (
     Claimed,
     EventCodec,
     Operation,
+    Operations,
     ReuseLast,
     TransportBase,
     WaitStep,
@@ -46,7 +47,6 @@ from transports_core.backend import (
 
 from . import _ops as ops
 from ._errors import Exchange, Node, Recover, connecting, redis_errors, wakeup
-from ._scripts import QUEUE_KEYS, Script
 from ._url import RedisOptions
 
 E = TypeVar("E")
@@ -103,6 +103,7 @@ class Handle:
     twins add the driver calls: connecting, sending, reading, sleeping."""
 
     _options: RedisOptions
+    _ops: Operations
     _on_dead: str
     _pools: dict[Node, Any]
 
@@ -110,7 +111,8 @@ class Handle:
         self._options = options
         self._codec: EventCodec[Any] = EventCodec(event_type)
         self._on_dead = options.on_dead
-        self._packer = ops.Packer(ops.queue_keys(options.queue, Script("keys", QUEUE_KEYS, (), "")))
+        self._packer = ops.Packer(options.queue)
+        self._ops = ops.QueueOps(options.dedup_window)
         self._close_key = ops.close_key(options.queue, uuid.uuid4().hex)
         self._closed = False
         self._waiting = 0
@@ -252,8 +254,6 @@ class Handle:
 class RedisTransport(Handle, TransportBase[E]):
     """A durable transport on a Redis server (or one cluster node's slot), over redis-py."""
 
-    _ops = ops
-
     def __init__(self, options: RedisOptions, event_type: object = Event) -> None:
         pool = redis.ConnectionPool.from_url(options.server, **pool_kwargs(options))
         self._setup(options, event_type, pool)
@@ -384,9 +384,9 @@ class RedisTransport(Handle, TransportBase[E]):
 
     # -- the contract ----------------------------------------------------------------
 
-    def publish_many(self, items: Iterable[tuple[str, E, int]]) -> list[int]:
+    def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
         # The base's, but an empty batch sends no script at all.
-        op = ops.PublishMany(self._codec, items)
+        op = ops.PublishMany(self._codec, items, self._options.dedup_window)
         return self._run(op) if op.count else []
 
     def claim(

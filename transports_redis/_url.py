@@ -39,6 +39,8 @@ class RedisOptions:
     ``max_attempts`` / ``on_dead``: the dead-letter policy (see `TransportAdmin`).
     ``maxmemory_policy``: ``refuse`` (default) to open a server whose maxmemory-policy
     may evict keys, or ``warn`` to open it with a warning.
+    ``dedup_window``: seconds a publish's idempotency key is remembered (default a day);
+    each key costs memory for that long (see docs/redis.md).
     ``clock``: seconds since the epoch, for tests (keyword only); None (default): every
     script reads the server's TIME.
     ``ssl_*``: TLS, for ``rediss://`` only: ``ssl_ca_certs`` the CA file (PEM) the
@@ -58,6 +60,7 @@ class RedisOptions:
     max_attempts: int | None = None
     on_dead: OnDead = "release"
     maxmemory_policy: MaxmemoryCheck = "refuse"
+    dedup_window: float = core.DEDUP_WINDOW
     clock: Callable[[], float] | None = None
     ssl_ca_certs: str | None = None
     ssl_certfile: str | None = None
@@ -167,6 +170,7 @@ OPTIONS = core.OptionTable(
         "max_attempts": core.check_max_attempts,
         "on_dead": _on_dead,
         "maxmemory_policy": _maxmemory,
+        "dedup_window": core.seconds_option("dedup_window"),
         "ssl_ca_certs": _file("ssl_ca_certs"),
         "ssl_certfile": _file("ssl_certfile"),
         "ssl_keyfile": _file("ssl_keyfile"),

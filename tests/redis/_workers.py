@@ -131,3 +131,23 @@ def churn(url: str, name: str, journal: str, stop: str) -> None:
                     out.write(f"A {lease.seq}\n")
             except TransportError:
                 time.sleep(0.05)  # the server is down: the next call reconnects
+
+
+def publish_keys(url: str, keys: list[str], start: Any, out: Any) -> None:
+    """Publish one message per key of ``keys`` into group "g", once every publisher has
+    started; put (key, seq, duplicate?) for each on ``out``."""
+    with open_transport(url) as transport:
+        start.wait()
+        out.put(
+            [
+                (key, int(seq), type(seq) is not int)
+                for key in keys
+                for seq in [transport.publish("g", transport_event(key), key=key)]
+            ]
+        )
+
+
+def transport_event(key: str) -> Any:
+    from transports_core import Event
+
+    return Event(key=key, pid=os.getpid())

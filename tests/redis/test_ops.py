@@ -44,7 +44,7 @@ def test_bad_arguments_are_refused_when_the_operation_is_built() -> None:
 
 def test_a_call_is_packed_as_one_resp_array() -> None:
     keys = ops.queue_keys("q", scripts.ACK)
-    packed = ops.Packer(keys).evalsha(scripts.ACK, ("grp", 7, "w", 1))
+    packed = ops.Packer("q").evalsha(scripts.ACK, ("grp", 7, "w", 1))
     parts = packed.split(b"\r\n")
     assert parts[0] == b"*%d" % (3 + len(keys) + 4)
     strings = parts[2::2][: 3 + len(keys) + 4]
@@ -144,14 +144,18 @@ def test_every_script_names_its_keys_and_arguments_once() -> None:
         assert script.source.startswith("#!lua")
         assert len(set(script.keys)) == len(script.keys)
         body = script.body
-        # Only publish_many, whose items are variadic, reads ARGV by position.
-        if script is not scripts.PUBLISH_MANY:
+        # Only the batches, whose items are variadic, read ARGV by position.
+        if script not in (scripts.PUBLISH_MANY, scripts.PUBLISH_MANY_KEYED):
             assert "ARGV[" not in body, script.name
         assert "KEYS[" not in body, script.name
         for name in re.findall(r"\bA\.(\w+)", body):
             assert name in script.args, (script.name, name)
-        for name in re.findall(r"\bK\.(\w+)", body + scripts.HELPERS):
-            assert name in scripts.QUEUE_KEYS, (script.name, name)
+        for name in re.findall(r"\bK\.(\w+)", body):
+            assert name in script.keys, (script.name, name)
+        for name in re.findall(r"\bK\.(\w+)", scripts.HELPERS):
+            assert name in scripts.QUEUE_KEYS, name
+        # Every key of a queue shares its hash tag, the keys' structures too.
+        assert all(k.startswith("dt:{q}:") for k in ops.queue_keys("q", script))
 
 
 def _plan(

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from transports_core import TransportError, open_transport
+from transports_core.backend import DEDUP_WINDOW
 from transports_redis import RedisOptions
 from transports_redis._url import parse_url
 
@@ -18,6 +19,12 @@ def test_defaults_and_plain_url() -> None:
     assert (options.max_attempts, options.on_dead) == (None, "release")
     assert options.maxmemory_policy == "refuse"
     assert options.clock is None
+    assert options.dedup_window == DEDUP_WINDOW
+
+
+def test_the_dedup_window_comes_from_the_url_or_a_keyword() -> None:
+    assert parse_url("redis://h?dedup_window=300", {}).dedup_window == 300.0
+    assert parse_url("redis://h", {"dedup_window": 0.5}).dedup_window == 0.5
 
 
 def test_our_options_leave_the_server_url_bare() -> None:
@@ -71,6 +78,8 @@ def test_keywords_are_typed_and_cannot_repeat_the_url() -> None:
         ("redis://h?socket_timeout=-1", "socket_timeout"),
         ("redis://h?socket_timeout=inf", "socket_timeout"),
         ("redis://h?maxmemory_policy=ignore", "maxmemory_policy"),
+        ("redis://h?dedup_window=0", "dedup_window"),
+        ("redis://h?dedup_window=nan", "dedup_window"),
         ("redis://h?db=1", "as its path"),
         ("rediss://h?ssl_ca_certs=/no/such.pem", "ssl_ca_certs must name a readable file"),
         ("rediss://h?ssl_cert_reqs=always", "ssl_cert_reqs must be"),
@@ -91,6 +100,7 @@ def test_bad_urls_are_named(url: str, message: str) -> None:
         ("redis://h", {"queue": 3}, "queue must be"),
         ("redis://h", {"max_attempts": True}, "max_attempts"),
         ("redis://h", {"clock": 5}, "clock"),
+        ("redis://h", {"dedup_window": -1.0}, "dedup_window"),
         ("rediss://h", {"ssl_password": 5}, "ssl_password must be a string"),
     ],
 )
