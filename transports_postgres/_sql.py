@@ -21,7 +21,10 @@ from transports_core.backend import RESERVED_PREFIX
 
 # Stored in `meta`: a schema with another version is refused (or, one day, migrated).
 # 2: the free groups' index is on the `free` column (1 had no released queues).
-SCHEMA_VERSION: Final = 2
+# 3: the `keys` table of idempotency keys (a store at 2 is upgraded in place: `UPGRADE`).
+SCHEMA_VERSION: Final = 3
+# The one older version a store may be at and still be opened: it is upgraded first.
+UPGRADES_FROM: Final = 2
 # Written beside the version, so that a schema holding someone else's `meta` is refused too.
 OWNER: Final = "durable-transports"
 
@@ -121,6 +124,27 @@ SETUP_LOCK: Final = Statement(
 
 CREATE_SCHEMA: Final = Statement("CREATE SCHEMA IF NOT EXISTS {s}")
 
+# What version 3 added, written so that it runs on a new schema and on one at version 2.
+KEYS_SCHEMA: Final = (
+    # The idempotency keys a queue remembers, each scoped to its group, with the seq of the
+    # message first published with it. The primary key is what makes racing publishes of
+    # one key store one message: the second INSERT ... ON CONFLICT waits for the first to
+    # commit or roll back, then takes the row it left. A row whose expires_at has passed
+    # counts as absent (a publish overwrites it), and is deleted a few at a time through
+    # keys_expiry, so forgetting never reads more than it deletes.
+    Statement(
+        """
+CREATE TABLE IF NOT EXISTS {s}.keys (
+    group_id   text   NOT NULL,
+    key        text   NOT NULL,
+    seq        bigint NOT NULL,
+    expires_at float8 NOT NULL,
+    PRIMARY KEY (group_id, key)
+)"""
+    ),
+    Statement("CREATE INDEX IF NOT EXISTS keys_expiry ON {s}.keys (expires_at)"),
+)
+
 SCHEMA: Final = (
     Statement("CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)"),
     Statement(
@@ -201,6 +225,14 @@ CREATE TABLE {s}.dead_letters (
         "ALTER TABLE {s}.messages SET (autovacuum_vacuum_scale_factor = 0.02, "
         "autovacuum_vacuum_insert_scale_factor = 0.05)"
     ),
+    *KEYS_SCHEMA,
+)
+
+# A store at UPGRADES_FROM brought to SCHEMA_VERSION, additively, in the transaction of
+# its opener that holds SETUP_LOCK: the version moves only with the tables it names.
+UPGRADE: Final = (
+    *KEYS_SCHEMA,
+    Statement("UPDATE {s}.meta SET value = :version WHERE key = 'version'", ("version",)),
 )
 
 # --- notifications ------------------------------------------------------------------------
@@ -319,6 +351,128 @@ SELECT s.seqs, (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM h) AND {_ANY_WAITER
   FROM s
 """,
     ("events", "group_ids", "priorities", "groups", "firsts"),
+)
+
+# --- idempotency keys ------------------------------------------------------------------------
+
+# The key's row after an INSERT ... ON CONFLICT that proposed a new one: a row that has
+# outlived its window counts as absent and takes the proposed seq and expiry; a live one
+# keeps its own, so its seq (the original message's) comes back. An unconditional DO
+# UPDATE, not DO NOTHING: a conflicting row committed after the statement's snapshot was
+# taken (by a publish this one waited for) is invisible to a plain read in the same
+# statement, while the row an upsert locks and returns is always the newest.
+_KEY_UPSERT = f"""
+    ON CONFLICT (group_id, key) DO UPDATE
+    SET seq = CASE WHEN k.expires_at <= {_NOW} THEN excluded.seq ELSE k.seq END,
+        expires_at = CASE WHEN k.expires_at <= {_NOW}
+                          THEN excluded.expires_at ELSE k.expires_at END
+    RETURNING k.group_id, k.key, k.seq"""
+
+# A keyed publish, in a fresh statement under the group's lock (LOCK_GROUP), so a
+# publish of the same key is either committed and seen or waiting for this one. The seq
+# is drawn first and offered with the key; if the key's row keeps another seq, the
+# publish is a duplicate of it: no message is stored, and a group row that LOCK_GROUP
+# created for it (depth 0: a committed group always has a message) goes again. The
+# drawn seq is then never used, a gap like a rollback's.
+KEYED_APPEND: Final = Statement(
+    f"""
+WITH t AS MATERIALIZED (
+    SELECT nextval('{{s}}.seqs') AS seq
+), k AS (
+    INSERT INTO {{s}}.keys AS k (group_id, key, seq, expires_at)
+    SELECT :group_id, :key, t.seq, {_NOW} + :window FROM t{_KEY_UPSERT}
+), new AS (
+    SELECT k.seq FROM k, t WHERE k.seq = t.seq
+), m AS (
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event)
+    SELECT :group_id, new.seq, :priority, :event FROM new
+    RETURNING seq
+), g AS (
+    UPDATE {{s}}.groups g
+       SET depth = g.depth + 1,
+           head_seq = CASE WHEN g.depth = 0 THEN m.seq ELSE g.head_seq END
+      FROM m
+     WHERE g.group_id = :group_id
+    RETURNING g.depth
+), dropped AS (
+    DELETE FROM {{s}}.groups
+     WHERE group_id = :group_id AND depth = 0 AND NOT EXISTS (SELECT 1 FROM new)
+)
+SELECT k.seq, EXISTS (SELECT 1 FROM new),
+       (SELECT {_NOTIFY} FROM g WHERE g.depth = 1 AND {_ANY_WAITER})
+  FROM k
+""",
+    ("group_id", "key", "now", "window", "priority", "event"),
+)
+
+# A publish_many with keys, after LOCK_GROUPS (with counts of 0: what is stored is known
+# only here). Every message of the batch draws a seq, in the batch's order (see
+# APPEND_MANY); its keyed ones offer theirs with their keys, and a message is stored
+# unless its key's row kept another seq. The batch holds no key twice (the caller keeps
+# the first), since one statement may not upsert a row twice. Each group is counted in
+# by what was stored, a new group (head_seq 0) gets its first stored message as its
+# head, and a new group that stored nothing goes again. The seqs come back twice in the
+# batch's order: as drawn, and as each message's key kept it (where they differ, a
+# duplicate).
+APPEND_MANY_KEYED: Final = Statement(
+    f"""
+WITH s AS (
+    SELECT array_agg(seq ORDER BY seq) AS seqs
+      FROM (SELECT nextval('{{s}}.seqs') AS seq
+              FROM generate_series(1, cardinality(:events::text[]))) drawn
+), b AS MATERIALIZED (
+    SELECT b.g, b.p, b.e, b.k, b.n, s.seqs[b.n] AS seq
+      FROM s, unnest(:group_ids::text[], :priorities::smallint[], :events::text[],
+                     :keys::text[]) WITH ORDINALITY AS b (g, p, e, k, n)
+), k AS (
+    INSERT INTO {{s}}.keys AS k (group_id, key, seq, expires_at)
+    SELECT b.g, b.k, b.seq, {_NOW} + :window FROM b WHERE b.k IS NOT NULL{_KEY_UPSERT}
+), kept AS MATERIALIZED (
+    SELECT b.g, b.p, b.e, b.seq FROM b
+     WHERE b.k IS NULL OR b.seq IN (SELECT k.seq FROM k)
+), m AS (
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event)
+    SELECT g, seq, p, e FROM kept
+), counted AS (
+    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
+    SELECT g, 0, min(seq), count(*) FROM kept GROUP BY g
+    ON CONFLICT (group_id) DO UPDATE
+    SET depth = {{s}}.groups.depth + excluded.depth,
+        head_seq = CASE WHEN {{s}}.groups.head_seq = 0 THEN excluded.head_seq
+                        ELSE {{s}}.groups.head_seq END
+), fresh AS MATERIALIZED (
+    SELECT group_id FROM {{s}}.groups WHERE group_id = ANY (:groups::text[]) AND head_seq = 0
+), dropped AS (
+    DELETE FROM {{s}}.groups
+     WHERE group_id IN (SELECT group_id FROM fresh) AND group_id NOT IN (SELECT g FROM kept)
+)
+SELECT (SELECT array_agg(b.seq ORDER BY b.n) FROM b),
+       (SELECT array_agg(coalesce(k.seq, b.seq) ORDER BY b.n)
+          FROM b LEFT JOIN k ON k.group_id = b.g AND k.key = b.k),
+       (SELECT {_NOTIFY}
+         WHERE EXISTS (SELECT 1 FROM fresh WHERE group_id IN (SELECT g FROM kept))
+           AND {_ANY_WAITER})
+""",
+    ("events", "group_ids", "priorities", "keys", "now", "window", "groups"),
+)
+
+# After a keyed publish, in the same transaction: forget a few keys that have outlived
+# their window, oldest first, through keys_expiry, so the table never needs a sweep and a
+# publish never reads more than it deletes. Rows another transaction has locked (a
+# publish overwriting its expired key) are skipped, not waited for. A separate statement
+# run after the publish's own upsert, never a part of it: a transaction then waits for
+# another's key row only while upserting, and never once it is forgetting, so two
+# publishes forgetting each other's expired keys cannot deadlock.
+FORGET_BATCH: Final = 8
+FORGET_KEYS: Final = Statement(
+    f"""
+DELETE FROM {{s}}.keys k
+ USING (SELECT group_id, key FROM {{s}}.keys WHERE expires_at <= {_NOW}
+         ORDER BY expires_at LIMIT {FORGET_BATCH}
+           FOR UPDATE SKIP LOCKED) old
+ WHERE k.group_id = old.group_id AND k.key = old.key
+""",
+    ("now",),
 )
 
 # --- claim ------------------------------------------------------------------------------------
@@ -652,6 +806,9 @@ SELECT priority,
     ("parked", "now"),
 )
 DEAD_COUNTS: Final = Statement("SELECT priority, count(*) FROM {s}.dead_letters GROUP BY priority")
+# The keys still remembered (an expired row waiting to be forgotten is not): read through
+# keys_expiry, so it costs one index entry per key in the window.
+KEY_COUNT: Final = Statement(f"SELECT count(*) FROM {{s}}.keys WHERE expires_at > {_NOW}", ("now",))
 SERVER_NOW: Final = Statement(f"SELECT {_NOW}", ("now",))
 DEEPEST_GROUPS: Final = Statement(
     """
