@@ -306,7 +306,7 @@ class PublishMany(Operation[list[int]]):
 
 
 class KeyedPublishMany(Operation[list[int]]):
-    """A batch with keys: lock every group of it (counting nothing in yet), then store
+    """A batch with keys: lock every group of it, counting it in, then store
     each message whose key is new or expired (`sql.APPEND_MANY_KEYED`), then forget a
     few expired keys: one round trip. An item repeating an earlier item's group and key
     is not sent: it is a `Duplicate` of whatever that earlier item's seq turns out to be."""
@@ -316,8 +316,8 @@ class KeyedPublishMany(Operation[list[int]]):
 
     def __init__(self, encoded: list[tuple[str, str, int, str | None]], window: float) -> None:
         self.size = len(encoded)
-        # Each group's priority (its first message's), in order of first appearance.
-        priorities: dict[str, int] = {}
+        # Each group's priority (its first message's) and count of messages sent.
+        groups_seen: dict[str, list[int]] = {}
         # The place (0-based, among the items sent) of each key's first item, and for
         # every item its place among those sent, or, for a repeat, its first's, negated
         # and less one (so that 0 stays unambiguous).
@@ -326,7 +326,6 @@ class KeyedPublishMany(Operation[list[int]]):
         sent: list[tuple[str, str, int, str | None]] = []
         for item in encoded:
             group_id, _, priority, key = item
-            priorities.setdefault(group_id, priority)
             if key is not None:
                 first = firsts.setdefault((group_id, key), len(sent))
                 if first != len(sent):
@@ -334,26 +333,26 @@ class KeyedPublishMany(Operation[list[int]]):
                     continue
             places.append(len(sent))
             sent.append(item)
+            groups_seen.setdefault(group_id, [priority, 0])[1] += 1
         self.repeats = places
-        groups = list(priorities)
-        self.locked = (groups, list(priorities.values()), [0] * len(groups))
+        self.locked = (
+            list(groups_seen),
+            [found[0] for found in groups_seen.values()],
+            [found[1] for found in groups_seen.values()],
+        )
         self.appended = (
             [item[1] for item in sent],
             [item[0] for item in sent],
             [item[2] for item in sent],
             [item[3] for item in sent],
             window,
-            groups,
         )
 
     def first(self, now: float | None) -> Batch:
-        events, group_ids, priorities, keys, window, groups = self.appended
+        events, group_ids, priorities, keys, window = self.appended
         return (
             Stmt(sql.LOCK_GROUPS, self.locked),
-            Stmt(
-                sql.APPEND_MANY_KEYED,
-                (events, group_ids, priorities, keys, now, window, groups),
-            ),
+            Stmt(sql.APPEND_MANY_KEYED, (events, group_ids, priorities, keys, now, window)),
             Stmt(sql.FORGET_KEYS, (now,)),
         )
 

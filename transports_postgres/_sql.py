@@ -405,15 +405,15 @@ SELECT k.seq, EXISTS (SELECT 1 FROM new),
     ("group_id", "key", "now", "window", "priority", "event"),
 )
 
-# A publish_many with keys, after LOCK_GROUPS (with counts of 0: what is stored is known
-# only here). Every message of the batch draws a seq, in the batch's order (see
-# APPEND_MANY); its keyed ones offer theirs with their keys, and a message is stored
-# unless its key's row kept another seq. The batch holds no key twice (the caller keeps
-# the first), since one statement may not upsert a row twice. Each group is counted in
-# by what was stored, a new group (head_seq 0) gets its first stored message as its
-# head, and a new group that stored nothing goes again. The seqs come back twice in the
-# batch's order: as drawn, and as each message's key kept it (where they differ, a
-# duplicate).
+# A publish_many with keys, after LOCK_GROUPS, which counted every message sent in (the
+# batch holds no key twice: the caller keeps the first, since one statement may not
+# upsert a row twice). Every message draws a seq, in the batch's order (see APPEND_MANY);
+# the keyed ones offer theirs with their keys, and a message is stored unless its key's
+# row kept another seq. Only a group that needs it is written again: a new one (head_seq
+# 0) gets its first stored message as its head, one with duplicates is counted down by
+# them, and a new one that stored nothing goes again (never written twice: one statement
+# may not). The seqs come back twice in the batch's order: as drawn, and as each
+# message's key kept it (where they differ, a duplicate).
 APPEND_MANY_KEYED: Final = Statement(
     f"""
 WITH s AS (
@@ -428,32 +428,35 @@ WITH s AS (
     INSERT INTO {{s}}.keys AS k (group_id, key, seq, expires_at)
     SELECT b.g, b.k, b.seq, {_NOW} + :window FROM b WHERE b.k IS NOT NULL{_KEY_UPSERT}
 ), kept AS MATERIALIZED (
-    SELECT b.g, b.p, b.e, b.seq FROM b
-     WHERE b.k IS NULL OR b.seq IN (SELECT k.seq FROM k)
+    SELECT b.g, b.p, b.e, b.seq, b.k IS NULL OR b.seq IN (SELECT k.seq FROM k) AS stored
+      FROM b
 ), m AS (
     INSERT INTO {{s}}.messages (group_id, seq, priority, event)
-    SELECT g, seq, p, e FROM kept
-), counted AS (
+    SELECT g, seq, p, e FROM kept WHERE stored
+), per AS MATERIALIZED (
+    SELECT kept.g, min(kept.seq) FILTER (WHERE kept.stored) AS head,
+           count(*) FILTER (WHERE NOT kept.stored) AS dups,
+           (SELECT head_seq = 0 FROM {{s}}.groups WHERE group_id = kept.g) AS fresh
+      FROM kept GROUP BY kept.g
+), fixed AS (
     INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
-    SELECT g, 0, min(seq), count(*) FROM kept GROUP BY g
+    SELECT g, 0, coalesce(head, 0), dups FROM per
+     WHERE (fresh AND head IS NOT NULL) OR (dups > 0 AND NOT fresh)
     ON CONFLICT (group_id) DO UPDATE
-    SET depth = {{s}}.groups.depth + excluded.depth,
+    SET depth = {{s}}.groups.depth - excluded.depth,
         head_seq = CASE WHEN {{s}}.groups.head_seq = 0 THEN excluded.head_seq
                         ELSE {{s}}.groups.head_seq END
-), fresh AS MATERIALIZED (
-    SELECT group_id FROM {{s}}.groups WHERE group_id = ANY (:groups::text[]) AND head_seq = 0
 ), dropped AS (
     DELETE FROM {{s}}.groups
-     WHERE group_id IN (SELECT group_id FROM fresh) AND group_id NOT IN (SELECT g FROM kept)
+     WHERE group_id IN (SELECT g FROM per WHERE fresh AND head IS NULL)
 )
 SELECT (SELECT array_agg(b.seq ORDER BY b.n) FROM b),
        (SELECT array_agg(coalesce(k.seq, b.seq) ORDER BY b.n)
           FROM b LEFT JOIN k ON k.group_id = b.g AND k.key = b.k),
        (SELECT {_NOTIFY}
-         WHERE EXISTS (SELECT 1 FROM fresh WHERE group_id IN (SELECT g FROM kept))
-           AND {_ANY_WAITER})
+         WHERE EXISTS (SELECT 1 FROM per WHERE fresh AND head IS NOT NULL) AND {_ANY_WAITER})
 """,
-    ("events", "group_ids", "priorities", "keys", "now", "window", "groups"),
+    ("events", "group_ids", "priorities", "keys", "now", "window"),
 )
 
 # After a keyed publish, in the same transaction: forget a few keys that have outlived
@@ -462,15 +465,23 @@ SELECT (SELECT array_agg(b.seq ORDER BY b.n) FROM b),
 # publish overwriting its expired key) are skipped, not waited for. A separate statement
 # run after the publish's own upsert, never a part of it: a transaction then waits for
 # another's key row only while upserting, and never once it is forgetting, so two
-# publishes forgetting each other's expired keys cannot deadlock.
+# publishes forgetting each other's expired keys cannot deadlock. The rows are found by
+# their keys as arrays, a seek in the primary key whatever the table's size when the plan
+# was made (joined to the selection instead, a generic plan made while the table was
+# small hashes the whole table on every publish after), and only those locked (their
+# ctids, which the lock pins) go.
 FORGET_BATCH: Final = 8
 FORGET_KEYS: Final = Statement(
     f"""
-DELETE FROM {{s}}.keys k
- USING (SELECT group_id, key FROM {{s}}.keys WHERE expires_at <= {_NOW}
-         ORDER BY expires_at LIMIT {FORGET_BATCH}
-           FOR UPDATE SKIP LOCKED) old
- WHERE k.group_id = old.group_id AND k.key = old.key
+WITH old AS MATERIALIZED (
+    SELECT group_id, key, ctid FROM {{s}}.keys WHERE expires_at <= {_NOW}
+     ORDER BY expires_at LIMIT {FORGET_BATCH}
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {{s}}.keys
+ WHERE group_id = ANY (ARRAY(SELECT group_id FROM old))
+   AND key = ANY (ARRAY(SELECT key FROM old))
+   AND ctid = ANY (ARRAY(SELECT ctid FROM old))
 """,
     ("now",),
 )

@@ -126,6 +126,16 @@ def test_a_batch_stores_the_first_of_a_repeated_key_and_reports_the_rest(
     assert seqs[4] == seqs[5] == earlier
     assert len(set(seqs)) == 5
     assert _count(raw, schema, "messages") == 5
+    # Each group counts what it stored, and its head is its first stored message.
+    groups = raw.execute(
+        f'SELECT g.group_id, g.depth, g.head_seq, (SELECT count(*) FROM "{schema}".messages m '
+        f'WHERE m.group_id = g.group_id), (SELECT min(seq) FROM "{schema}".messages m '
+        f'WHERE m.group_id = g.group_id) FROM "{schema}".groups g'
+    ).fetchall()
+    assert sorted((g, depth, head) for g, depth, head, _, _ in groups) == sorted(
+        (g, count, first) for g, _, _, count, first in groups
+    )
+    assert len(groups) == 3
     assert [(m.group_id, m.event.n) for m in _drain(keyed)] == [
         ("g", 0),
         ("h", 4),
