@@ -215,8 +215,8 @@ class Publish(Operation[int]):
 
 class KeyedPublish(Operation[int]):
     """A publish with an idempotency key: lock the group, then offer the key with a new
-    seq and store the message only if the key takes it (`sql.KEYED_APPEND`), then forget
-    a few expired keys: one round trip. A `Duplicate` of the original seq otherwise."""
+    seq, store the message only if the key takes it, and forget a few expired keys
+    (`sql.KEYED_APPEND`): one round trip. A `Duplicate` of the original seq otherwise."""
 
     __slots__ = ("lock", "params")
     call = "publish"
@@ -242,7 +242,6 @@ class KeyedPublish(Operation[int]):
         return (
             Stmt(sql.LOCK_GROUP, self.lock),
             Stmt(sql.KEYED_APPEND, (group_id, key, now, window, priority, raw)),
-            Stmt(sql.FORGET_KEYS, (now,)),
         )
 
     def done(self, results: list[Result], now: float | None) -> int:
@@ -307,8 +306,8 @@ class PublishMany(Operation[list[int]]):
 
 class KeyedPublishMany(Operation[list[int]]):
     """A batch with keys: lock every group of it, counting it in, then store
-    each message whose key is new or expired (`sql.APPEND_MANY_KEYED`), then forget a
-    few expired keys: one round trip. An item repeating an earlier item's group and key
+    each message whose key is new or expired and forget a few expired keys
+    (`sql.APPEND_MANY_KEYED`): one round trip. An item repeating an earlier item's group and key
     is not sent: it is a `Duplicate` of whatever that earlier item's seq turns out to be."""
 
     __slots__ = ("appended", "locked", "repeats", "size")
@@ -353,7 +352,6 @@ class KeyedPublishMany(Operation[list[int]]):
         return (
             Stmt(sql.LOCK_GROUPS, self.locked),
             Stmt(sql.APPEND_MANY_KEYED, (events, group_ids, priorities, keys, now, window)),
-            Stmt(sql.FORGET_KEYS, (now,)),
         )
 
     def done(self, results: list[Result], now: float | None) -> list[int]:

@@ -368,6 +368,29 @@ _KEY_UPSERT = f"""
                           THEN excluded.expires_at ELSE k.expires_at END
     RETURNING k.group_id, k.key, k.seq"""
 
+# Every keyed publish forgets a few keys that have outlived their window, oldest first,
+# through keys_expiry, so the table never needs a sweep and a publish never reads more
+# than it deletes. Rows another transaction has locked (a publish overwriting its expired
+# key) are skipped, not waited for. The selection waits for the publish's own upsert (`k`)
+# to finish first (the one-time filter that counts its rows runs before the scan): a
+# transaction then waits for another's key row only while upserting and never once it is
+# forgetting, so two publishes forgetting each other's expired keys cannot deadlock. The
+# rows are deleted through their keys as arrays and the ctids their lock pinned, a TID
+# scan whatever the table's size when the plan was made (joined to the selection, a
+# generic plan made while the table was small hashes the whole table on every publish).
+FORGET_BATCH: Final = 8
+_FORGET_KEYS = f"""
+), old AS MATERIALIZED (
+    SELECT group_id, key, ctid FROM {{s}}.keys
+     WHERE expires_at <= {_NOW} AND (SELECT count(*) FROM k) >= 0
+     ORDER BY expires_at LIMIT {FORGET_BATCH}
+       FOR UPDATE SKIP LOCKED
+), forgot AS (
+    DELETE FROM {{s}}.keys
+     WHERE group_id = ANY (ARRAY(SELECT group_id FROM old))
+       AND key = ANY (ARRAY(SELECT key FROM old))
+       AND ctid = ANY (ARRAY(SELECT ctid FROM old))"""
+
 # A keyed publish, in a fresh statement under the group's lock (LOCK_GROUP), so a
 # publish of the same key is either committed and seen or waiting for this one. The seq
 # is drawn first and offered with the key; if the key's row keeps another seq, the
@@ -396,7 +419,7 @@ WITH t AS MATERIALIZED (
     RETURNING g.depth
 ), dropped AS (
     DELETE FROM {{s}}.groups
-     WHERE group_id = :group_id AND depth = 0 AND NOT EXISTS (SELECT 1 FROM new)
+     WHERE group_id = :group_id AND depth = 0 AND NOT EXISTS (SELECT 1 FROM new){_FORGET_KEYS}
 )
 SELECT k.seq, EXISTS (SELECT 1 FROM new),
        (SELECT {_NOTIFY} FROM g WHERE g.depth = 1 AND {_ANY_WAITER})
@@ -448,7 +471,7 @@ WITH s AS (
                         ELSE {{s}}.groups.head_seq END
 ), dropped AS (
     DELETE FROM {{s}}.groups
-     WHERE group_id IN (SELECT g FROM per WHERE fresh AND head IS NULL)
+     WHERE group_id IN (SELECT g FROM per WHERE fresh AND head IS NULL){_FORGET_KEYS}
 )
 SELECT (SELECT array_agg(b.seq ORDER BY b.n) FROM b),
        (SELECT array_agg(coalesce(k.seq, b.seq) ORDER BY b.n)
@@ -457,33 +480,6 @@ SELECT (SELECT array_agg(b.seq ORDER BY b.n) FROM b),
          WHERE EXISTS (SELECT 1 FROM per WHERE fresh AND head IS NOT NULL) AND {_ANY_WAITER})
 """,
     ("events", "group_ids", "priorities", "keys", "now", "window"),
-)
-
-# After a keyed publish, in the same transaction: forget a few keys that have outlived
-# their window, oldest first, through keys_expiry, so the table never needs a sweep and a
-# publish never reads more than it deletes. Rows another transaction has locked (a
-# publish overwriting its expired key) are skipped, not waited for. A separate statement
-# run after the publish's own upsert, never a part of it: a transaction then waits for
-# another's key row only while upserting, and never once it is forgetting, so two
-# publishes forgetting each other's expired keys cannot deadlock. The rows are found by
-# their keys as arrays, a seek in the primary key whatever the table's size when the plan
-# was made (joined to the selection instead, a generic plan made while the table was
-# small hashes the whole table on every publish after), and only those locked (their
-# ctids, which the lock pins) go.
-FORGET_BATCH: Final = 8
-FORGET_KEYS: Final = Statement(
-    f"""
-WITH old AS MATERIALIZED (
-    SELECT group_id, key, ctid FROM {{s}}.keys WHERE expires_at <= {_NOW}
-     ORDER BY expires_at LIMIT {FORGET_BATCH}
-       FOR UPDATE SKIP LOCKED
-)
-DELETE FROM {{s}}.keys
- WHERE group_id = ANY (ARRAY(SELECT group_id FROM old))
-   AND key = ANY (ARRAY(SELECT key FROM old))
-   AND ctid = ANY (ARRAY(SELECT ctid FROM old))
-""",
-    ("now",),
 )
 
 # --- claim ------------------------------------------------------------------------------------
