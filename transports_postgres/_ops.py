@@ -95,18 +95,29 @@ def _is_ours(schema: str, identity: Result) -> bool | None:
     return True
 
 
-def _check_meta(schema: str, rows: list[Any]) -> None:
+def _check_meta(schema: str, rows: list[Any]) -> bool:
+    """Whether our schema must be upgraded first (it is at `sql.UPGRADES_FROM`); raise
+    for a `meta` that belongs to someone else or a version this code cannot open."""
     meta = dict(rows)
     if meta.get("owner") != sql.OWNER:
         raise dt.TransportError(
             f"schema {schema!r} is not a durable-transports queue (its meta table belongs "
             "to something else); refusing to touch it"
         )
-    if meta.get("version") != str(sql.SCHEMA_VERSION):
-        raise dt.TransportError(
-            f"schema {schema!r} has queue schema version {meta.get('version')}; this "
-            f"version of durable-transports knows version {sql.SCHEMA_VERSION}"
-        )
+    version = meta.get("version")
+    if version == str(sql.SCHEMA_VERSION):
+        return False
+    if version == str(sql.UPGRADES_FROM):
+        return True
+    raise dt.TransportError(
+        f"schema {schema!r} has queue schema version {version}; this "
+        f"version of durable-transports knows version {sql.SCHEMA_VERSION}"
+    )
+
+
+def _upgrade() -> Batch:
+    """The statements that bring a store at `sql.UPGRADES_FROM` to `sql.SCHEMA_VERSION`."""
+    return tuple(Stmt(s, (str(sql.SCHEMA_VERSION),) if s.names else ()) for s in sql.UPGRADE)
 
 
 class Setup(Operation[None]):
@@ -132,7 +143,8 @@ class Setup(Operation[None]):
         )
         if _is_ours(self.schema, identity):
             (meta,) = yield (Stmt(sql.READ_META),)
-            _check_meta(self.schema, meta.rows)
+            if _check_meta(self.schema, meta.rows):
+                yield _upgrade()
             return
         yield (
             Stmt(sql.CREATE_SCHEMA),
@@ -141,19 +153,40 @@ class Setup(Operation[None]):
 
 
 class CheckMeta(Operation[None]):
-    """Refuse our schema at another version, or a `meta` that belongs to someone else."""
+    """Refuse our schema at another version, or a `meta` that belongs to someone else;
+    at the version before ours, go on to `UpgradeSchema`."""
 
     __slots__ = ("schema",)
     call = "open"
     writes = False
-    begin = sql.BEGIN_READ
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+
+    def first(self, now: float | None) -> Batch:
+        return (Stmt(sql.READ_META),)
+
+    def done(self, results: list[Result], now: float | None) -> More | None:
+        return (
+            More(UpgradeSchema(self.schema)) if _check_meta(self.schema, results[0].rows) else None
+        )
+
+
+class UpgradeSchema(Operation[None]):
+    """Bring a store at `sql.UPGRADES_FROM` to `sql.SCHEMA_VERSION` in one transaction,
+    under the setup lock, so that concurrent openers upgrade it once (the others find it
+    done). Additive only: the messages stay as they are."""
+
+    __slots__ = ("schema",)
+    call = "open"
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
 
     def body(self, now: float | None) -> Steps[None]:
-        (meta,) = yield (Stmt(sql.READ_META),)
-        _check_meta(self.schema, meta.rows)
+        (_, meta) = yield (Stmt(sql.SETUP_LOCK, (self.schema,)), Stmt(sql.READ_META))
+        if _check_meta(self.schema, meta.rows):
+            yield _upgrade()
 
 
 # --- publish --------------------------------------------------------------------------------
@@ -180,20 +213,69 @@ class Publish(Operation[int]):
         return seq
 
 
+class KeyedPublish(Operation[int]):
+    """A publish with an idempotency key: lock the group, then offer the key with a new
+    seq, store the message only if the key takes it, and forget a few expired keys
+    (`sql.KEYED_APPEND`): one round trip. A `Duplicate` of the original seq otherwise."""
+
+    __slots__ = ("lock", "params")
+    call = "publish"
+
+    def __init__(
+        self,
+        codec: core.EventCodec[Any],
+        group_id: str,
+        event: object,
+        priority: int,
+        key: str,
+        window: float,
+    ) -> None:
+        group_id = core.check_group_id(group_id)
+        priority = core.check_priority(priority)
+        core.check_key(key)
+        raw = codec.encode(event)
+        self.lock = (group_id, priority)
+        self.params = (group_id, key, window, priority, raw)
+
+    def first(self, now: float | None) -> Batch:
+        group_id, key, window, priority, raw = self.params
+        return (
+            Stmt(sql.LOCK_GROUP, self.lock),
+            Stmt(sql.KEYED_APPEND, (group_id, key, now, window, priority, raw)),
+        )
+
+    def done(self, results: list[Result], now: float | None) -> int:
+        seq, stored, _ = results[1].rows[0]
+        return int(seq) if stored else dt.Duplicate(seq)
+
+
+def publish(
+    codec: core.EventCodec[Any],
+    group_id: str,
+    event: object,
+    priority: int,
+    key: str | None,
+    window: float,
+) -> Publish | KeyedPublish:
+    """The operation of one publish: a plain `Publish` without a key, as before keys."""
+    if key is None:
+        return Publish(codec, group_id, event, priority)
+    return KeyedPublish(codec, group_id, event, priority, key, window)
+
+
 class PublishMany(Operation[list[int]]):
     """Lock (or create) every group of the batch and count it in, then draw the seqs
     under those locks and store the batch: one round trip, one transaction, whatever its
-    size."""
+    size. With keys, see `KeyedPublishMany`."""
 
     __slots__ = ("appended", "locked")
     call = "publish_many"
 
-    def __init__(self, codec: core.EventCodec[Any], items: Iterable[tuple[str, Any, int]]) -> None:
-        encoded = codec.encode_items(items)
+    def __init__(self, encoded: list[tuple[str, str, int, str | None]]) -> None:
         # Each group of the batch: its priority (its first message's), its count, and the
         # place of its first message (1-based).
         seen: dict[str, list[int]] = {}
-        for place, (group_id, _, priority) in enumerate(encoded, 1):
+        for place, (group_id, _, priority, _) in enumerate(encoded, 1):
             found = seen.get(group_id)
             if found is None:
                 seen[group_id] = [priority, 1, place]
@@ -220,6 +302,78 @@ class PublishMany(Operation[list[int]]):
 
     def done(self, results: list[Result], now: float | None) -> list[int]:
         return list(results[1].rows[0][0]) if results else []
+
+
+class KeyedPublishMany(Operation[list[int]]):
+    """A batch with keys: lock every group of it, counting it in, then store
+    each message whose key is new or expired and forget a few expired keys
+    (`sql.APPEND_MANY_KEYED`): one round trip. An item repeating an earlier item's group and key
+    is not sent: it is a `Duplicate` of whatever that earlier item's seq turns out to be."""
+
+    __slots__ = ("appended", "locked", "repeats", "size")
+    call = "publish_many"
+
+    def __init__(self, encoded: list[tuple[str, str, int, str | None]], window: float) -> None:
+        self.size = len(encoded)
+        # Each group's priority (its first message's) and count of messages sent.
+        groups_seen: dict[str, list[int]] = {}
+        # The place (0-based, among the items sent) of each key's first item, and for
+        # every item its place among those sent, or, for a repeat, its first's, negated
+        # and less one (so that 0 stays unambiguous).
+        firsts: dict[tuple[str, str], int] = {}
+        places: list[int] = []
+        sent: list[tuple[str, str, int, str | None]] = []
+        for item in encoded:
+            group_id, _, priority, key = item
+            if key is not None:
+                first = firsts.setdefault((group_id, key), len(sent))
+                if first != len(sent):
+                    places.append(-first - 1)
+                    continue
+            places.append(len(sent))
+            sent.append(item)
+            groups_seen.setdefault(group_id, [priority, 0])[1] += 1
+        self.repeats = places
+        self.locked = (
+            list(groups_seen),
+            [found[0] for found in groups_seen.values()],
+            [found[1] for found in groups_seen.values()],
+        )
+        self.appended = (
+            [item[1] for item in sent],
+            [item[0] for item in sent],
+            [item[2] for item in sent],
+            [item[3] for item in sent],
+            window,
+        )
+
+    def first(self, now: float | None) -> Batch:
+        events, group_ids, priorities, keys, window = self.appended
+        return (
+            Stmt(sql.LOCK_GROUPS, self.locked),
+            Stmt(sql.APPEND_MANY_KEYED, (events, group_ids, priorities, keys, now, window)),
+        )
+
+    def done(self, results: list[Result], now: float | None) -> list[int]:
+        drawn, kept, _ = results[1].rows[0]
+        sent = [
+            int(seq) if seq == mine else dt.Duplicate(seq)
+            for seq, mine in zip(kept, drawn, strict=True)
+        ]
+        return [sent[p] if p >= 0 else dt.Duplicate(sent[-p - 1]) for p in self.repeats]
+
+
+def publish_many(
+    codec: core.EventCodec[Any],
+    items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
+    window: float,
+) -> PublishMany | KeyedPublishMany:
+    """The operation of one publish_many: a plain `PublishMany` unless an item has a key."""
+    encoded = codec.encode_items(items)
+    for item in encoded:
+        if item[3] is not None:
+            return KeyedPublishMany(encoded, window)
+    return PublishMany(encoded)
 
 
 # --- claim --------------------------------------------------------------------------------------
@@ -494,17 +648,21 @@ class Stats(_Read[dt.QueueStats]):
     call = "stats"
 
     def body(self, now: float | None) -> Steps[dt.QueueStats]:
-        live, dead_rows = yield (
+        live, dead_rows, keys = yield (
             Stmt(sql.MESSAGE_COUNTS, (sql.PARKED, now)),
             Stmt(sql.DEAD_COUNTS),
+            Stmt(sql.KEY_COUNT, (now,)),
         )
         counts = {
             p: (int(ready), int(leased), int(parked)) for p, ready, leased, parked in live.rows
         }
         dead = {p: int(n) for p, n in dead_rows.rows}
         return core.queue_stats(
-            dt.PriorityStats(p, *counts.get(p, (0, 0, 0)), dead=dead.get(p, 0))
-            for p in sorted(counts.keys() | dead.keys())
+            (
+                dt.PriorityStats(p, *counts.get(p, (0, 0, 0)), dead=dead.get(p, 0))
+                for p in sorted(counts.keys() | dead.keys())
+            ),
+            keys=int(keys.rows[0][0]),
         )
 
 
@@ -625,16 +783,42 @@ class Operations:
     ``lease_commit``: None to flush every commit, or ``'off'``, the `synchronous_commit`
     of the transactions that only move a lease (see `sql._LEASE_COMMIT`)."""
 
-    __slots__ = ("claim", "lease_commit")
+    __slots__ = ("claim", "dedup_window", "lease_commit")
 
-    def __init__(self, max_attempts: int | None, on_dead: str, lease_commit: str | None) -> None:
+    def __init__(
+        self,
+        max_attempts: int | None,
+        on_dead: str,
+        lease_commit: str | None,
+        dedup_window: float = core.DEDUP_WINDOW,
+    ) -> None:
         self.lease_commit = lease_commit
+        self.dedup_window = dedup_window
         kind = Claim if lease_commit is None else LeaseClaim
         self.claim: core.ReuseLast[[str, float, int], Claim] = core.ReuseLast(
             lambda worker_id, visibility, min_priority: kind(
                 worker_id, visibility, min_priority, max_attempts, on_dead
             )
         )
+
+    def Publish(
+        self,
+        codec: core.EventCodec[Any],
+        group_id: str,
+        event: object,
+        priority: int,
+        key: str | None,
+        /,
+    ) -> Publish | KeyedPublish:
+        return publish(codec, group_id, event, priority, key, self.dedup_window)
+
+    def PublishMany(
+        self,
+        codec: core.EventCodec[Any],
+        items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
+        /,
+    ) -> PublishMany | KeyedPublishMany:
+        return publish_many(codec, items, self.dedup_window)
 
     def Nack(self, lease: dt.Lease[Any], delay: float, /) -> Nack:
         return Nack(lease, delay, self.lease_commit)
@@ -643,8 +827,6 @@ class Operations:
         return Extend(lease, visibility, self.lease_commit)
 
     # The others take no option: the module's own classes.
-    Publish = Publish
-    PublishMany = PublishMany
     Ack = Ack
     Bury = Bury
     Stats = Stats

@@ -21,7 +21,10 @@ from transports_core.backend import RESERVED_PREFIX
 
 # Stored in `meta`: a schema with another version is refused (or, one day, migrated).
 # 2: the free groups' index is on the `free` column (1 had no released queues).
-SCHEMA_VERSION: Final = 2
+# 3: the `keys` table of idempotency keys (a store at 2 is upgraded in place: `UPGRADE`).
+SCHEMA_VERSION: Final = 3
+# The one older version a store may be at and still be opened: it is upgraded first.
+UPGRADES_FROM: Final = 2
 # Written beside the version, so that a schema holding someone else's `meta` is refused too.
 OWNER: Final = "durable-transports"
 
@@ -121,6 +124,27 @@ SETUP_LOCK: Final = Statement(
 
 CREATE_SCHEMA: Final = Statement("CREATE SCHEMA IF NOT EXISTS {s}")
 
+# What version 3 added, written so that it runs on a new schema and on one at version 2.
+KEYS_SCHEMA: Final = (
+    # The idempotency keys a queue remembers, each scoped to its group, with the seq of the
+    # message first published with it. The primary key is what makes racing publishes of
+    # one key store one message: the second INSERT ... ON CONFLICT waits for the first to
+    # commit or roll back, then takes the row it left. A row whose expires_at has passed
+    # counts as absent (a publish overwrites it), and is deleted a few at a time through
+    # keys_expiry, so forgetting never reads more than it deletes.
+    Statement(
+        """
+CREATE TABLE IF NOT EXISTS {s}.keys (
+    group_id   text   NOT NULL,
+    key        text   NOT NULL,
+    seq        bigint NOT NULL,
+    expires_at float8 NOT NULL,
+    PRIMARY KEY (group_id, key)
+)"""
+    ),
+    Statement("CREATE INDEX IF NOT EXISTS keys_expiry ON {s}.keys (expires_at)"),
+)
+
 SCHEMA: Final = (
     Statement("CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)"),
     Statement(
@@ -201,6 +225,14 @@ CREATE TABLE {s}.dead_letters (
         "ALTER TABLE {s}.messages SET (autovacuum_vacuum_scale_factor = 0.02, "
         "autovacuum_vacuum_insert_scale_factor = 0.05)"
     ),
+    *KEYS_SCHEMA,
+)
+
+# A store at UPGRADES_FROM brought to SCHEMA_VERSION, additively, in the transaction of
+# its opener that holds SETUP_LOCK: the version moves only with the tables it names.
+UPGRADE: Final = (
+    *KEYS_SCHEMA,
+    Statement("UPDATE {s}.meta SET value = :version WHERE key = 'version'", ("version",)),
 )
 
 # --- notifications ------------------------------------------------------------------------
@@ -319,6 +351,135 @@ SELECT s.seqs, (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM h) AND {_ANY_WAITER
   FROM s
 """,
     ("events", "group_ids", "priorities", "groups", "firsts"),
+)
+
+# --- idempotency keys ------------------------------------------------------------------------
+
+# The key's row after an INSERT ... ON CONFLICT that proposed a new one: a row that has
+# outlived its window counts as absent and takes the proposed seq and expiry; a live one
+# keeps its own, so its seq (the original message's) comes back. An unconditional DO
+# UPDATE, not DO NOTHING: a conflicting row committed after the statement's snapshot was
+# taken (by a publish this one waited for) is invisible to a plain read in the same
+# statement, while the row an upsert locks and returns is always the newest.
+_KEY_UPSERT = f"""
+    ON CONFLICT (group_id, key) DO UPDATE
+    SET seq = CASE WHEN k.expires_at <= {_NOW} THEN excluded.seq ELSE k.seq END,
+        expires_at = CASE WHEN k.expires_at <= {_NOW}
+                          THEN excluded.expires_at ELSE k.expires_at END
+    RETURNING k.group_id, k.key, k.seq"""
+
+# Every keyed publish forgets a few keys that have outlived their window, oldest first,
+# through keys_expiry, so the table never needs a sweep and a publish never reads more
+# than it deletes. Rows another transaction has locked (a publish overwriting its expired
+# key) are skipped, not waited for. The selection waits for the publish's own upsert (`k`)
+# to finish first (the one-time filter that counts its rows runs before the scan): a
+# transaction then waits for another's key row only while upserting and never once it is
+# forgetting, so two publishes forgetting each other's expired keys cannot deadlock. The
+# rows are deleted through their keys as arrays and the ctids their lock pinned, a TID
+# scan whatever the table's size when the plan was made (joined to the selection, a
+# generic plan made while the table was small hashes the whole table on every publish).
+FORGET_BATCH: Final = 8
+_FORGET_KEYS = f"""
+), old AS MATERIALIZED (
+    SELECT group_id, key, ctid FROM {{s}}.keys
+     WHERE expires_at <= {_NOW} AND (SELECT count(*) FROM k) >= 0
+     ORDER BY expires_at LIMIT {FORGET_BATCH}
+       FOR UPDATE SKIP LOCKED
+), forgot AS (
+    DELETE FROM {{s}}.keys
+     WHERE group_id = ANY (ARRAY(SELECT group_id FROM old))
+       AND key = ANY (ARRAY(SELECT key FROM old))
+       AND ctid = ANY (ARRAY(SELECT ctid FROM old))"""
+
+# A keyed publish, in a fresh statement under the group's lock (LOCK_GROUP), so a
+# publish of the same key is either committed and seen or waiting for this one. The seq
+# is drawn first and offered with the key; if the key's row keeps another seq, the
+# publish is a duplicate of it: no message is stored, and a group row that LOCK_GROUP
+# created for it (depth 0: a committed group always has a message) goes again. The
+# drawn seq is then never used, a gap like a rollback's.
+KEYED_APPEND: Final = Statement(
+    f"""
+WITH t AS MATERIALIZED (
+    SELECT nextval('{{s}}.seqs') AS seq
+), k AS (
+    INSERT INTO {{s}}.keys AS k (group_id, key, seq, expires_at)
+    SELECT :group_id, :key, t.seq, {_NOW} + :window FROM t{_KEY_UPSERT}
+), new AS (
+    SELECT k.seq FROM k, t WHERE k.seq = t.seq
+), m AS (
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event)
+    SELECT :group_id, new.seq, :priority, :event FROM new
+    RETURNING seq
+), g AS (
+    UPDATE {{s}}.groups g
+       SET depth = g.depth + 1,
+           head_seq = CASE WHEN g.depth = 0 THEN m.seq ELSE g.head_seq END
+      FROM m
+     WHERE g.group_id = :group_id
+    RETURNING g.depth
+), dropped AS (
+    DELETE FROM {{s}}.groups
+     WHERE group_id = :group_id AND depth = 0 AND NOT EXISTS (SELECT 1 FROM new){_FORGET_KEYS}
+)
+SELECT k.seq, EXISTS (SELECT 1 FROM new),
+       (SELECT {_NOTIFY} FROM g WHERE g.depth = 1 AND {_ANY_WAITER})
+  FROM k
+""",
+    ("group_id", "key", "now", "window", "priority", "event"),
+)
+
+# A publish_many with keys, after LOCK_GROUPS, which counted every message sent in (the
+# batch holds no key twice: the caller keeps the first, since one statement may not
+# upsert a row twice). Every message draws a seq, in the batch's order (see APPEND_MANY);
+# the keyed ones offer theirs with their keys, and a message is stored unless its key's
+# row kept another seq. Only a group that needs it is written again: a new one (head_seq
+# 0) gets its first stored message as its head, one with duplicates is counted down by
+# them, and a new one that stored nothing goes again (never written twice: one statement
+# may not). The seqs come back twice in the batch's order: as drawn, and as each
+# message's key kept it (where they differ, a duplicate).
+APPEND_MANY_KEYED: Final = Statement(
+    f"""
+WITH s AS (
+    SELECT array_agg(seq ORDER BY seq) AS seqs
+      FROM (SELECT nextval('{{s}}.seqs') AS seq
+              FROM generate_series(1, cardinality(:events::text[]))) drawn
+), b AS MATERIALIZED (
+    SELECT b.g, b.p, b.e, b.k, b.n, s.seqs[b.n] AS seq
+      FROM s, unnest(:group_ids::text[], :priorities::smallint[], :events::text[],
+                     :keys::text[]) WITH ORDINALITY AS b (g, p, e, k, n)
+), k AS (
+    INSERT INTO {{s}}.keys AS k (group_id, key, seq, expires_at)
+    SELECT b.g, b.k, b.seq, {_NOW} + :window FROM b WHERE b.k IS NOT NULL{_KEY_UPSERT}
+), kept AS MATERIALIZED (
+    SELECT b.g, b.p, b.e, b.seq, b.k IS NULL OR b.seq IN (SELECT k.seq FROM k) AS stored
+      FROM b
+), m AS (
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event)
+    SELECT g, seq, p, e FROM kept WHERE stored
+), per AS MATERIALIZED (
+    SELECT kept.g, min(kept.seq) FILTER (WHERE kept.stored) AS head,
+           count(*) FILTER (WHERE NOT kept.stored) AS dups,
+           (SELECT head_seq = 0 FROM {{s}}.groups WHERE group_id = kept.g) AS fresh
+      FROM kept GROUP BY kept.g
+), fixed AS (
+    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
+    SELECT g, 0, coalesce(head, 0), dups FROM per
+     WHERE (fresh AND head IS NOT NULL) OR (dups > 0 AND NOT fresh)
+    ON CONFLICT (group_id) DO UPDATE
+    SET depth = {{s}}.groups.depth - excluded.depth,
+        head_seq = CASE WHEN {{s}}.groups.head_seq = 0 THEN excluded.head_seq
+                        ELSE {{s}}.groups.head_seq END
+), dropped AS (
+    DELETE FROM {{s}}.groups
+     WHERE group_id IN (SELECT g FROM per WHERE fresh AND head IS NULL){_FORGET_KEYS}
+)
+SELECT (SELECT array_agg(b.seq ORDER BY b.n) FROM b),
+       (SELECT array_agg(coalesce(k.seq, b.seq) ORDER BY b.n)
+          FROM b LEFT JOIN k ON k.group_id = b.g AND k.key = b.k),
+       (SELECT {_NOTIFY}
+         WHERE EXISTS (SELECT 1 FROM per WHERE fresh AND head IS NOT NULL) AND {_ANY_WAITER})
+""",
+    ("events", "group_ids", "priorities", "keys", "now", "window"),
 )
 
 # --- claim ------------------------------------------------------------------------------------
@@ -652,6 +813,9 @@ SELECT priority,
     ("parked", "now"),
 )
 DEAD_COUNTS: Final = Statement("SELECT priority, count(*) FROM {s}.dead_letters GROUP BY priority")
+# The keys still remembered (an expired row waiting to be forgotten is not): read through
+# keys_expiry, so it costs one index entry per key in the window.
+KEY_COUNT: Final = Statement(f"SELECT count(*) FROM {{s}}.keys WHERE expires_at > {_NOW}", ("now",))
 SERVER_NOW: Final = Statement(f"SELECT {_NOW}", ("now",))
 DEEPEST_GROUPS: Final = Statement(
     """

@@ -312,7 +312,10 @@ class Configured(Generic[E]):
         self._codec = EventCodec(event_type)
         self._on_dead = options.on_dead
         self._operations = _ops.Operations(
-            options.max_attempts, options.on_dead, options.lease_synchronous_commit
+            options.max_attempts,
+            options.on_dead,
+            options.lease_synchronous_commit,
+            options.dedup_window,
         )
         self._clock = options.clock
         self._closed = False

@@ -52,6 +52,8 @@ class PostgresOptions:
     session's ``synchronous_commit`` says. ``async``: a claim, nack or extend, which only
     moves a lease, commits without waiting; a server crash may then undo it (see
     docs/postgres.md, "Durability").
+    ``dedup_window``: seconds a publish's idempotency key is remembered (a day unless
+    set): a publish with the same key in the same group within it is a `Duplicate`.
     ``clock``: seconds since the epoch, for tests (keyword only); by default every
     timestamp is the server's clock, one clock for every host.
     """
@@ -65,6 +67,7 @@ class PostgresOptions:
     max_attempts: int | None = None
     on_dead: OnDead = "release"
     lease_commit: LeaseCommit = "flush"
+    dedup_window: float = core.DEDUP_WINDOW
     clock: Callable[[], float | None] = field(default=_no_clock)
 
     @property
@@ -115,6 +118,7 @@ OPTIONS = core.OptionTable(
         "max_attempts": core.check_max_attempts,
         "on_dead": core.check_on_dead,
         "lease_commit": _lease_commit,
+        "dedup_window": core.seconds_option("dedup_window"),
     },
     keyword_only={"clock": core.check_clock},
     elsewhere="and libpq's, in the URL",

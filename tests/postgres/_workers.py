@@ -83,3 +83,35 @@ def resilient(url: str, worker_id: str, journal: str, stop: str) -> None:
                 pass  # nothing was done: the lease lapses and the message comes back
             else:
                 out.write(f"acked {lease.seq}\n")
+
+
+def publish_keys(url: str, keys: int, groups: int, batch: int, start: str, out: str) -> None:
+    """Wait for ``start`` to exist, then publish one message for each of ``keys`` keys
+    (key ``k{i}`` in group ``g{i % groups}``), one by one (``batch`` 0) or in batches of
+    ``batch``, in an order of this process's own; write ``i seq duplicate`` per key."""
+    import random
+
+    from transports_core import Duplicate, Event, Message
+
+    order = list(range(keys))
+    random.Random(os.getpid()).shuffle(order)
+    with open_transport(url) as transport:
+        while not Path(start).exists():
+            time.sleep(0.001)
+        seqs: list[int] = []
+        if batch:
+            for at in range(0, keys, batch):
+                seqs += transport.publish_many(
+                    [
+                        Message(f"g{i % groups}", Event(n=i), key=f"k{i}")
+                        for i in order[at : at + batch]
+                    ]
+                )
+        else:
+            seqs = [transport.publish(f"g{i % groups}", Event(n=i), key=f"k{i}") for i in order]
+    Path(out).write_text(
+        "".join(
+            f"{i} {int(s)} {int(isinstance(s, Duplicate))}\n"
+            for i, s in zip(order, seqs, strict=True)
+        )
+    )

@@ -46,7 +46,14 @@ def test_concurrent_first_opens_create_the_schema_once(
         transport.close()
     assert errors == []
     assert len(opened) == 4
-    assert _tables(raw, schema_url[1]) == ["dead_letters", "groups", "messages", "meta", "waiters"]
+    assert _tables(raw, schema_url[1]) == [
+        "dead_letters",
+        "groups",
+        "keys",
+        "messages",
+        "meta",
+        "waiters",
+    ]
 
 
 def test_an_empty_schema_is_adopted(
