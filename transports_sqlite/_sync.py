@@ -21,6 +21,7 @@ from transports_core.backend import (
     Backoff,
     Claimed,
     EventCodec,
+    Operation,
     Operations,
     ReuseLast,
     TransportBase,
@@ -58,6 +59,14 @@ def _execute(conn: sqlite3.Connection, stmt: _ops.Stmt) -> _ops.Result:
 # `Result(rows, rowcount)` without the Python-level `__new__` of a named tuple: every
 # statement on the hot path builds one.
 _result: Callable[[tuple[list[Any], int]], _ops.Result] = partial(tuple.__new__, _ops.Result)
+
+
+def own(op: Operation[_ops.Stmt, _ops.Result, T]) -> _ops.Op[T]:
+    """``op`` as an operation of this backend's `_ops` (both twins): the only kind their
+    `Operations` build, the base classes' methods included."""
+    if isinstance(op, _ops.Op):
+        return op
+    raise TypeError(f"not a SQLite operation: {op!r}")
 
 
 class Engine:
@@ -304,10 +313,10 @@ class SqliteTransport(Twin[E], TransportBase[E]):
         self._lock = threading.Lock()
         self._engine = Engine(options)
 
-    # Narrower than the base's: it only ever gets the operations of its own `_ops`.
-    def _run(self, op: _ops.Op[T]) -> T:  # type: ignore[override]
+    def _run(self, op: Operation[_ops.Stmt, _ops.Result, T]) -> T:
+        mine = own(op)
         with self._lock:
-            return self._engine.run(op)
+            return self._engine.run(mine)
 
     def _look(self, min_priority: int) -> WaitState:
         with self._lock:
