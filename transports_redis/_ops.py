@@ -273,7 +273,7 @@ class Extend(_Settle[dt.Lease[T]]):
         return self.renewed(number(reply))
 
 
-class Bury(_Settle[None]):
+class BuryLease(_Settle[None]):
     __slots__ = ("on_dead", "reason")
     script = scripts.BURY
 

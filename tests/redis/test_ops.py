@@ -37,7 +37,7 @@ def test_bad_arguments_are_refused_when_the_operation_is_built() -> None:
         ops.PublishMany(CODEC, [("g", Event(), 0), ("g", Event())])  # type: ignore[list-item]
     lease = Lease(1, "g", Event(), "w", 1, 0.0)
     with pytest.raises(ValueError, match="reason"):
-        ops.Bury(lease, "  ", "release")
+        ops.BuryLease(lease, "  ", "release")
     with pytest.raises(ValueError, match="delay"):
         ops.Nack(lease, -1)
 
