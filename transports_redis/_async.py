@@ -137,7 +137,7 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
             reply = await drive_async(self._recover(reply, call, source, name), None, io)
         return reply
 
-    async def _execute(self, call: ops.Call) -> Any:
+    async def _execute(self, call: ops.ScriptCall) -> Any:
         """Send one step of an operation: its script, as one EVALSHA."""
         script, args = call
         return await self._send(
@@ -149,11 +149,11 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
             await self._open()
         return await self._send(ops.command(*args), None, writes, str(args[0]).lower())
 
-    async def _run(self, op: Operation[ops.Call, Any, T]) -> T:
+    async def _run(self, op: Operation[ops.ScriptCall, Any, T]) -> T:
         self._refuse_if_closed()
         return await self._perform(op)
 
-    async def _perform(self, op: Operation[ops.Call, Any, T]) -> T:
+    async def _perform(self, op: Operation[ops.ScriptCall, Any, T]) -> T:
         """Run ``op`` even if the handle closes meanwhile: the call began before close."""
         if not self._checked:
             await self._open()

@@ -330,7 +330,7 @@ class RedisTransport(Handle, TransportBase[E]):
             reply = drive(self._recover(reply, call, source, name), None, io)
         return reply
 
-    def _execute(self, call: ops.Call) -> Any:
+    def _execute(self, call: ops.ScriptCall) -> Any:
         """Send one step of an operation: its script, as one EVALSHA."""
         script, args = call
         return self._send(
@@ -340,7 +340,7 @@ class RedisTransport(Handle, TransportBase[E]):
     def _command(self, *args: Any, writes: bool = False) -> Any:
         return self._send(ops.command(*args), None, writes, str(args[0]).lower())
 
-    def _run(self, op: Operation[ops.Call, Any, T]) -> T:
+    def _run(self, op: Operation[ops.ScriptCall, Any, T]) -> T:
         self._refuse_if_closed()
         return drive(op, self._now(), self._execute)
 

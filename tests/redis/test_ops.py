@@ -71,11 +71,11 @@ def test_replies_are_read_exactly() -> None:
     assert ops.Unclaim(got).first(None) == (scripts.UNCLAIM, ("g", 12, "w", 3))
 
 
-def _run(op: ops.Op[T], replies: list[Any]) -> tuple[T, list[ops.Call]]:
+def _run(op: ops.Op[T], replies: list[Any]) -> tuple[T, list[ops.ScriptCall]]:
     """Drive ``op`` with no server: its value, and the calls it made."""
-    calls: list[ops.Call] = []
+    calls: list[ops.ScriptCall] = []
 
-    def execute(call: ops.Call) -> Any:
+    def execute(call: ops.ScriptCall) -> Any:
         calls.append(call)
         return replies.pop(0)
 
