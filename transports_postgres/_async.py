@@ -41,9 +41,9 @@ from ._sync import (
     check_alive,
     has_rows,
     in_transaction,
+    note_goodbye,
     own,
     pool_arguments,
-    watch,
 )
 from ._url import PostgresOptions
 
@@ -76,7 +76,7 @@ async def run_batch(conn: AConn, schema: str, call: Call, batch: _ops.Batch) -> 
 
 
 async def configure(conn: AConn) -> None:
-    watch(conn)
+    note_goodbye(conn)
 
 
 async def alive(conn: AConn) -> None:

@@ -139,13 +139,13 @@ def _on_notice(
         DOOMED.add(conn)
 
 
-def watch(conn: psycopg.BaseConnection[Any]) -> None:
+def note_goodbye(conn: psycopg.BaseConnection[Any]) -> None:
     """Called on every new pooled connection: note the server's goodbye when it comes."""
     conn.add_notice_handler(functools.partial(_on_notice, weakref.ref(conn)))
 
 
 def configure(conn: Conn) -> None:
-    watch(conn)
+    note_goodbye(conn)
 
 
 def check_alive(conn: psycopg.BaseConnection[Any]) -> None:
