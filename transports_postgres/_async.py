@@ -87,14 +87,9 @@ class _AsyncWaker(Listening):
     """The LISTEN connection's task, and the event blocked claims await."""
 
     def __init__(self, options: PostgresOptions) -> None:
-        self._options = options
+        super().__init__(options)
         self.event = asyncio.Event()
-        self.generation = 0
-        self.closed = False
-        self.pid: int | None = None
         self._task: asyncio.Task[None] | None = None
-        self._error: BaseException | None = None
-        self._waiting = 0
         self._count = asyncio.Lock()
         self._chores: set[asyncio.Task[Any]] = set()
 

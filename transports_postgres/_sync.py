@@ -178,14 +178,18 @@ def pool_arguments(options: PostgresOptions) -> dict[str, Any]:
 
 
 class Listening:
-    """What both twins' wakers do alike around their LISTEN connection: its statements,
-    the end of a listener, and the pid a claim registers under (or why there is none)."""
+    """What both twins' wakers hold and do alike around their LISTEN connection: its
+    statements, the end of a listener, the pid a claim registers under (or why there is
+    none), whether it is closed and how many claims wait on it."""
 
-    _options: PostgresOptions
-    _error: BaseException | None
-    pid: int | None
-    # Moves on every wake-up: a blocked claim's `WaitState.version`.
-    generation: int
+    def __init__(self, options: PostgresOptions) -> None:
+        self._options = options
+        self._error: BaseException | None = None
+        self.pid: int | None = None
+        # Moves on every wake-up: a blocked claim's `WaitState.version`.
+        self.generation = 0
+        self.closed = False
+        self._waiting = 0
 
     def _bump(self) -> None:
         raise NotImplementedError
@@ -218,14 +222,9 @@ class _Waker(Listening):
     """The LISTEN connection and its thread, and the condition blocked claims sleep on."""
 
     def __init__(self, options: PostgresOptions) -> None:
-        self._options = options
+        super().__init__(options)
         self._cond = threading.Condition()
-        self.generation = 0
-        self.closed = False
-        self.pid: int | None = None
         self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        self._waiting = 0
         self._count = threading.Lock()
 
     def _bump(self) -> None:
