@@ -180,13 +180,13 @@ def worker(
             url,
             handler,
             event_type=model,
+            worker_id=worker_id,
+            retry=RetryPolicy(max_attempts=max_attempts),
             concurrency=concurrency,
             visibility=visibility,
             timeout=timeout,
             grace=grace,
             min_priority=min_priority,
-            worker_id=worker_id,
-            retry=RetryPolicy(max_attempts=max_attempts),
         )
     except (TypeError, ValueError) as exc:
         raise click.UsageError(scrub(str(exc))) from exc
