@@ -343,30 +343,33 @@ end
 
 FENCE: Final = ("group", "seq", "worker", "att")
 
-ACK: Final = Script(
+
+def on_lease(name: str, params: tuple[str, ...], body: str) -> Script:
+    """A script on a held lease (ack, nack, extend, bury, unclaim): its arguments are the
+    lease's `FENCE` then ``params``, and ``body`` runs with ``r``, the group's record, once
+    the fence has found the lease current; the reply is 0 when it is not (it lapsed and
+    was claimed again, or was settled already)."""
+    fence = "\nlocal r = fenced(A.group, A.seq, A.worker, A.att)\nif r == nil then return 0 end"
+    return Script(name, QUEUE_KEYS, (*FENCE, *params), fence + body, flags="allow-oom")
+
+
+ACK: Final = on_lease(
     "ack",
-    QUEUE_KEYS,
-    FENCE,
+    (),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 unlist(A.group, r)
 bump('m' .. r.prio, -1)
 local n = advance(A.group, r)
 if n then make_ready(A.group, n) end
 return 1
 """,
-    flags="allow-oom",
 )
 
 # delay 0: ready again at once; else parked, its group held, until now + delay.
-NACK: Final = Script(
+NACK: Final = on_lease(
     "nack",
-    QUEUE_KEYS,
-    (*FENCE, "delay", "now"),
+    ("delay", "now"),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 local delay = tonumber(A.delay)
 unlist(A.group, r)
 r.worker = ''
@@ -381,57 +384,44 @@ else
 end
 return 1
 """,
-    flags="allow-oom",
 )
 
 # A claim undone (an async claim cancelled after the script leased): the head is ready
 # again at once, as it was before the claim but for its place in the round-robin, and
 # its next delivery carries the same attempt number, this one not counted against
 # max_attempts. Reply: 1, or 0 when the lease is not current.
-UNCLAIM: Final = Script(
+UNCLAIM: Final = on_lease(
     "unclaim",
-    QUEUE_KEYS,
-    FENCE,
+    (),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 unlist(A.group, r)
 r.att, r.worker, r.due = r.att - 1, '', 0
 save(A.group, r)
 make_ready(A.group, r)
 return 1
 """,
-    flags="allow-oom",
 )
 
 # Reply: the lease's new end, or 0 when the lease is lost.
-EXTEND: Final = Script(
+EXTEND: Final = on_lease(
     "extend",
-    QUEUE_KEYS,
-    (*FENCE, "vis", "now"),
+    ("vis", "now"),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 unlist(A.group, r)
 r.due = clock(A.now) + tonumber(A.vis)
 save(A.group, r)
 make_busy(A.group, r, false)
 return f17(r.due)
 """,
-    flags="allow-oom",
 )
 
-BURY: Final = Script(
+BURY: Final = on_lease(
     "bury",
-    QUEUE_KEYS,
-    (*FENCE, "reason", "on_dead", "now"),
+    ("reason", "on_dead", "now"),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 kill(A.group, r, clock(A.now), 'b', A.reason, '', 0, A.on_dead)
 return 1
 """,
-    flags="allow-oom",
 )
 
 # --- admin -----------------------------------------------------------------------------
