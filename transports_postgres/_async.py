@@ -19,16 +19,8 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import (
-    AsyncTransportBase,
-    Claimed,
-    GiveBack,
-    Operation,
-    WaitState,
-    check_wait,
-    drive_async,
-    wait_for_async,
-)
+from transports_core import backend as core
+from transports_core.backend import Claimed, GiveBack, Operation, drive_async
 
 from . import _ops
 from ._errors import Call, postgres_errors
@@ -172,7 +164,7 @@ class _AsyncWaker(Listening):
             chore.cancel()
 
 
-class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
+class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
     """A durable transport in one PostgreSQL schema, over psycopg's async pool."""
 
     def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
@@ -235,7 +227,7 @@ class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
         op = self._operations.claim(worker_id, visibility, min_priority)
-        wait = check_wait(wait)
+        wait = core.check_wait(wait)
         claimed = await self._claim(op)
         if claimed is None and wait > 0:
             claimed = await self._wait(op, wait)
@@ -255,14 +247,14 @@ class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
         assert waker is not None  # the first claim opened the pool
         seen = waker.generation
 
-        async def look() -> WaitState:
+        async def look() -> core.WaitState:
             nonlocal seen
             seen = waker.generation
             return self._looked(seen, await self._run(_ops.NextDue(op.min_priority)))
 
         try:
             async with waker.waiting(self._run):
-                return await wait_for_async(
+                return await core.wait_for_async(
                     self._plan(wait),
                     look,
                     lambda: self._claim(op),

@@ -23,16 +23,8 @@ import redis.exceptions as rex
 from redis.asyncio.retry import Retry
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import (
-    AsyncTransportBase,
-    Claimed,
-    GiveBack,
-    Operation,
-    WaitState,
-    check_wait,
-    drive_async,
-    wait_for_async,
-)
+from transports_core import backend as core
+from transports_core.backend import Claimed, GiveBack, Operation, drive_async
 
 from . import _ops as ops
 from ._errors import Exchange, Node, connecting, redis_errors
@@ -48,7 +40,7 @@ E = TypeVar("E")
 T = TypeVar("T")
 
 
-class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
+class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
     """`RedisTransport` as coroutines, over ``redis.asyncio``."""
 
     _ops = ops
@@ -179,7 +171,7 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
         self._waiting += 1
         plan, waiter = self._waiter(op, idle, wait)
         try:
-            return await wait_for_async(
+            return await core.wait_for_async(
                 plan,
                 partial(self._look, waiter),
                 partial(self._claim_again, waiter),
@@ -194,7 +186,7 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
             self._waiting -= 1
 
     @staticmethod
-    async def _look(waiter: ops.Waiter) -> WaitState:
+    async def _look(waiter: ops.Waiter) -> core.WaitState:
         return waiter.look()
 
     async def _claim_again(self, waiter: ops.Waiter) -> Claimed | None:
@@ -219,7 +211,7 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
-        wait = check_wait(wait)
+        wait = core.check_wait(wait)
         op = self._claim_op(worker_id, visibility, min_priority)
         got = await self._claim_once(op)
         if isinstance(got, Claimed):
