@@ -36,7 +36,7 @@ from transports_core.backend import Claimed, EventCodec, drive
 
 from . import _ops as ops
 from ._errors import Exchange, Node, Recover, connecting, redis_errors, wakeup
-from ._scripts import QUEUE_KEYS, Script
+from ._scripts import Script
 from ._url import RedisOptions
 
 E = TypeVar("E")
@@ -100,7 +100,7 @@ class Handle:
         self._options = options
         self._codec: EventCodec[Any] = EventCodec(event_type)
         self._on_dead = options.on_dead
-        self._packer = ops.Packer(ops.queue_keys(options.queue, Script("keys", QUEUE_KEYS, (), "")))
+        self._packer = ops.Packer(ops.queue_keys(options.queue, Script("keys", (), "")))
         self._close_key = ops.close_key(options.queue, uuid.uuid4().hex)
         self._closed = False
         self._waiting = 0
