@@ -73,16 +73,11 @@ def _ack_failed(fault: AckFault | None, made: bool) -> TransportError | None:
 
 
 class Faulty(Closing):
-    """A `Transport` that injects `Faults` around a real one."""
+    """A `Transport` that injects `Faults` around a real one. The two calls that fail come
+    first (claim, ack), then the worker's other calls, then those it never makes."""
 
     def __init__(self, inner: Transport[Any], faults: Faults) -> None:
         self._inner, self._faults = inner, faults
-
-    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
-        return self._inner.publish(group_id, event, priority)
-
-    def publish_many(self, items: Iterable[tuple[str, Any, int]]) -> list[int]:
-        return self._inner.publish_many(items)
 
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
@@ -108,6 +103,12 @@ class Faulty(Closing):
     def bury(self, lease: Lease[object], reason: str) -> None:
         self._inner.bury(lease, reason)
 
+    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+        return self._inner.publish(group_id, event, priority)
+
+    def publish_many(self, items: Iterable[tuple[str, Any, int]]) -> list[int]:
+        return self._inner.publish_many(items)
+
     def close(self) -> None:
         self._inner.close()
 
@@ -117,12 +118,6 @@ class AsyncFaulty(AsyncClosing):
 
     def __init__(self, inner: AsyncTransport[Any], faults: Faults) -> None:
         self._inner, self._faults = inner, faults
-
-    async def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
-        return await self._inner.publish(group_id, event, priority)
-
-    async def publish_many(self, items: Iterable[tuple[str, Any, int]]) -> list[int]:
-        return await self._inner.publish_many(items)
 
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
@@ -147,6 +142,12 @@ class AsyncFaulty(AsyncClosing):
 
     async def bury(self, lease: Lease[object], reason: str) -> None:
         await self._inner.bury(lease, reason)
+
+    async def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+        return await self._inner.publish(group_id, event, priority)
+
+    async def publish_many(self, items: Iterable[tuple[str, Any, int]]) -> list[int]:
+        return await self._inner.publish_many(items)
 
     async def close(self) -> None:
         await self._inner.close()
