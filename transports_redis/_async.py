@@ -74,17 +74,17 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
         went_through = False
         try:
             with redis_errors(server, name, writes):
-                await conn.send_packed_command(step.commands)
-                for _ in step.commands[1:]:  # ASKING's: the call's own reply tells
-                    with contextlib.suppress(rex.ResponseError):
-                        await conn.read_response()
-                if timeout:
-                    reply = await conn.read_response(timeout=timeout)
-                else:
-                    reply = await conn.read_response()
-            went_through = True
-            return reply
-        except rex.ResponseError as reply:
+                try:
+                    await conn.send_packed_command(step.commands)
+                    for _ in step.commands[1:]:  # ASKING's: the call's own reply tells
+                        with contextlib.suppress(rex.ResponseError):
+                            await conn.read_response()
+                    if timeout:
+                        reply = await conn.read_response(timeout=timeout)
+                    else:
+                        reply = await conn.read_response()
+                except rex.ResponseError as error:  # an error reply is the call's reply
+                    reply = error
             went_through = True
             return reply
         except BaseException:

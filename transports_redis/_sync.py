@@ -267,14 +267,14 @@ class RedisTransport(Handle, core.TransportBase[E]):
         went_through = False
         try:
             with redis_errors(server, name, writes):
-                conn.send_packed_command(step.commands)
-                for _ in step.commands[1:]:  # ASKING's: the call's own reply tells
-                    with contextlib.suppress(rex.ResponseError):
-                        conn.read_response()
-                reply = conn.read_response(timeout=timeout) if timeout else conn.read_response()
-            went_through = True
-            return reply
-        except rex.ResponseError as reply:
+                try:
+                    conn.send_packed_command(step.commands)
+                    for _ in step.commands[1:]:  # ASKING's: the call's own reply tells
+                        with contextlib.suppress(rex.ResponseError):
+                            conn.read_response()
+                    reply = conn.read_response(timeout=timeout) if timeout else conn.read_response()
+                except rex.ResponseError as error:  # an error reply is the call's reply
+                    reply = error
             went_through = True
             return reply
         except BaseException:
