@@ -463,7 +463,7 @@ class Extend(_Settle[dt.Lease[T]]):
         return self.renewed(rows[0][0])
 
 
-class Bury(_Settle[None]):
+class BuryLease(_Settle[None]):
     """A dead letter now, fenced like an ack, under ``on_dead``."""
 
     __slots__ = ("on_dead", "reason")
@@ -646,7 +646,7 @@ class Operations:
     Publish = Publish
     PublishMany = PublishMany
     Ack = Ack
-    Bury = Bury
+    BuryLease = BuryLease
     Stats = Stats
     Groups = Groups
     DeadLetters = DeadLetters

@@ -2,7 +2,7 @@
 `Operation`), which both runners hand to core's drivers.
 
 An operation checks its arguments when it is built (so bad input never reaches the
-server). A step is one script call, `Call`: the `Script` and its arguments, which the
+server). A step is one script call, `ScriptCall`: the `Script` and its arguments, which the
 runner sends as one EVALSHA (the ``now`` core passes becomes the script's ``now``
 argument, ``""`` for the server's TIME). Most calls are that one step, `first`, whose
 reply `done` turns into the call's value or `LeaseLost`; the admin calls that go in
@@ -89,7 +89,7 @@ CHUNK = 250
 
 # One step: a script and its arguments (after the keys), which the runner sends as one
 # EVALSHA; the reply is whatever the script returned, as redis-py reads it.
-Call = tuple[Script, Sequence[Arg]]
+ScriptCall = tuple[Script, Sequence[Arg]]
 
 
 def server_time(now: float | None) -> str:
@@ -98,7 +98,7 @@ def server_time(now: float | None) -> str:
     return "" if now is None else repr(now)
 
 
-class Op(core.Operation[Call, Any, T]):
+class Op(core.Operation[ScriptCall, Any, T]):
     """An operation of this backend: a call of one script (``script``: `first` sends
     it and `done` reads its reply), or, for the admin calls that go in chunks, `steps`
     that send one script call a chunk. Each holds only its checked arguments, so it
@@ -121,7 +121,7 @@ class Publish(Op[int]):
             codec.encode(event),
         )
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, self.params)
 
     def done(self, reply: Any, now: float | None) -> int:
@@ -140,7 +140,7 @@ class PublishMany(Op[list[int]]):
             flat += (group_id, priority, raw)
         self.flat = flat
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, self.flat)
 
     def done(self, reply: Any, now: float | None) -> list[int]:
@@ -190,7 +190,7 @@ class Claim(Op["core.Claimed | Idle"], core.Claiming["core.Claimed | Idle"]):
             cascade=True,
         )
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.head, server_time(now), *self.tail))
 
     def done(self, reply: Any, now: float | None) -> core.Claimed | Idle:
@@ -210,7 +210,7 @@ class Unclaim(Op[bool]):
     def __init__(self, claimed: core.Claimed) -> None:
         self.fence = (claimed.group_id, claimed.seq, claimed.worker_id, claimed.attempt)
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, self.fence)
 
     def done(self, reply: Any, now: float | None) -> bool:
@@ -234,7 +234,7 @@ class Ack(_Settle[None]):
     __slots__ = ()
     script = scripts.ACK
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, self.fence)
 
     def done(self, reply: Any, now: float | None) -> None:
@@ -249,7 +249,7 @@ class Nack(_Settle[None]):
         super().__init__(lease)
         self.delay = repr(core.check_delay(delay))
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.fence, self.delay, server_time(now)))
 
     def done(self, reply: Any, now: float | None) -> None:
@@ -265,7 +265,7 @@ class Extend(_Settle[dt.Lease[T]]):
         super().__init__(lease)
         self.visibility = repr(core.check_visibility(visibility))
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.fence, self.visibility, server_time(now)))
 
     def done(self, reply: Any, now: float | None) -> dt.Lease[T]:
@@ -273,7 +273,7 @@ class Extend(_Settle[dt.Lease[T]]):
         return self.renewed(number(reply))
 
 
-class Bury(_Settle[None]):
+class BuryLease(_Settle[None]):
     __slots__ = ("on_dead", "reason")
     script = scripts.BURY
 
@@ -282,7 +282,7 @@ class Bury(_Settle[None]):
         self.reason = core.buried_reason(core.check_reason(reason))
         self.on_dead = on_dead
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.fence, self.reason, self.on_dead, server_time(now)))
 
     def done(self, reply: Any, now: float | None) -> None:
@@ -300,7 +300,7 @@ class Stats(Op[dt.QueueStats]):
     __slots__ = ()
     script = scripts.STATS
 
-    def steps(self, now: float | None) -> core.Steps[Call, Any, dt.QueueStats]:
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, dt.QueueStats]:
         at, after, score = server_time(now), "", ""
         lapsed = [0] * 10  # leased l0..l4, parked k0..k4
         counts: list[int] = []
@@ -351,7 +351,7 @@ class Groups(Op[list[dt.GroupInfo]]):
     def __init__(self, limit: int) -> None:
         self.limit = core.check_limit(limit)
 
-    def steps(self, now: float | None) -> core.Steps[Call, Any, list[dt.GroupInfo]]:
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, list[dt.GroupInfo]]:
         at, cursor = server_time(now), "0"
         kept: dict[str, dt.GroupInfo] = {}
         while True:
@@ -377,7 +377,7 @@ class _DeadPages(Op[T]):
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
 
-    def steps(self, now: float | None) -> core.Steps[Call, Any, T]:
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, T]:
         after, left = 0, self.limit
         rows: list[list[Any]] = []
         while True:
@@ -456,7 +456,7 @@ class _OneDeadLetter(Op[bool]):
     def __init__(self, seq: int) -> None:
         self.seq = core.check_seq(seq)
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, (self.seq,))
 
 
@@ -490,7 +490,7 @@ class PurgeGroup(Op[int]):
     def __init__(self, group_id: str) -> None:
         self.group_id = core.check_group_id(group_id)
 
-    def steps(self, now: float | None) -> core.Steps[Call, Any, int]:
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, int]:
         upto, removed, more = "", 0, True
         while more:
             reply = yield (self.script, (self.group_id, upto, CHUNK))
@@ -505,7 +505,7 @@ class Check(Op[list[str]]):
     __slots__ = ()
     script = scripts.CHECK
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, ())
 
     def done(self, reply: Any, now: float | None) -> list[str]:

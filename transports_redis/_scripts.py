@@ -181,16 +181,17 @@ end
 
 @dataclass(frozen=True)
 class Script:
-    """One operation's Lua: the key suffixes and argument names it declares, and its body."""
+    """One operation's Lua: the argument names it declares, its body, and the key suffixes
+    it binds (keyword only: the queue's, `QUEUE_KEYS`, unless it says otherwise)."""
 
     name: str
-    keys: tuple[str, ...]
     args: tuple[str, ...]
     body: str
     # Script flags (Redis 7): ``allow-oom`` for the calls that drain a full server,
     # ``no-writes`` for reads. Every script has the shebang line: without it, Redis checks
     # memory at each write inside the script and may stop one halfway.
     flags: str = ""
+    keys: tuple[str, ...] = field(default=QUEUE_KEYS, kw_only=True)
     source: str = field(init=False)
     sha: str = field(init=False)
     # False for reads: a lost connection cannot have changed anything.
@@ -215,7 +216,6 @@ class Script:
 # A new group is ready at once; an existing one only gets a longer chain.
 PUBLISH: Final = Script(
     "publish",
-    QUEUE_KEYS,
     ("group", "prio", "raw"),
     r"""
 local seq = redis.call('INCR', K.seq)
@@ -239,7 +239,6 @@ return seq
 # ARGV after `count`: group, prio, raw for each item; seqs are consecutive from the reply.
 PUBLISH_MANY: Final = Script(
     "publish_many",
-    QUEUE_KEYS,
     ("count",),
     r"""
 local n = tonumber(A.count)
@@ -277,7 +276,6 @@ return first
 # due} or {0, now, earliest deadline or ''}.
 CLAIM: Final = Script(
     "claim",
-    QUEUE_KEYS,
     ("worker", "vis", "floor", "now", "max", "on_dead", "cascade", "sweep"),
     r"""
 local now = clock(A.now)
@@ -343,30 +341,33 @@ end
 
 FENCE: Final = ("group", "seq", "worker", "att")
 
-ACK: Final = Script(
+
+def on_lease(name: str, params: tuple[str, ...], body: str) -> Script:
+    """A script on a held lease (ack, nack, extend, bury, unclaim): its arguments are the
+    lease's `FENCE` then ``params``, and ``body`` runs with ``r``, the group's record, once
+    the fence has found the lease current; the reply is 0 when it is not (it lapsed and
+    was claimed again, or was settled already)."""
+    fence = "\nlocal r = fenced(A.group, A.seq, A.worker, A.att)\nif r == nil then return 0 end"
+    return Script(name, (*FENCE, *params), fence + body, flags="allow-oom")
+
+
+ACK: Final = on_lease(
     "ack",
-    QUEUE_KEYS,
-    FENCE,
+    (),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 unlist(A.group, r)
 bump('m' .. r.prio, -1)
 local n = advance(A.group, r)
 if n then make_ready(A.group, n) end
 return 1
 """,
-    flags="allow-oom",
 )
 
 # delay 0: ready again at once; else parked, its group held, until now + delay.
-NACK: Final = Script(
+NACK: Final = on_lease(
     "nack",
-    QUEUE_KEYS,
-    (*FENCE, "delay", "now"),
+    ("delay", "now"),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 local delay = tonumber(A.delay)
 unlist(A.group, r)
 r.worker = ''
@@ -381,57 +382,44 @@ else
 end
 return 1
 """,
-    flags="allow-oom",
 )
 
 # A claim undone (an async claim cancelled after the script leased): the head is ready
 # again at once, as it was before the claim but for its place in the round-robin, and
 # its next delivery carries the same attempt number, this one not counted against
 # max_attempts. Reply: 1, or 0 when the lease is not current.
-UNCLAIM: Final = Script(
+UNCLAIM: Final = on_lease(
     "unclaim",
-    QUEUE_KEYS,
-    FENCE,
+    (),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 unlist(A.group, r)
 r.att, r.worker, r.due = r.att - 1, '', 0
 save(A.group, r)
 make_ready(A.group, r)
 return 1
 """,
-    flags="allow-oom",
 )
 
 # Reply: the lease's new end, or 0 when the lease is lost.
-EXTEND: Final = Script(
+EXTEND: Final = on_lease(
     "extend",
-    QUEUE_KEYS,
-    (*FENCE, "vis", "now"),
+    ("vis", "now"),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 unlist(A.group, r)
 r.due = clock(A.now) + tonumber(A.vis)
 save(A.group, r)
 make_busy(A.group, r, false)
 return f17(r.due)
 """,
-    flags="allow-oom",
 )
 
-BURY: Final = Script(
+BURY: Final = on_lease(
     "bury",
-    QUEUE_KEYS,
-    (*FENCE, "reason", "on_dead", "now"),
+    ("reason", "on_dead", "now"),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 kill(A.group, r, clock(A.now), 'b', A.reason, '', 0, A.on_dead)
 return 1
 """,
-    flags="allow-oom",
 )
 
 # --- admin -----------------------------------------------------------------------------
@@ -445,7 +433,6 @@ return 1
 # on the first call only, the counters m0..m4, l0..l4, k0..k4, d0..d4.
 STATS: Final = Script(
     "stats",
-    QUEUE_KEYS,
     ("now", "after", "score", "chunk"),
     r"""
 local now = clock(A.now)
@@ -483,7 +470,6 @@ return out
 # group, prio, depth, head, state, busy_until or '', last claim or ''.
 GROUPS: Final = Script(
     "groups",
-    QUEUE_KEYS,
     ("limit", "now", "cursor", "chunk"),
     r"""
 local now = clock(A.now)
@@ -523,7 +509,6 @@ return out
 # the messages waiting behind it when it holds its group ('' otherwise).
 DEAD_LETTERS: Final = Script(
     "dead_letters",
-    QUEUE_KEYS,
     ("after", "count"),
     r"""
 local seqs = redis.call('ZRANGEBYSCORE', K.deadq, '(' .. A.after, '+inf', 'LIMIT', 0, A.count)
@@ -550,7 +535,6 @@ return out
 # group, {-2, seq, group} another dead letter holds it.
 REQUEUE: Final = Script(
     "requeue",
-    QUEUE_KEYS,
     ("seq",),
     r"""
 local seq = tonumber(A.seq)
@@ -606,7 +590,6 @@ return {1}
 
 DISCARD: Final = Script(
     "discard",
-    QUEUE_KEYS,
     ("seq",),
     r"""
 if redis.call('HEXISTS', K.dead, A.seq) == 0 then return 0 end
@@ -632,7 +615,6 @@ return 1
 # once), `upto`, and 1 when more is left to remove.
 PURGE_GROUP: Final = Script(
     "purge_group",
-    QUEUE_KEYS,
     ("group", "upto", "chunk"),
     r"""
 local upto = tonumber(A.upto) or tonumber(redis.call('GET', K.seq) or 0)
@@ -676,7 +658,6 @@ return {removed, f17(upto), more}
 # queues small or quiet enough to stop the server for that long.
 CHECK: Final = Script(
     "check",
-    QUEUE_KEYS,
     (),
     r"""
 local bad = {}
@@ -749,7 +730,7 @@ return bad
 )
 
 # The benchmark's floor: a script that reads nothing and writes nothing.
-NOTHING: Final = Script("nothing", (), (), "return 1")
+NOTHING: Final = Script("nothing", (), "return 1", keys=())
 
 ALL: Final = (
     PUBLISH, PUBLISH_MANY, CLAIM, ACK, NACK, UNCLAIM, EXTEND, BURY, STATS, GROUPS, DEAD_LETTERS,

@@ -317,7 +317,7 @@ def _bury(
     yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
 
 
-def Bury(lease: dt.Lease[object], reason: str, on_dead: str) -> Op[None]:
+def BuryLease(lease: dt.Lease[object], reason: str, on_dead: str) -> Op[None]:
     """Dead-letter the leased head now, fenced like an ack."""
     lease = core.check_lease(lease)
     stored = core.buried_reason(core.check_reason(reason))
