@@ -160,33 +160,34 @@ def worker(
     # Imported here, so that the other commands never depend on the runtime's import.
     from transports_worker import AsyncWorker, RetryPolicy, Worker
 
-    handler = _load(handler_target, "MODULE:FUNCTION", "MODULE:FUNCTION")
-    model = None
+    # Any: the user's code, which the worker checks (callable, async or not) as it starts.
+    handler: Any = _load(handler_target, "MODULE:FUNCTION", "MODULE:FUNCTION")
+    model: type[Any] | None = None
     if event_type is not None:
-        model = _load(event_type, "MODULE:CLASS", "'--event-type'")
-        if not isinstance(model, type):
+        found = _load(event_type, "MODULE:CLASS", "'--event-type'")
+        if not isinstance(found, type):
             raise click.BadParameter(f"{event_type} is not a class", param_hint="'--event-type'")
+        model = found
     logging.basicConfig(
         level=logging.WARNING if quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    options: dict[str, object] = {
-        "event_type": model,
-        "concurrency": concurrency,
-        "visibility": visibility,
-        "timeout": timeout,
-        "grace": grace,
-        "min_priority": min_priority,
-        "worker_id": worker_id,
-        "retry": RetryPolicy(max_attempts=max_attempts),
-    }
+    runtime = AsyncWorker if inspect.iscoroutinefunction(handler) else Worker
     runner: AsyncWorker[Any] | Worker[Any]
     try:
-        if inspect.iscoroutinefunction(handler):
-            runner = AsyncWorker(url, handler, **options)  # type: ignore[arg-type]
-        else:
-            runner = Worker(url, handler, **options)  # type: ignore[arg-type]
+        runner = runtime(
+            url,
+            handler,
+            event_type=model,
+            worker_id=worker_id,
+            retry=RetryPolicy(max_attempts=max_attempts),
+            concurrency=concurrency,
+            visibility=visibility,
+            timeout=timeout,
+            grace=grace,
+            min_priority=min_priority,
+        )
     except (TypeError, ValueError) as exc:
         raise click.UsageError(scrub(str(exc))) from exc
     logging.getLogger("transports_worker").info("%r started", runner)

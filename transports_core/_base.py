@@ -130,7 +130,7 @@ class Operations(Protocol):
 
     def Extend(self, lease: Lease[T], visibility: float, /) -> Operation[Any, Any, Lease[T]]: ...
 
-    def Bury(
+    def BuryLease(
         self, lease: Lease[Any], reason: str, on_dead: str, /
     ) -> Operation[Any, Any, None]: ...
 
@@ -255,7 +255,7 @@ class TransportBase(Closing, Generic[E]):
         return self._run(self._ops.Extend(lease, visibility))
 
     def bury(self, lease: Lease[object], reason: str) -> None:
-        self._run(self._ops.Bury(lease, reason, self._on_dead))
+        self._run(self._ops.BuryLease(lease, reason, self._on_dead))
 
     def stats(self) -> QueueStats:
         return self._run(self._ops.Stats())
@@ -310,7 +310,7 @@ class AsyncTransportBase(AsyncClosing, Generic[E]):
         return await self._run(self._ops.Extend(lease, visibility))
 
     async def bury(self, lease: Lease[object], reason: str) -> None:
-        await self._run(self._ops.Bury(lease, reason, self._on_dead))
+        await self._run(self._ops.BuryLease(lease, reason, self._on_dead))
 
     async def stats(self) -> QueueStats:
         return await self._run(self._ops.Stats())

@@ -8,6 +8,7 @@ Imports only ``_models``, ``_errors`` and ``_validate``.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import MethodType
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -39,6 +40,10 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {first.get('msg', 'invalid')}{more}"
 
 
+# What a model's core schema method is bound to when the model keeps pydantic's own.
+_OWN_SCHEMA: object = vars(BaseModel)["__get_pydantic_core_schema__"].__func__
+
+
 def _plain_model(event_type: Any) -> type[BaseModel] | None:
     """``event_type`` if strict validation hands back any instance of it unchanged: a model
     class that does not revalidate instances, with no model validator (pydantic runs
@@ -46,11 +51,12 @@ def _plain_model(event_type: Any) -> type[BaseModel] | None:
     can skip the validation, which costs as much as the serialization."""
     if not (isinstance(event_type, type) and issubclass(event_type, BaseModel)):
         return None
+    schema = event_type.__get_pydantic_core_schema__
     plain = (
         event_type.model_config.get("revalidate_instances", "never") == "never"
         and not event_type.__pydantic_decorators__.model_validators
-        and event_type.__get_pydantic_core_schema__.__func__  # type: ignore[attr-defined]
-        is BaseModel.__get_pydantic_core_schema__.__func__  # type: ignore[attr-defined]
+        and isinstance(schema, MethodType)
+        and schema.__func__ is _OWN_SCHEMA
     )
     return event_type if plain else None
 

@@ -67,6 +67,15 @@ class OptionTable:
             chosen[key] = check(value)
         return chosen
 
+    def build(
+        self, options_type: Callable[..., Parsed], chosen: Mapping[str, object], /, **fixed: object
+    ) -> Parsed:
+        """``options_type(**fixed, **chosen)``: the backend's options dataclass, from what
+        the URL fixes (its path, say) and what `choose` checked. Typed by ``...`` on
+        purpose: each check returns its own option's type, which ``chosen``'s type cannot
+        say; the table's names are the dataclass's fields, so a wrong one fails here."""
+        return options_type(**fixed, **chosen)
+
     def _unknown(self, key: str, known: Mapping[str, Check]) -> str:
         more = f" ({self.elsewhere})" if self.elsewhere else ""
         return (

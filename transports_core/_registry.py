@@ -165,7 +165,7 @@ def open_transport(url: str, *, event_type: object = Event, **options: object) -
     return _resolve(_scheme(url)).open(url, event_type, options)
 
 
-@overload
+@overload  # overlapping as open_transport's first, on purpose
 def open_async_transport(  # type: ignore[overload-overlap]
     url: str, *, event_type: type[E], **options: object
 ) -> AsyncTransport[E]: ...

@@ -19,16 +19,8 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import (
-    AsyncTransportBase,
-    Claimed,
-    GiveBack,
-    Operation,
-    WaitState,
-    check_wait,
-    drive_async,
-    wait_for_async,
-)
+from transports_core import backend as core
+from transports_core.backend import Claimed, GiveBack, Operation, drive_async
 
 from . import _ops
 from ._errors import Call, postgres_errors
@@ -41,9 +33,9 @@ from ._sync import (
     check_alive,
     has_rows,
     in_transaction,
+    note_goodbye,
     own,
     pool_arguments,
-    watch,
 )
 from ._url import PostgresOptions
 
@@ -76,7 +68,7 @@ async def run_batch(conn: AConn, schema: str, call: Call, batch: _ops.Batch) -> 
 
 
 async def configure(conn: AConn) -> None:
-    watch(conn)
+    note_goodbye(conn)
 
 
 async def alive(conn: AConn) -> None:
@@ -87,14 +79,9 @@ class _AsyncWaker(Listening):
     """The LISTEN connection's task, and the event blocked claims await."""
 
     def __init__(self, options: PostgresOptions) -> None:
-        self._options = options
+        super().__init__(options)
         self.event = asyncio.Event()
-        self.generation = 0
-        self.closed = False
-        self.pid: int | None = None
         self._task: asyncio.Task[None] | None = None
-        self._error: BaseException | None = None
-        self._waiting = 0
         self._count = asyncio.Lock()
         self._chores: set[asyncio.Task[Any]] = set()
 
@@ -177,7 +164,7 @@ class _AsyncWaker(Listening):
             chore.cancel()
 
 
-class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
+class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
     """A durable transport in one PostgreSQL schema, over psycopg's async pool."""
 
     def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
@@ -240,7 +227,7 @@ class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
         op = self._operations.claim(worker_id, visibility, min_priority)
-        wait = check_wait(wait)
+        wait = core.check_wait(wait)
         claimed = await self._claim(op)
         if claimed is None and wait > 0:
             claimed = await self._wait(op, wait)
@@ -260,14 +247,14 @@ class AsyncPostgresTransport(Configured[E], AsyncTransportBase[E]):
         assert waker is not None  # the first claim opened the pool
         seen = waker.generation
 
-        async def look() -> WaitState:
+        async def look() -> core.WaitState:
             nonlocal seen
             seen = waker.generation
             return self._looked(seen, await self._run(_ops.NextDue(op.min_priority)))
 
         try:
             async with waker.waiting(self._run):
-                return await wait_for_async(
+                return await core.wait_for_async(
                     self._plan(wait),
                     look,
                     lambda: self._claim(op),

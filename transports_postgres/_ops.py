@@ -617,7 +617,7 @@ class Extend(_Settle[dt.Lease[T]]):
         return self.renewed(rows[0][0])
 
 
-class Bury(_Settle[None]):
+class BuryLease(_Settle[None]):
     """A dead letter now, fenced like an ack, under ``on_dead``."""
 
     __slots__ = ("on_dead", "reason")
@@ -828,7 +828,7 @@ class Operations:
 
     # The others take no option: the module's own classes.
     Ack = Ack
-    Bury = Bury
+    BuryLease = BuryLease
     Stats = Stats
     Groups = Groups
     DeadLetters = DeadLetters

@@ -23,18 +23,8 @@ from psycopg.pq import ConnStatus, TransactionStatus
 from psycopg_pool import ConnectionPool
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import (
-    Claimed,
-    EventCodec,
-    Operation,
-    TransportBase,
-    WaitState,
-    WaitStep,
-    check_wait,
-    drive,
-    wait_for,
-    wait_plan,
-)
+from transports_core import backend as core
+from transports_core.backend import Operation, WaitState, drive
 
 from . import _ops
 from . import _sql as sql
@@ -139,13 +129,13 @@ def _on_notice(
         DOOMED.add(conn)
 
 
-def watch(conn: psycopg.BaseConnection[Any]) -> None:
+def note_goodbye(conn: psycopg.BaseConnection[Any]) -> None:
     """Called on every new pooled connection: note the server's goodbye when it comes."""
     conn.add_notice_handler(functools.partial(_on_notice, weakref.ref(conn)))
 
 
 def configure(conn: Conn) -> None:
-    watch(conn)
+    note_goodbye(conn)
 
 
 def check_alive(conn: psycopg.BaseConnection[Any]) -> None:
@@ -178,14 +168,18 @@ def pool_arguments(options: PostgresOptions) -> dict[str, Any]:
 
 
 class Listening:
-    """What both twins' wakers do alike around their LISTEN connection: its statements,
-    the end of a listener, and the pid a claim registers under (or why there is none)."""
+    """What both twins' wakers hold and do alike around their LISTEN connection: its
+    statements, the end of a listener, the pid a claim registers under (or why there is
+    none), whether it is closed and how many claims wait on it."""
 
-    _options: PostgresOptions
-    _error: BaseException | None
-    pid: int | None
-    # Moves on every wake-up: a blocked claim's `WaitState.version`.
-    generation: int
+    def __init__(self, options: PostgresOptions) -> None:
+        self._options = options
+        self._error: BaseException | None = None
+        self.pid: int | None = None
+        # Moves on every wake-up: a blocked claim's `WaitState.version`.
+        self.generation = 0
+        self.closed = False
+        self._waiting = 0
 
     def _bump(self) -> None:
         raise NotImplementedError
@@ -218,14 +212,9 @@ class _Waker(Listening):
     """The LISTEN connection and its thread, and the condition blocked claims sleep on."""
 
     def __init__(self, options: PostgresOptions) -> None:
-        self._options = options
+        super().__init__(options)
         self._cond = threading.Condition()
-        self.generation = 0
-        self.closed = False
-        self.pid: int | None = None
         self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        self._waiting = 0
         self._count = threading.Lock()
 
     def _bump(self) -> None:
@@ -302,14 +291,14 @@ class _Waker(Listening):
 class Configured(Generic[E]):
     """What both twins take from their options, by the same names."""
 
-    _codec: EventCodec[E]
+    _codec: core.EventCodec[E]
     _on_dead: str
 
     def _configure(self, options: PostgresOptions, event_type: object) -> None:
         self._options = options
         self._schema = options.schema
         self._where = f"{options.display} (schema {options.schema})"
-        self._codec = EventCodec(event_type)
+        self._codec = core.EventCodec(event_type)
         self._on_dead = options.on_dead
         self._operations = _ops.Operations(
             options.max_attempts,
@@ -321,10 +310,10 @@ class Configured(Generic[E]):
         self._closed = False
         self._recheck = RECHECK if options.server_clock else RECHECK_INJECTED_CLOCK
 
-    def _plan(self, wait: float) -> Generator[WaitStep, object, None]:
+    def _plan(self, wait: float) -> Generator[core.WaitStep, object, None]:
         """The plan of a blocked claim: it claims again when woken by a notification, at
         the end of the next lease or park, and looks again after `_recheck` seconds."""
-        return wait_plan(wait, self._due_clock, time.monotonic, recheck=self._recheck)
+        return core.wait_plan(wait, self._due_clock, time.monotonic, recheck=self._recheck)
 
     def _due_clock(self) -> float:
         # The end of a lease is read as seconds from the look (`_ops.NextDue`), and timed
@@ -341,7 +330,7 @@ class Configured(Generic[E]):
         return WaitState(version, None if due is None else self._due_clock() + due)
 
 
-class PostgresTransport(Configured[E], TransportBase[E]):
+class PostgresTransport(Configured[E], core.TransportBase[E]):
     """A durable transport in one PostgreSQL schema, over a psycopg connection pool."""
 
     def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
@@ -383,13 +372,13 @@ class PostgresTransport(Configured[E], TransportBase[E]):
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
         op = self._operations.claim(worker_id, visibility, min_priority)
-        wait = check_wait(wait)
+        wait = core.check_wait(wait)
         claimed = self._run(op)
         if claimed is None and wait > 0:
             claimed = self._wait(op, wait)
         return None if claimed is None else claimed.lease(self._codec)
 
-    def _wait(self, op: _ops.Claim, wait: float) -> Claimed | None:
+    def _wait(self, op: _ops.Claim, wait: float) -> core.Claimed | None:
         waker = self._waker
         seen = waker.generation
 
@@ -400,7 +389,7 @@ class PostgresTransport(Configured[E], TransportBase[E]):
 
         try:
             with waker.waiting(self._run):
-                return wait_for(
+                return core.wait_for(
                     self._plan(wait),
                     look,
                     lambda: self._run(op),

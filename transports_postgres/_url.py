@@ -159,4 +159,4 @@ def parse_url(url: str, options: Mapping[str, object]) -> PostgresOptions:
     assert isinstance(high, int)
     if low > high:
         raise ValueError(f"pool_min_size ({low}) must not exceed pool_max_size ({high})")
-    return PostgresOptions(conninfo=conninfo, display=display, **chosen)  # type: ignore[arg-type]
+    return OPTIONS.build(PostgresOptions, chosen, conninfo=conninfo, display=display)

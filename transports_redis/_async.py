@@ -23,16 +23,8 @@ import redis.exceptions as rex
 from redis.asyncio.retry import Retry
 
 from transports_core import Event, Lease, Message, TransportError
-from transports_core.backend import (
-    AsyncTransportBase,
-    Claimed,
-    GiveBack,
-    Operation,
-    WaitState,
-    check_wait,
-    drive_async,
-    wait_for_async,
-)
+from transports_core import backend as core
+from transports_core.backend import Claimed, GiveBack, Operation, drive_async
 
 from . import _ops as ops
 from ._errors import Exchange, Node, connecting, redis_errors
@@ -48,7 +40,7 @@ E = TypeVar("E")
 T = TypeVar("T")
 
 
-class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
+class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
     """`RedisTransport` as coroutines, over ``redis.asyncio``."""
 
     def __init__(self, options: RedisOptions, event_type: object = Event) -> None:
@@ -80,17 +72,17 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
         went_through = False
         try:
             with redis_errors(server, name, writes):
-                await conn.send_packed_command(step.commands)
-                for _ in step.commands[1:]:  # ASKING's: the call's own reply tells
-                    with contextlib.suppress(rex.ResponseError):
-                        await conn.read_response()
-                if timeout:
-                    reply = await conn.read_response(timeout=timeout)
-                else:
-                    reply = await conn.read_response()
-            went_through = True
-            return reply
-        except rex.ResponseError as reply:
+                try:
+                    await conn.send_packed_command(step.commands)
+                    for _ in step.commands[1:]:  # ASKING's: the call's own reply tells
+                        with contextlib.suppress(rex.ResponseError):
+                            await conn.read_response()
+                    if timeout:
+                        reply = await conn.read_response(timeout=timeout)
+                    else:
+                        reply = await conn.read_response()
+                except rex.ResponseError as error:  # an error reply is the call's reply
+                    reply = error
             went_through = True
             return reply
         except BaseException:
@@ -135,7 +127,7 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
             reply = await drive_async(self._recover(reply, call, source, name), None, io)
         return reply
 
-    async def _execute(self, call: ops.Call) -> Any:
+    async def _execute(self, call: ops.ScriptCall) -> Any:
         """Send one step of an operation: its script, as one EVALSHA."""
         script, args = call
         return await self._send(
@@ -147,11 +139,11 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
             await self._open()
         return await self._send(ops.command(*args), None, writes, str(args[0]).lower())
 
-    async def _run(self, op: Operation[ops.Call, Any, T]) -> T:
+    async def _run(self, op: Operation[ops.ScriptCall, Any, T]) -> T:
         self._refuse_if_closed()
         return await self._perform(op)
 
-    async def _perform(self, op: Operation[ops.Call, Any, T]) -> T:
+    async def _perform(self, op: Operation[ops.ScriptCall, Any, T]) -> T:
         """Run ``op`` even if the handle closes meanwhile: the call began before close."""
         if not self._checked:
             await self._open()
@@ -177,7 +169,7 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
         self._waiting += 1
         plan, waiter = self._waiter(op, idle, wait)
         try:
-            return await wait_for_async(
+            return await core.wait_for_async(
                 plan,
                 partial(self._look, waiter),
                 partial(self._claim_again, waiter),
@@ -192,7 +184,7 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
             self._waiting -= 1
 
     @staticmethod
-    async def _look(waiter: ops.Waiter) -> WaitState:
+    async def _look(waiter: ops.Waiter) -> core.WaitState:
         return waiter.look()
 
     async def _claim_again(self, waiter: ops.Waiter) -> Claimed | None:
@@ -217,7 +209,7 @@ class AsyncRedisTransport(Handle, AsyncTransportBase[E]):
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
-        wait = check_wait(wait)
+        wait = core.check_wait(wait)
         op = self._claim_op(worker_id, visibility, min_priority)
         got = await self._claim_once(op)
         if isinstance(got, Claimed):

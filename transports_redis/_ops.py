@@ -2,7 +2,7 @@
 `Operation`), which both runners hand to core's drivers.
 
 An operation checks its arguments when it is built (so bad input never reaches the
-server). A step is one script call, `Call`: the `Script` and its arguments, which the
+server). A step is one script call, `ScriptCall`: the `Script` and its arguments, which the
 runner sends as one EVALSHA (the ``now`` core passes becomes the script's ``now``
 argument, ``""`` for the server's TIME). Most calls are that one step, `first`, whose
 reply `done` turns into the call's value or `LeaseLost`; the admin calls that go in
@@ -96,7 +96,7 @@ CHUNK = 250
 
 # One step: a script and its arguments (after the keys), which the runner sends as one
 # EVALSHA; the reply is whatever the script returned, as redis-py reads it.
-Call = tuple[Script, Sequence[Arg]]
+ScriptCall = tuple[Script, Sequence[Arg]]
 
 
 def server_time(now: float | None) -> str:
@@ -105,7 +105,7 @@ def server_time(now: float | None) -> str:
     return "" if now is None else repr(now)
 
 
-class Op(core.Operation[Call, Any, T]):
+class Op(core.Operation[ScriptCall, Any, T]):
     """An operation of this backend: a call of one script (``script``: `first` sends
     it and `done` reads its reply), or, for the admin calls that go in chunks, `steps`
     that send one script call a chunk. Each holds only its checked arguments, so it
@@ -130,7 +130,7 @@ class Publish(Op[int]):
             codec.encode(event),
         )
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, self.params)
 
     def done(self, reply: Any, now: float | None) -> int:
@@ -159,7 +159,7 @@ class PublishKeyed(Publish):
             raise TypeError("a keyed publish needs a key")
         self.params = (*self.params, key_member(group_id, checked), repr(window))
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.params, server_time(now)))
 
     def done(self, reply: Any, now: float | None) -> int:
@@ -196,7 +196,7 @@ class PublishMany(Op[list[int]]):
                 flat += (group_id, priority, raw, "" if key is None else key_member(group_id, key))
         self.flat = flat
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         if self.keyed:
             args = [self.count, self.window, server_time(now), *self.flat]
             return (scripts.PUBLISH_MANY_KEYED, args)
@@ -261,7 +261,7 @@ class Claim(Op["core.Claimed | Idle"], core.Claiming["core.Claimed | Idle"]):
             cascade=True,
         )
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.head, server_time(now), *self.tail))
 
     def done(self, reply: Any, now: float | None) -> core.Claimed | Idle:
@@ -281,7 +281,7 @@ class Unclaim(Op[bool]):
     def __init__(self, claimed: core.Claimed) -> None:
         self.fence = (claimed.group_id, claimed.seq, claimed.worker_id, claimed.attempt)
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, self.fence)
 
     def done(self, reply: Any, now: float | None) -> bool:
@@ -305,7 +305,7 @@ class Ack(_Settle[None]):
     __slots__ = ()
     script = scripts.ACK
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, self.fence)
 
     def done(self, reply: Any, now: float | None) -> None:
@@ -320,7 +320,7 @@ class Nack(_Settle[None]):
         super().__init__(lease)
         self.delay = repr(core.check_delay(delay))
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.fence, self.delay, server_time(now)))
 
     def done(self, reply: Any, now: float | None) -> None:
@@ -336,7 +336,7 @@ class Extend(_Settle[dt.Lease[T]]):
         super().__init__(lease)
         self.visibility = repr(core.check_visibility(visibility))
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.fence, self.visibility, server_time(now)))
 
     def done(self, reply: Any, now: float | None) -> dt.Lease[T]:
@@ -344,7 +344,7 @@ class Extend(_Settle[dt.Lease[T]]):
         return self.renewed(number(reply))
 
 
-class Bury(_Settle[None]):
+class BuryLease(_Settle[None]):
     __slots__ = ("on_dead", "reason")
     script = scripts.BURY
 
@@ -353,7 +353,7 @@ class Bury(_Settle[None]):
         self.reason = core.buried_reason(core.check_reason(reason))
         self.on_dead = on_dead
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.fence, self.reason, self.on_dead, server_time(now)))
 
     def done(self, reply: Any, now: float | None) -> None:
@@ -371,7 +371,7 @@ class Stats(Op[dt.QueueStats]):
     __slots__ = ()
     script = scripts.STATS
 
-    def steps(self, now: float | None) -> core.Steps[Call, Any, dt.QueueStats]:
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, dt.QueueStats]:
         at, after, score = server_time(now), "", ""
         lapsed = [0] * 10  # leased l0..l4, parked k0..k4
         counts: list[int] = []
@@ -423,7 +423,7 @@ class Groups(Op[list[dt.GroupInfo]]):
     def __init__(self, limit: int) -> None:
         self.limit = core.check_limit(limit)
 
-    def steps(self, now: float | None) -> core.Steps[Call, Any, list[dt.GroupInfo]]:
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, list[dt.GroupInfo]]:
         at, cursor = server_time(now), "0"
         kept: dict[str, dt.GroupInfo] = {}
         while True:
@@ -449,7 +449,7 @@ class _DeadPages(Op[T]):
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
 
-    def steps(self, now: float | None) -> core.Steps[Call, Any, T]:
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, T]:
         after, left = 0, self.limit
         rows: list[list[Any]] = []
         while True:
@@ -528,7 +528,7 @@ class _OneDeadLetter(Op[bool]):
     def __init__(self, seq: int) -> None:
         self.seq = core.check_seq(seq)
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, (self.seq,))
 
 
@@ -562,7 +562,7 @@ class PurgeGroup(Op[int]):
     def __init__(self, group_id: str) -> None:
         self.group_id = core.check_group_id(group_id)
 
-    def steps(self, now: float | None) -> core.Steps[Call, Any, int]:
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, int]:
         upto, removed, more = "", 0, True
         while more:
             reply = yield (self.script, (self.group_id, upto, CHUNK))
@@ -577,7 +577,7 @@ class Check(Op[list[str]]):
     __slots__ = ()
     script = scripts.CHECK
 
-    def first(self, now: float | None) -> Call:
+    def first(self, now: float | None) -> ScriptCall:
         return (self.script, ())
 
     def done(self, reply: Any, now: float | None) -> list[str]:
@@ -595,7 +595,7 @@ class QueueOps:
     Ack: Final = Ack
     Nack: Final = Nack
     Extend: Final = Extend
-    Bury: Final = Bury
+    BuryLease: Final = BuryLease
     Stats: Final = Stats
     Groups: Final = Groups
     DeadLetters: Final = DeadLetters

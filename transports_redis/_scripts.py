@@ -310,16 +310,17 @@ end
 
 @dataclass(frozen=True)
 class Script:
-    """One operation's Lua: the key suffixes and argument names it declares, and its body."""
+    """One operation's Lua: the argument names it declares, its body, and the key suffixes
+    it binds (keyword only: the queue's, `QUEUE_KEYS`, unless it says otherwise)."""
 
     name: str
-    keys: tuple[str, ...]
     args: tuple[str, ...]
     body: str
     # Script flags (Redis 7): ``allow-oom`` for the calls that drain a full server,
     # ``no-writes`` for reads. Every script has the shebang line: without it, Redis checks
     # memory at each write inside the script and may stop one halfway.
     flags: str = ""
+    keys: tuple[str, ...] = field(default=QUEUE_KEYS, kw_only=True)
     source: str = field(init=False)
     sha: str = field(init=False)
     # False for reads: a lost connection cannot have changed anything.
@@ -343,7 +344,6 @@ class Script:
 
 PUBLISH: Final = Script(
     "publish",
-    QUEUE_KEYS,
     ("group", "prio", "raw"),
     APPEND + "return append(A.group, A.prio, A.raw)",
 )
@@ -353,7 +353,6 @@ PUBLISH: Final = Script(
 # (forgotten or never used) remembered until now + window.
 PUBLISH_KEYED: Final = Script(
     "publish_keyed",
-    KEYED_KEYS,
     ("group", "prio", "raw", "member", "window", "now"),
     APPEND
     + KEY_HELPERS
@@ -366,12 +365,12 @@ local seq = append(A.group, A.prio, A.raw)
 remember(A.member, seq, now + tonumber(A.window))
 return seq
 """.replace("FORGET", str(FORGET)),
+    keys=KEYED_KEYS,
 )
 
 # ARGV after `count`: group, prio, raw for each item; seqs are consecutive from the reply.
 PUBLISH_MANY: Final = Script(
     "publish_many",
-    QUEUE_KEYS,
     ("count",),
     APPEND_MANY
     + r"""
@@ -388,7 +387,6 @@ return first
 # the left-out items follow as (index from 0, the original's seq) pairs.
 PUBLISH_MANY_KEYED: Final = Script(
     "publish_many_keyed",
-    KEYED_KEYS,
     ("count", "window", "now"),
     APPEND_MANY
     + KEY_HELPERS
@@ -432,6 +430,7 @@ for _, d in ipairs(dups) do
 end
 return out
 """.replace("FORGET", str(FORGET)),
+    keys=KEYED_KEYS,
 )
 
 # Frees lapsed leases and ended parks first (their group keeps its holder, so a lapsed
@@ -441,7 +440,6 @@ return out
 # due} or {0, now, earliest deadline or ''}.
 CLAIM: Final = Script(
     "claim",
-    QUEUE_KEYS,
     ("worker", "vis", "floor", "now", "max", "on_dead", "cascade", "sweep"),
     r"""
 local now = clock(A.now)
@@ -507,30 +505,33 @@ end
 
 FENCE: Final = ("group", "seq", "worker", "att")
 
-ACK: Final = Script(
+
+def on_lease(name: str, params: tuple[str, ...], body: str) -> Script:
+    """A script on a held lease (ack, nack, extend, bury, unclaim): its arguments are the
+    lease's `FENCE` then ``params``, and ``body`` runs with ``r``, the group's record, once
+    the fence has found the lease current; the reply is 0 when it is not (it lapsed and
+    was claimed again, or was settled already)."""
+    fence = "\nlocal r = fenced(A.group, A.seq, A.worker, A.att)\nif r == nil then return 0 end"
+    return Script(name, (*FENCE, *params), fence + body, flags="allow-oom")
+
+
+ACK: Final = on_lease(
     "ack",
-    QUEUE_KEYS,
-    FENCE,
+    (),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 unlist(A.group, r)
 bump('m' .. r.prio, -1)
 local n = advance(A.group, r)
 if n then make_ready(A.group, n) end
 return 1
 """,
-    flags="allow-oom",
 )
 
 # delay 0: ready again at once; else parked, its group held, until now + delay.
-NACK: Final = Script(
+NACK: Final = on_lease(
     "nack",
-    QUEUE_KEYS,
-    (*FENCE, "delay", "now"),
+    ("delay", "now"),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 local delay = tonumber(A.delay)
 unlist(A.group, r)
 r.worker = ''
@@ -545,57 +546,44 @@ else
 end
 return 1
 """,
-    flags="allow-oom",
 )
 
 # A claim undone (an async claim cancelled after the script leased): the head is ready
 # again at once, as it was before the claim but for its place in the round-robin, and
 # its next delivery carries the same attempt number, this one not counted against
 # max_attempts. Reply: 1, or 0 when the lease is not current.
-UNCLAIM: Final = Script(
+UNCLAIM: Final = on_lease(
     "unclaim",
-    QUEUE_KEYS,
-    FENCE,
+    (),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 unlist(A.group, r)
 r.att, r.worker, r.due = r.att - 1, '', 0
 save(A.group, r)
 make_ready(A.group, r)
 return 1
 """,
-    flags="allow-oom",
 )
 
 # Reply: the lease's new end, or 0 when the lease is lost.
-EXTEND: Final = Script(
+EXTEND: Final = on_lease(
     "extend",
-    QUEUE_KEYS,
-    (*FENCE, "vis", "now"),
+    ("vis", "now"),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 unlist(A.group, r)
 r.due = clock(A.now) + tonumber(A.vis)
 save(A.group, r)
 make_busy(A.group, r, false)
 return f17(r.due)
 """,
-    flags="allow-oom",
 )
 
-BURY: Final = Script(
+BURY: Final = on_lease(
     "bury",
-    QUEUE_KEYS,
-    (*FENCE, "reason", "on_dead", "now"),
+    ("reason", "on_dead", "now"),
     r"""
-local r = fenced(A.group, A.seq, A.worker, A.att)
-if r == nil then return 0 end
 kill(A.group, r, clock(A.now), 'b', A.reason, '', 0, A.on_dead)
 return 1
 """,
-    flags="allow-oom",
 )
 
 # --- admin -----------------------------------------------------------------------------
@@ -610,7 +598,6 @@ return 1
 # remembered (those whose time is not up).
 STATS: Final = Script(
     "stats",
-    KEYED_KEYS,
     ("now", "after", "score", "chunk"),
     r"""
 local now = clock(A.now)
@@ -642,6 +629,7 @@ end
 return out
 """,
     flags="no-writes",
+    keys=KEYED_KEYS,
 )
 
 # Groups from the hash scan's cursor, `chunk` at a time. Reply: now, the next cursor ('0'
@@ -649,7 +637,6 @@ return out
 # group, prio, depth, head, state, busy_until or '', last claim or ''.
 GROUPS: Final = Script(
     "groups",
-    QUEUE_KEYS,
     ("limit", "now", "cursor", "chunk"),
     r"""
 local now = clock(A.now)
@@ -689,7 +676,6 @@ return out
 # the messages waiting behind it when it holds its group ('' otherwise).
 DEAD_LETTERS: Final = Script(
     "dead_letters",
-    QUEUE_KEYS,
     ("after", "count"),
     r"""
 local seqs = redis.call('ZRANGEBYSCORE', K.deadq, '(' .. A.after, '+inf', 'LIMIT', 0, A.count)
@@ -716,7 +702,6 @@ return out
 # group, {-2, seq, group} another dead letter holds it.
 REQUEUE: Final = Script(
     "requeue",
-    QUEUE_KEYS,
     ("seq",),
     r"""
 local seq = tonumber(A.seq)
@@ -772,7 +757,6 @@ return {1}
 
 DISCARD: Final = Script(
     "discard",
-    QUEUE_KEYS,
     ("seq",),
     r"""
 if redis.call('HEXISTS', K.dead, A.seq) == 0 then return 0 end
@@ -798,7 +782,6 @@ return 1
 # once), `upto`, and 1 when more is left to remove.
 PURGE_GROUP: Final = Script(
     "purge_group",
-    QUEUE_KEYS,
     ("group", "upto", "chunk"),
     r"""
 local upto = tonumber(A.upto) or tonumber(redis.call('GET', K.seq) or 0)
@@ -843,7 +826,6 @@ return {removed, f17(upto), more}
 # for tests, and for queues small or quiet enough to stop the server for that long.
 CHECK: Final = Script(
     "check",
-    KEYED_KEYS,
     (),
     r"""
 local bad = {}
@@ -923,10 +905,11 @@ end
 return bad
 """,
     flags="no-writes",
+    keys=KEYED_KEYS,
 )
 
 # The benchmark's floor: a script that reads nothing and writes nothing.
-NOTHING: Final = Script("nothing", (), (), "return 1")
+NOTHING: Final = Script("nothing", (), "return 1", keys=())
 
 ALL: Final = (
     PUBLISH, PUBLISH_KEYED, PUBLISH_MANY, PUBLISH_MANY_KEYED, CLAIM, ACK, NACK, UNCLAIM, EXTEND,

@@ -31,19 +31,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from transports_core import Event, Lease, Message, TransportError
-from transports_core.backend import (
-    Claimed,
-    EventCodec,
-    Operation,
-    Operations,
-    ReuseLast,
-    TransportBase,
-    WaitStep,
-    check_wait,
-    drive,
-    wait_for,
-    wait_plan,
-)
+from transports_core import backend as core
+from transports_core.backend import Claimed, EventCodec, drive
 
 from . import _ops as ops
 from ._errors import Exchange, Node, Recover, connecting, redis_errors, wakeup
@@ -103,7 +92,7 @@ class Handle:
     twins add the driver calls: connecting, sending, reading, sleeping."""
 
     _options: RedisOptions
-    _ops: Operations
+    _ops: core.Operations
     _on_dead: str
     _pools: dict[Node, Any]
 
@@ -117,7 +106,7 @@ class Handle:
         self._closed = False
         self._waiting = 0
         self._lock = threading.Lock()
-        self._claim_op = ReuseLast(self._new_claim)
+        self._claim_op = core.ReuseLast(self._new_claim)
         kwargs = pool.connection_kwargs
         # A unix socket is never redirected: its path stands in for the address.
         self._home: Node = (kwargs.get("host") or kwargs.get("path", ""), kwargs.get("port", 0))
@@ -220,7 +209,7 @@ class Handle:
 
     def _waiter(
         self, op: ops.Claim, idle: ops.Idle, wait: float
-    ) -> tuple[Generator[WaitStep, object, None], ops.Waiter]:
+    ) -> tuple[Generator[core.WaitStep, object, None], ops.Waiter]:
         """Core's plan for a claim that waits ``wait`` seconds, whose first try found
         ``idle``, and the `_ops.Waiter` that looks, claims and wakes for it. The plan
         looks again at least every ``recheck`` seconds, at most half the socket timeout,
@@ -228,7 +217,7 @@ class Handle:
         opts = self._options
         recheck = CLOCK_RECHECK if opts.clock is not None else opts.socket_timeout / 2
         clock = self._wait_clock()
-        plan = wait_plan(wait, clock, time.monotonic, recheck=recheck)
+        plan = core.wait_plan(wait, clock, time.monotonic, recheck=recheck)
         return plan, ops.Waiter(op, idle, clock(), recheck)
 
     def _blpop(self, waiter: ops.Waiter, timeout: float) -> tuple[Exchange, float]:
@@ -251,7 +240,7 @@ class Handle:
         return f"<{type(self).__name__} {self._options.redacted} queue={self._options.queue!r}>"
 
 
-class RedisTransport(Handle, TransportBase[E]):
+class RedisTransport(Handle, core.TransportBase[E]):
     """A durable transport on a Redis server (or one cluster node's slot), over redis-py."""
 
     def __init__(self, options: RedisOptions, event_type: object = Event) -> None:
@@ -277,14 +266,14 @@ class RedisTransport(Handle, TransportBase[E]):
         went_through = False
         try:
             with redis_errors(server, name, writes):
-                conn.send_packed_command(step.commands)
-                for _ in step.commands[1:]:  # ASKING's: the call's own reply tells
-                    with contextlib.suppress(rex.ResponseError):
-                        conn.read_response()
-                reply = conn.read_response(timeout=timeout) if timeout else conn.read_response()
-            went_through = True
-            return reply
-        except rex.ResponseError as reply:
+                try:
+                    conn.send_packed_command(step.commands)
+                    for _ in step.commands[1:]:  # ASKING's: the call's own reply tells
+                        with contextlib.suppress(rex.ResponseError):
+                            conn.read_response()
+                    reply = conn.read_response(timeout=timeout) if timeout else conn.read_response()
+                except rex.ResponseError as error:  # an error reply is the call's reply
+                    reply = error
             went_through = True
             return reply
         except BaseException:
@@ -330,7 +319,7 @@ class RedisTransport(Handle, TransportBase[E]):
             reply = drive(self._recover(reply, call, source, name), None, io)
         return reply
 
-    def _execute(self, call: ops.Call) -> Any:
+    def _execute(self, call: ops.ScriptCall) -> Any:
         """Send one step of an operation: its script, as one EVALSHA."""
         script, args = call
         return self._send(
@@ -340,7 +329,7 @@ class RedisTransport(Handle, TransportBase[E]):
     def _command(self, *args: Any, writes: bool = False) -> Any:
         return self._send(ops.command(*args), None, writes, str(args[0]).lower())
 
-    def _run(self, op: Operation[ops.Call, Any, T]) -> T:
+    def _run(self, op: core.Operation[ops.ScriptCall, Any, T]) -> T:
         self._refuse_if_closed()
         return drive(op, self._now(), self._execute)
 
@@ -353,7 +342,7 @@ class RedisTransport(Handle, TransportBase[E]):
             self._waiting += 1
         plan, waiter = self._waiter(op, idle, wait)
         try:
-            return wait_for(
+            return core.wait_for(
                 plan,
                 waiter.look,
                 partial(self._claim_again, waiter),
@@ -392,7 +381,7 @@ class RedisTransport(Handle, TransportBase[E]):
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
-        wait = check_wait(wait)
+        wait = core.check_wait(wait)
         op = self._claim_op(worker_id, visibility, min_priority)
         got = self._run(op)
         if isinstance(got, ops.Idle):

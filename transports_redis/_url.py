@@ -223,5 +223,4 @@ def parse_url(url: str, options: Mapping[str, object]) -> RedisOptions:
     if chosen.get("ssl_cert_reqs") == "none" and chosen.get("ssl_check_hostname") is True:
         raise ValueError("ssl_check_hostname=true needs ssl_cert_reqs required or optional")
     server = f"{parts.scheme}://{parts.netloc}{parts.path}"
-    # Each value was checked by its option's check, which the mapping's type cannot say.
-    return RedisOptions(server=server, **chosen)  # type: ignore[arg-type]
+    return OPTIONS.build(RedisOptions, chosen, server=server)

@@ -28,6 +28,7 @@ from transports_core.backend import (
     AsyncTransportBase,
     Claimed,
     GiveBack,
+    Operation,
     WaitState,
     wait_for_async,
 )
@@ -35,7 +36,7 @@ from transports_core.backend import (
 from . import _ops
 from . import _sql as sql
 from ._errors import is_transient, sqlite_errors
-from ._sync import Engine, Twin, Waiting
+from ._sync import Engine, Twin, Waiting, own
 from ._url import SqliteOptions
 from ._watch import Watcher
 
@@ -315,13 +316,13 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
             self._tidy(self._engine)
         return value
 
-    # Narrower than the base's: it only ever gets the operations of its own `_ops`.
-    async def _run(self, op: _ops.Op[T]) -> T:  # type: ignore[override]
+    async def _run(self, op: Operation[_ops.Stmt, _ops.Result, T]) -> T:
+        mine = own(op)
         if self._give_back.owed:
             await self._give_back.drain()
-        value = self._here(op)
+        value = self._here(mine)
         if isinstance(value, NotHere):
-            return await self._away(op)
+            return await self._away(mine)
         return value
 
     async def _claim(self, op: _ops.Claim) -> Claimed | None:

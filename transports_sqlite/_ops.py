@@ -422,7 +422,7 @@ def _bury(
     yield Stmt(sql.FORGET_REQUEUED, {"seq": seq})
 
 
-def Bury(lease: dt.Lease[object], reason: str, on_dead: str) -> Op[None]:
+def BuryLease(lease: dt.Lease[object], reason: str, on_dead: str) -> Op[None]:
     """Dead-letter the leased head now, fenced like an ack."""
     lease = core.check_lease(lease)
     stored = core.buried_reason(core.check_reason(reason))
@@ -748,7 +748,7 @@ class QueueOps:
 
     # Classes are not bound as methods; functions need staticmethod to stay unbound.
     Ack, Nack, Extend = Ack, Nack, Extend
-    Bury = staticmethod(Bury)
+    BuryLease = staticmethod(BuryLease)
     Stats = staticmethod(Stats)
     Groups = staticmethod(Groups)
     DeadLetters = staticmethod(DeadLetters)

@@ -17,20 +17,8 @@ from functools import partial
 from typing import Any, Generic, TypeVar
 
 from transports_core import Event, Lease, TransportError
-from transports_core.backend import (
-    Backoff,
-    Claimed,
-    EventCodec,
-    Operations,
-    ReuseLast,
-    TransportBase,
-    WaitState,
-    WaitStep,
-    check_wait,
-    drive,
-    wait_for,
-    wait_plan,
-)
+from transports_core import backend as core
+from transports_core.backend import Operation, WaitState, drive, wait_for, wait_plan
 
 from . import _ops
 from . import _sql as sql
@@ -58,6 +46,14 @@ def _execute(conn: sqlite3.Connection, stmt: _ops.Stmt) -> _ops.Result:
 # `Result(rows, rowcount)` without the Python-level `__new__` of a named tuple: every
 # statement on the hot path builds one.
 _result: Callable[[tuple[list[Any], int]], _ops.Result] = partial(tuple.__new__, _ops.Result)
+
+
+def own(op: Operation[_ops.Stmt, _ops.Result, T]) -> _ops.Op[T]:
+    """``op`` as an operation of this backend's `_ops` (both twins): the only kind their
+    `Operations` build, the base classes' methods included."""
+    if isinstance(op, _ops.Op):
+        return op
+    raise TypeError(f"not a SQLite operation: {op!r}")
 
 
 class Engine:
@@ -255,8 +251,8 @@ class Waiting:
         self.closed = closed
         self._engine = engine
         engine.waiters.add(watcher)
-        backoff = None if watcher.sees_files else Backoff()
-        self.plan: Generator[WaitStep, object, None] = wait_plan(
+        backoff = None if watcher.sees_files else core.Backoff()
+        self.plan: Generator[core.WaitStep, object, None] = wait_plan(
             seconds, options.clock, time.monotonic, confirm=watcher.confirm, backoff=backoff
         )
 
@@ -274,16 +270,16 @@ class Twin(Generic[E]):
     """What both SQLite transports hold and do alike: their options, event codec and
     claim builder, a claim's checked arguments, and how they show."""
 
-    _ops: Operations
+    _ops: core.Operations
 
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
         self._options = options
         self._ops = _ops.QueueOps(options.dedup_window)
-        self._codec: EventCodec[E] = EventCodec(event_type)
+        self._codec: core.EventCodec[E] = core.EventCodec(event_type)
         self._on_dead: str = options.on_dead
         max_attempts, on_dead = options.max_attempts, options.on_dead
         # A worker claims with the same arguments every time: keep its checked op.
-        self._claims: ReuseLast[[str, float, int], Claim] = ReuseLast(
+        self._claims: core.ReuseLast[[str, float, int], Claim] = core.ReuseLast(
             lambda worker_id, visibility, min_priority: Claim(
                 worker_id, visibility, min_priority, max_attempts, on_dead
             )
@@ -294,13 +290,13 @@ class Twin(Generic[E]):
     ) -> tuple[Claim, float]:
         """A claim's op, and how many seconds it may wait (0: none)."""
         op = self._claims(worker_id, visibility, min_priority)
-        return op, 0.0 if type(wait) is int and wait == 0 else check_wait(wait)
+        return op, 0.0 if type(wait) is int and wait == 0 else core.check_wait(wait)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} sqlite:///{self._options.path}>"
 
 
-class SqliteTransport(Twin[E], TransportBase[E]):
+class SqliteTransport(Twin[E], core.TransportBase[E]):
     """A durable transport in one SQLite file (or in memory), over sqlite3."""
 
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
@@ -308,16 +304,16 @@ class SqliteTransport(Twin[E], TransportBase[E]):
         self._lock = threading.Lock()
         self._engine = Engine(options)
 
-    # Narrower than the base's: it only ever gets the operations of its own `_ops`.
-    def _run(self, op: _ops.Op[T]) -> T:  # type: ignore[override]
+    def _run(self, op: Operation[_ops.Stmt, _ops.Result, T]) -> T:
+        mine = own(op)
         with self._lock:
-            return self._engine.run(op)
+            return self._engine.run(mine)
 
     def _look(self, min_priority: int) -> WaitState:
         with self._lock:
             return self._engine.look(min_priority)
 
-    def _wait(self, op: _ops.Claim, wait: float) -> Claimed | None:
+    def _wait(self, op: _ops.Claim, wait: float) -> core.Claimed | None:
         """Claim until a message comes or ``wait`` runs out (see `Waiting`)."""
         engine = self._engine
         with Waiting(engine, self._options, wait, lambda: engine.conn is None) as waiting:

@@ -129,7 +129,7 @@ def parse_url(url: str, options: Mapping[str, object]) -> SqliteOptions:
             f"SQLite URL {core.redact_url(url)!r} has a fragment (#...); use {URL_FORMS}"
         )
     chosen = OPTIONS.choose(url, parse_qsl(parts.query, keep_blank_values=True), options)
-    return SqliteOptions(path=path, **chosen)  # type: ignore[arg-type]
+    return OPTIONS.build(SqliteOptions, chosen, path=path)
 
 
 def database_target(options: SqliteOptions) -> str:

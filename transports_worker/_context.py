@@ -11,7 +11,7 @@ import functools
 import logging
 import threading
 import time
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from transports_core import Lease
 
@@ -27,7 +27,13 @@ HANDLER_LOG = logging.getLogger("transports_worker.handler")
 
 
 # LoggerAdapter takes its type argument at run time only from Python 3.11; we support 3.10.
-class DeliveryLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+if TYPE_CHECKING:
+    _Adapter = logging.LoggerAdapter[logging.Logger]
+else:
+    _Adapter = logging.LoggerAdapter
+
+
+class DeliveryLog(_Adapter):
     """Prefixes each message with the delivery's group, seq and attempt, and puts them in
     the record's ``extra`` too (``group_id``, ``seq``, ``attempt``)."""
 

@@ -37,7 +37,7 @@ def test_bad_arguments_are_refused_when_the_operation_is_built() -> None:
         ops.PublishMany(CODEC, [("g", Event(), 0), ("g", Event())])  # type: ignore[list-item]
     lease = Lease(1, "g", Event(), "w", 1, 0.0)
     with pytest.raises(ValueError, match="reason"):
-        ops.Bury(lease, "  ", "release")
+        ops.BuryLease(lease, "  ", "release")
     with pytest.raises(ValueError, match="delay"):
         ops.Nack(lease, -1)
 
@@ -71,11 +71,11 @@ def test_replies_are_read_exactly() -> None:
     assert ops.Unclaim(got).first(None) == (scripts.UNCLAIM, ("g", 12, "w", 3))
 
 
-def _run(op: ops.Op[T], replies: list[Any]) -> tuple[T, list[ops.Call]]:
+def _run(op: ops.Op[T], replies: list[Any]) -> tuple[T, list[ops.ScriptCall]]:
     """Drive ``op`` with no server: its value, and the calls it made."""
-    calls: list[ops.Call] = []
+    calls: list[ops.ScriptCall] = []
 
-    def execute(call: ops.Call) -> Any:
+    def execute(call: ops.ScriptCall) -> Any:
         calls.append(call)
         return replies.pop(0)
 

@@ -129,12 +129,14 @@ def test_claim_counts_deliveries_from_a_requeue() -> None:
 
 
 def test_bury_checks_the_fence_then_dead_letters_under_the_policy() -> None:
-    stmts, _ = drive(_ops.Bury(LEASE, "bad input", "hold"), [Result([(1,)], 1), DONE, DONE, DONE])
+    stmts, _ = drive(
+        _ops.BuryLease(LEASE, "bad input", "hold"), [Result([(1,)], 1), DONE, DONE, DONE]
+    )
     assert bound(stmts[0]) == (sql.HOLDS_LEASE, FENCE)
     assert bound(stmts[1])[1]["reason"] == "buried: bad input"
     assert [s.statement for s in stmts[2:]] == [sql.HOLD_GROUP, sql.FORGET_REQUEUED]
     with pytest.raises(LeaseLost):
-        drive(_ops.Bury(LEASE, "bad input", "release"), [NOTHING])
+        drive(_ops.BuryLease(LEASE, "bad input", "release"), [NOTHING])
 
 
 def test_claim_takes_now_from_its_caller() -> None:

@@ -10,6 +10,7 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from transports_core import Event, Transport
@@ -96,10 +97,10 @@ class ContentionScenarios(SuiteBase):
                     order.setdefault(group, []).append(lease.event.n)
                 t.ack(lease)
 
-        def guarded(target: object, *args: object) -> threading.Thread:
+        def guarded(target: Callable[..., object], *args: object) -> threading.Thread:
             def run() -> None:
                 try:
-                    target(*args)  # type: ignore[operator]
+                    target(*args)
                 except BaseException as exc:  # reported below, in the test's thread
                     errors.append(exc)
 

@@ -17,7 +17,9 @@ class Stale(Exception):
     """The model's `LeaseLost`: the lease named is not the current one."""
 
 
-class Delivery(NamedTuple):
+class ModelLease(NamedTuple):
+    """The model's `Lease`: what a claim delivered, by the message's publish order."""
+
     key: int
     group: str
     attempt: int
@@ -58,7 +60,7 @@ class ReferenceModel:
 
     def claim(
         self, worker: str, now: float, visibility: float, min_priority: int
-    ) -> Delivery | None:
+    ) -> ModelLease | None:
         ready = [
             g
             for g in self._groups.values()
@@ -72,7 +74,7 @@ class ReferenceModel:
         head = group.messages[0]
         head.attempt += 1
         head.holder, head.until = worker, now + visibility
-        return Delivery(head.key, head.group, head.attempt, head.until)
+        return ModelLease(head.key, head.group, head.attempt, head.until)
 
     def ack(self, key: int, worker: str, attempt: int) -> None:
         message = self._current(key, worker, attempt)

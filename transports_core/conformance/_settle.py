@@ -13,8 +13,9 @@ from ._base import checks, must_raise
 from ._properties import ATTEMPT, EXTEND, FENCING, LEASE_RECOVERY, NACK_NOW, NO_LOSS, PARK
 from ._steps import Steps, ev, must_not_lose, publish, take
 
-Settle = Callable[[Transport[Event], Lease[Event]], object]
-SETTLES: list[tuple[str, Settle]] = [
+# A call that settles a held lease (ack, nack, extend, bury), fenced alike.
+LeaseCall = Callable[[Transport[Event], Lease[Event]], object]
+SETTLES: list[tuple[str, LeaseCall]] = [
     ("ack", lambda t, lease: t.ack(lease)),
     ("nack", lambda t, lease: t.nack(lease)),
     ("nack-delay", lambda t, lease: t.nack(lease, 1.0)),
@@ -74,7 +75,7 @@ class SettleScenarios(Steps):
 
     @checks(FENCING)
     @settles
-    def test_fencing_stale_lease_raises_lease_lost_after_reclaim(self, settle: Settle) -> None:
+    def test_fencing_stale_lease_raises_lease_lost_after_reclaim(self, settle: LeaseCall) -> None:
         t = self.open()
         publish(t, "a", 1, 2)
         stale, current = self.reclaimed(t)
@@ -92,7 +93,7 @@ class SettleScenarios(Steps):
 
     @checks(FENCING)
     @settles
-    def test_fencing_same_worker_older_attempt_raises_lease_lost(self, settle: Settle) -> None:
+    def test_fencing_same_worker_older_attempt_raises_lease_lost(self, settle: LeaseCall) -> None:
         t = self.open()
         t.publish("a", ev(1))
         first = self.lapsed(t, "w1")
@@ -104,7 +105,7 @@ class SettleScenarios(Steps):
 
     @checks(FENCING)
     @settles
-    def test_fencing_settled_lease_raises_lease_lost(self, settle: Settle) -> None:
+    def test_fencing_settled_lease_raises_lease_lost(self, settle: LeaseCall) -> None:
         t = self.open()
         publish(t, "a", 1, 2)
         acked = take(t, "w1", self.hold)
@@ -117,7 +118,9 @@ class SettleScenarios(Steps):
 
     @checks(FENCING)
     @settles
-    def test_fencing_lapsed_lease_nobody_reclaimed_is_still_current(self, settle: Settle) -> None:
+    def test_fencing_lapsed_lease_nobody_reclaimed_is_still_current(
+        self, settle: LeaseCall
+    ) -> None:
         t = self.open()
         t.publish("a", ev(1))
         lease = self.lapsed(t)

@@ -41,7 +41,7 @@ else:
 from transports_core import Event, Lease, LeaseLost, Transport
 
 from ._base import DURABLE, MULTI_HANDLE, ManualClock, SuiteBase, TransportFactory, checks
-from ._model import Delivery, ReferenceModel, Stale
+from ._model import ModelLease, ReferenceModel, Stale
 from ._properties import MODEL
 
 NEEDS_HYPOTHESIS = (
@@ -119,7 +119,7 @@ def _describe(lease: Lease[Event] | None, keys: dict[int, int]) -> str:
     )
 
 
-def _expected(want: Delivery | None, prefix: str) -> str:
+def _expected(want: ModelLease | None, prefix: str) -> str:
     if want is None:
         return "None"
     return f"message #{want.key} of {prefix + want.group!r}, attempt {want.attempt}"

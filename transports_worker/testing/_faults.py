@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterable
-from types import TracebackType
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
+
+import pytest
 
 from transports_core import (
     AsyncTransport,
@@ -20,6 +21,7 @@ from transports_core import (
     Transport,
     TransportError,
 )
+from transports_core.backend import AsyncClosing, Closing
 from transports_worker._context import Running
 
 from ._support import (
@@ -70,17 +72,12 @@ def _ack_failed(fault: AckFault | None, made: bool) -> TransportError | None:
     return None
 
 
-class Faulty:
-    """A `Transport` that injects `Faults` around a real one."""
+class Faulty(Closing):
+    """A `Transport` that injects `Faults` around a real one. The two calls that fail come
+    first (claim, ack), then the worker's other calls, then those it never makes."""
 
     def __init__(self, inner: Transport[Any], faults: Faults) -> None:
         self._inner, self._faults = inner, faults
-
-    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
-        return self._inner.publish(group_id, event, priority)
-
-    def publish_many(self, items: Iterable[tuple[str, Any, int]]) -> list[int]:
-        return self._inner.publish_many(items)
 
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
@@ -106,33 +103,21 @@ class Faulty:
     def bury(self, lease: Lease[object], reason: str) -> None:
         self._inner.bury(lease, reason)
 
+    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+        return self._inner.publish(group_id, event, priority)
+
+    def publish_many(self, items: Iterable[tuple[str, Any, int]]) -> list[int]:
+        return self._inner.publish_many(items)
+
     def close(self) -> None:
         self._inner.close()
 
-    def __enter__(self) -> Faulty:
-        return self
 
-    def __exit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        self.close()
-
-
-class AsyncFaulty:
+class AsyncFaulty(AsyncClosing):
     """`Faulty` for an `AsyncTransport`."""
 
     def __init__(self, inner: AsyncTransport[Any], faults: Faults) -> None:
         self._inner, self._faults = inner, faults
-
-    async def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
-        return await self._inner.publish(group_id, event, priority)
-
-    async def publish_many(self, items: Iterable[tuple[str, Any, int]]) -> list[int]:
-        return await self._inner.publish_many(items)
 
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
@@ -158,50 +143,21 @@ class AsyncFaulty:
     async def bury(self, lease: Lease[object], reason: str) -> None:
         await self._inner.bury(lease, reason)
 
+    async def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+        return await self._inner.publish(group_id, event, priority)
+
+    async def publish_many(self, items: Iterable[tuple[str, Any, int]]) -> list[int]:
+        return await self._inner.publish_many(items)
+
     async def close(self) -> None:
         await self._inner.close()
-
-    async def __aenter__(self) -> AsyncFaulty:
-        return self
-
-    async def __aexit__(
-        self,
-        t: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-        /,
-    ) -> None:
-        await self.close()
 
 
 class FaultScenarios:
     """The worker between a working store and handles that stall or fail in passing."""
 
-    def _run_faulty(
-        self,
-        start: Start,
-        flavour: Flavour,
-        make_transport: TransportFactory,
-        make_async_transport: AsyncTransportFactory | None,
-        faults: Faults,
-        handled: list[int],
-    ) -> None:
-        """Start a worker whose every handle injects ``faults``, with a handler that
-        notes each seq it handles in ``handled``."""
-
-        def handle(event: Event, ctx: Running[Event]) -> None:
-            handled.append(ctx.lease.seq)
-
-        async def ahandle(event: Event, ctx: Running[Event]) -> None:
-            handle(event, ctx)
-
-        if flavour == "sync":
-            start(handle, ahandle, source=lambda: Faulty(make_transport(), faults))
-        else:
-            assert make_async_transport is not None
-            start(handle, ahandle, source=lambda: AsyncFaulty(make_async_transport(), faults))
-
-    def test_a_claim_stalled_past_the_visibility_is_handled_once_and_acked_once(
+    @pytest.fixture
+    def acked_once(
         self,
         start: Start,
         flavour: Flavour,
@@ -209,52 +165,55 @@ class FaultScenarios:
         make_async_transport: AsyncTransportFactory | None,
         store: Transport[Event],
         recorder: Recorder,
+    ) -> Callable[[Faults], list[int]]:
+        """``acked_once(faults)``: one message through a worker whose every handle
+        injects ``faults``; fails unless the message is acked once and for good, and
+        returns the seqs the handler was called with."""
+
+        def run(faults: Faults) -> list[int]:
+            handled: list[int] = []
+
+            def handle(event: Event, ctx: Running[Event]) -> None:
+                handled.append(ctx.lease.seq)
+
+            async def ahandle(event: Event, ctx: Running[Event]) -> None:
+                handle(event, ctx)
+
+            store.publish("g", Event(n=1))
+            if flavour == "sync":
+                start(handle, ahandle, source=lambda: Faulty(make_transport(), faults))
+            else:
+                assert make_async_transport is not None
+                start(handle, ahandle, source=lambda: AsyncFaulty(make_async_transport(), faults))
+            recorder.wait_settled(1)
+            assert recorder.outcomes() == [(1, 1, "acked")], "not acked once, when first handled"
+            assert store.claim("check", VISIBILITY) is None, "the acked message came back"
+            return handled
+
+        return run
+
+    def test_a_claim_stalled_past_the_visibility_is_handled_once_and_acked_once(
+        self, acked_once: Callable[[Faults], list[int]]
     ) -> None:
         # The claim reaches the store only after a visibility and a half: dated from when
         # it was sent, the lease is already past its end when the claim returns, though
         # the store granted it just now. The worker must renew it before handling it.
-        store.publish("g", Event(n=1))
-        faults, handled = Faults(stalls=[1.5 * VISIBILITY]), list[int]()
-        self._run_faulty(start, flavour, make_transport, make_async_transport, faults, handled)
-        recorder.wait_settled(1)
-        assert recorder.outcomes() == [(1, 1, "acked")], "the stalled claim's lease was lost"
-        assert handled == [1]
+        faults = Faults(stalls=[1.5 * VISIBILITY])
+        assert acked_once(faults) == [1]
         assert faults.acked == 1
-        assert store.claim("check", VISIBILITY) is None, "the acked message came back"
 
     def test_an_ack_failing_in_passing_is_retried_until_the_store_takes_it(
-        self,
-        start: Start,
-        flavour: Flavour,
-        make_transport: TransportFactory,
-        make_async_transport: AsyncTransportFactory | None,
-        store: Transport[Event],
-        recorder: Recorder,
+        self, acked_once: Callable[[Faults], list[int]]
     ) -> None:
-        store.publish("g", Event(n=1))
-        faults, handled = Faults(acks=["fails", "fails"]), list[int]()
-        self._run_faulty(start, flavour, make_transport, make_async_transport, faults, handled)
-        recorder.wait_settled(1)
-        assert recorder.outcomes() == [(1, 1, "acked")]
+        faults = Faults(acks=["fails", "fails"])
+        assert acked_once(faults) == [1]
         assert (faults.ack_calls, faults.acked) == (3, 1)
-        assert handled == [1]
-        assert store.claim("check", VISIBILITY) is None, "the acked message came back"
 
     def test_an_ack_of_unknown_outcome_then_lease_lost_counts_as_acked(
-        self,
-        start: Start,
-        flavour: Flavour,
-        make_transport: TransportFactory,
-        make_async_transport: AsyncTransportFactory | None,
-        store: Transport[Event],
-        recorder: Recorder,
+        self, acked_once: Callable[[Faults], list[int]]
     ) -> None:
         # The first ack is made, but the caller hears OutcomeUnknown; the retry finds the
         # lease gone (LeaseLost), which is what the first ack did.
-        store.publish("g", Event(n=1))
-        faults, handled = Faults(acks=["unknown"]), list[int]()
-        self._run_faulty(start, flavour, make_transport, make_async_transport, faults, handled)
-        recorder.wait_settled(1)
-        assert recorder.outcomes() == [(1, 1, "acked")]
+        faults = Faults(acks=["unknown"])
+        acked_once(faults)
         assert (faults.ack_calls, faults.acked) == (2, 1)
-        assert store.claim("check", VISIBILITY) is None, "the acked message came back"
