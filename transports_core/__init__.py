@@ -13,6 +13,7 @@ from ._admin import (
     QueueStats,
     TransportAdmin,
 )
+from ._base import AsyncWithin, Within
 from ._errors import (
     EventDecodeError,
     LeaseLost,
@@ -37,6 +38,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "AsyncTransport",
     "AsyncTransportAdmin",
+    "AsyncWithin",
     "Backend",
     "DeadLetter",
     "Duplicate",
@@ -56,6 +58,7 @@ __all__ = [
     "TransportAdmin",
     "TransportError",
     "UnknownBackend",
+    "Within",
     "known_schemes",
     "open_async_transport",
     "open_transport",

@@ -24,7 +24,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ._admin import DeadLetter, GroupInfo, HeldGroup, QueueStats
 from ._codec import EventCodec
-from ._errors import LeaseLost
+from ._errors import LeaseLost, TransportError
 from ._models import Lease, Message
 from ._seam import Operation
 from ._validate import check_lease, check_priority, check_visibility, check_worker_id
@@ -222,21 +222,17 @@ class AsyncClosing:
         await self.close()
 
 
-class TransportBase(Closing, Generic[E]):
-    """A sync transport's public methods, over the backend's `Operations` and runner.
-
-    A subclass sets ``_ops`` (its operations module), ``_codec`` (the `EventCodec` of its
-    event type) and ``_on_dead`` (its ``on_dead`` option), implements ``_run(op)``, which
-    runs one `Operation` and returns its value, and writes ``claim`` and ``close``. It
-    then satisfies `Transport` and `TransportAdmin`, whose docstrings are the contract.
-    """
+class Writes(Generic[E]):
+    """The calls that write and may run inside a transaction: ``publish``,
+    ``publish_many``, ``ack``, ``nack`` and ``bury``, over ``_run(op)``. `TransportBase`
+    runs them in transactions of its own; `Within` in the caller's."""
 
     _ops: Operations
     _codec: EventCodec[E]
     _on_dead: str
 
     def _run(self, op: Operation[Any, Any, T]) -> T:
-        """Run ``op`` in one transaction (or one script call) and return its value."""
+        """Run ``op`` and return its value."""
         raise NotImplementedError
 
     def publish(self, group_id: str, event: E, priority: int = 0, *, key: str | None = None) -> int:
@@ -251,11 +247,75 @@ class TransportBase(Closing, Generic[E]):
     def nack(self, lease: Lease[object], delay: float = 0) -> None:
         self._run(self._ops.Nack(lease, delay))
 
-    def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
-        return self._run(self._ops.Extend(lease, visibility))
-
     def bury(self, lease: Lease[object], reason: str) -> None:
         self._run(self._ops.BuryLease(lease, reason, self._on_dead))
+
+
+class Joined(Protocol):
+    """What a backend's ``_join(conn)`` returns: runs an operation's statements on the
+    caller's connection, inside the caller's open transaction, and never commits or
+    rolls back."""
+
+    def __call__(self, op: Operation[Any, Any, T], /) -> T: ...
+
+
+class AsyncJoined(Protocol):
+    """`Joined` for the async twin."""
+
+    async def __call__(self, op: Operation[Any, Any, T], /) -> T: ...
+
+
+class Within(Writes[E]):
+    """A transport's writing calls run inside a transaction of the caller's, on the
+    caller's connection (``transport.within(conn)``): ``publish``, ``publish_many``,
+    ``ack``, ``nack`` and ``bury``, each exactly as on the transport, except that
+    nothing is committed or rolled back. When the caller commits, they take effect
+    together with the caller's own writes, and waiting claims are woken then; when it
+    rolls back, nothing happened (a lease that was acked is still current). An ack on a
+    lease that is no longer current raises `LeaseLost` at once, before the caller
+    commits. Which connections and isolation levels a backend accepts is on its page."""
+
+    __slots__ = ("_codec", "_joined", "_on_dead", "_ops")
+
+    def __init__(self, ops: Operations, codec: EventCodec[E], on_dead: str, joined: Joined) -> None:
+        self._ops, self._codec, self._on_dead, self._joined = ops, codec, on_dead, joined
+
+    def _run(self, op: Operation[Any, Any, T]) -> T:
+        return self._joined(op)
+
+
+def cannot_join(transport: object) -> TransportError:
+    """The error of a backend that cannot run its statements in a caller's transaction."""
+    return TransportError(
+        f"{transport!r} cannot join a transaction of yours: its store has no transactions "
+        "that another connection can share; see the docs' 'Exactly once' page for the "
+        "outbox pattern"
+    )
+
+
+class TransportBase(Writes[E], Closing):
+    """A sync transport's public methods, over the backend's `Operations` and runner.
+
+    A subclass sets ``_ops`` (its operations), ``_codec`` (the `EventCodec` of its
+    event type) and ``_on_dead`` (its ``on_dead`` option), implements ``_run(op)``, which
+    runs one `Operation` in a transaction of its own and returns its value, and writes
+    ``claim`` and ``close``. It then satisfies `Transport` and `TransportAdmin`, whose
+    docstrings are the contract. A backend whose store can run statements in a caller's
+    transaction implements ``_join(conn)`` too (see `Within`); otherwise ``within``
+    refuses with a `TransportError`.
+    """
+
+    def within(self, conn: object) -> Within[E]:
+        """This transport's writing calls, inside ``conn``'s open transaction (`Within`)."""
+        return Within(self._ops, self._codec, self._on_dead, self._join(conn))
+
+    def _join(self, conn: object) -> Joined:
+        """A runner of operations on ``conn`` (see `Joined`), after checking that ``conn``
+        is a connection to this transport's store that its statements can run in."""
+        raise cannot_join(self)
+
+    def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
+        return self._run(self._ops.Extend(lease, visibility))
 
     def stats(self) -> QueueStats:
         return self._run(self._ops.Stats())
@@ -279,17 +339,15 @@ class TransportBase(Closing, Generic[E]):
         return self._run(self._ops.PurgeGroup(group_id))
 
 
-class AsyncTransportBase(AsyncClosing, Generic[E]):
-    """`TransportBase` for the async twin: the same methods as coroutines, over an
-    awaitable ``_run(op)``; it then satisfies `AsyncTransport` and `AsyncTransportAdmin`.
-    """
+class AsyncWrites(Generic[E]):
+    """`Writes` as coroutines, over an awaitable ``_run(op)``."""
 
     _ops: Operations
     _codec: EventCodec[E]
     _on_dead: str
 
     async def _run(self, op: Operation[Any, Any, T]) -> T:
-        """Run ``op`` in one transaction (or one script call) and return its value."""
+        """Run ``op`` and return its value."""
         raise NotImplementedError
 
     async def publish(
@@ -306,11 +364,39 @@ class AsyncTransportBase(AsyncClosing, Generic[E]):
     async def nack(self, lease: Lease[object], delay: float = 0) -> None:
         await self._run(self._ops.Nack(lease, delay))
 
-    async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
-        return await self._run(self._ops.Extend(lease, visibility))
-
     async def bury(self, lease: Lease[object], reason: str) -> None:
         await self._run(self._ops.BuryLease(lease, reason, self._on_dead))
+
+
+class AsyncWithin(AsyncWrites[E]):
+    """`Within` for the async twin: ``await transport.within(conn).ack(lease)``."""
+
+    __slots__ = ("_codec", "_joined", "_on_dead", "_ops")
+
+    def __init__(
+        self, ops: Operations, codec: EventCodec[E], on_dead: str, joined: AsyncJoined
+    ) -> None:
+        self._ops, self._codec, self._on_dead, self._joined = ops, codec, on_dead, joined
+
+    async def _run(self, op: Operation[Any, Any, T]) -> T:
+        return await self._joined(op)
+
+
+class AsyncTransportBase(AsyncWrites[E], AsyncClosing):
+    """`TransportBase` for the async twin: the same methods as coroutines, over an
+    awaitable ``_run(op)``; it then satisfies `AsyncTransport` and `AsyncTransportAdmin`.
+    """
+
+    def within(self, conn: object) -> AsyncWithin[E]:
+        """This transport's writing calls, inside ``conn``'s open transaction."""
+        return AsyncWithin(self._ops, self._codec, self._on_dead, self._join(conn))
+
+    def _join(self, conn: object) -> AsyncJoined:
+        """`TransportBase._join` for the async twin's connections."""
+        raise cannot_join(self)
+
+    async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
+        return await self._run(self._ops.Extend(lease, visibility))
 
     async def stats(self) -> QueueStats:
         return await self._run(self._ops.Stats())

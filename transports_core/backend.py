@@ -30,6 +30,8 @@ without breaking anyone. It holds:
 * the dead-letter reasons (`buried_reason`, `exhausted_reason`); `queue_stats`, the
   totals of the counts per priority; and the admin reads' values from stored rows
   (`group_info`, `dead_letter`, `held_group`);
+* `Joined`/`AsyncJoined`, what a backend's ``_join(conn)`` returns for
+  ``transport.within(conn)``, and `cannot_join`, the error of one that cannot;
 * `redact_url`, for messages and reprs that must never show a password.
 """
 
@@ -45,13 +47,16 @@ from ._admin import (
 )
 from ._base import (
     AsyncClosing,
+    AsyncJoined,
     AsyncTransportBase,
     Claiming,
     Closing,
+    Joined,
     Operations,
     ReuseLast,
     Settle,
     TransportBase,
+    cannot_join,
 )
 from ._codec import Claimed, EventCodec
 from ._options import OptionTable, build_backend, check_clock, seconds_option
@@ -113,6 +118,7 @@ __all__ = [
     "ON_DEAD_CHOICES",
     "RESERVED_PREFIX",
     "AsyncClosing",
+    "AsyncJoined",
     "AsyncTransportBase",
     "Backend",
     "Backoff",
@@ -121,6 +127,7 @@ __all__ = [
     "Closing",
     "EventCodec",
     "GiveBack",
+    "Joined",
     "More",
     "Operation",
     "Operations",
@@ -133,6 +140,7 @@ __all__ = [
     "WaitStep",
     "build_backend",
     "buried_reason",
+    "cannot_join",
     "check_clock",
     "check_count",
     "check_delay",
