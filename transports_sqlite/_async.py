@@ -19,9 +19,9 @@ import queue
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from transports_core import Event, Lease, TransportError
 from transports_core.backend import (
@@ -36,9 +36,12 @@ from transports_core.backend import (
 from . import _ops
 from . import _sql as sql
 from ._errors import is_transient, sqlite_errors
-from ._sync import Engine, Twin, Waiting, own
+from ._sync import CallersConnection, Engine, Twin, Waiting, own
 from ._url import SqliteOptions
 from ._watch import Watcher
+
+if TYPE_CHECKING:
+    import aiosqlite
 
 E = TypeVar("E")
 T = TypeVar("T")
@@ -240,6 +243,43 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
+class OnAiosqlite:
+    """`AsyncJoined` for an aiosqlite connection: each operation is one trip to the
+    thread that owns the connection, which runs it there whole (`CallersConnection`)
+    through aiosqlite's own queue of calls (``Connection._execute``, not public, but
+    aiosqlite's one way onto that thread: statement by statement, the public calls would
+    make a trip each)."""
+
+    __slots__ = ("_joined", "_opened", "_submit")
+
+    def __init__(
+        self,
+        submit: Callable[..., Any],
+        joined: CallersConnection,
+        opened: Callable[[], Awaitable[object]],
+    ) -> None:
+        self._submit = submit
+        self._joined = joined
+        self._opened: Callable[[], Awaitable[object]] | None = opened
+
+    async def __call__(self, op: Operation[_ops.Stmt, _ops.Result, T]) -> T:
+        if self._opened is not None:  # the transport opens its file on first use
+            await self._opened()
+            self._opened = None
+        value: T = await self._submit(self._joined, op)
+        return value
+
+
+def _aiosqlite_connection() -> type[aiosqlite.Connection] | None:
+    """aiosqlite's connection class; None without aiosqlite (the ``aiosqlite`` extra),
+    when nobody can have one of its connections either."""
+    try:
+        import aiosqlite
+    except ImportError:
+        return None
+    return aiosqlite.Connection
+
+
 # How long a cancelled claim's task waits for what its call leased to be given back
 # before it ends: a call that waits for the write lock must not hold the cancellation up.
 CANCEL_PATIENCE: Final = 0.05
@@ -377,6 +417,38 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
                 await self._submit(engine.idle)
             return None
         return claimed.lease(self._codec)
+
+    def _join(self, conn: object) -> OnAiosqlite:
+        connection = _aiosqlite_connection()
+        if connection is None or not isinstance(conn, connection):
+            instead = (
+                ": use SqliteTransport.within for a sqlite3 one, whose calls block"
+                if isinstance(conn, sqlite3.Connection)
+                else ""
+            )
+            raise TypeError(
+                f"{self!r} joins the transaction of an aiosqlite.Connection, not of "
+                f"{type(conn).__module__}.{type(conn).__qualname__}{instead}"
+            )
+        if self._closed:
+            raise TransportError(f"{self!r} is closed")
+        submit = getattr(conn, "_execute", None)
+        if not callable(submit):
+            raise TransportError(
+                "this version of aiosqlite has no Connection._execute, the one way to run "
+                "an operation on its connection's thread; durable-transports[aiosqlite] "
+                "names the versions that do"
+            )
+        try:
+            raw: sqlite3.Connection = conn._conn
+        except ValueError:
+            raise ValueError(f"{conn!r} is not connected, or closed") from None
+        return OnAiosqlite(submit, CallersConnection(self._options, raw), self._opened)
+
+    async def _opened(self) -> None:
+        """Open the engine (and so set the file up) unless it is open already."""
+        if self._engine is None:
+            await self._submit(self._engine_here)
 
     async def close(self) -> None:
         if self._closed:

@@ -802,3 +802,23 @@ def set_synchronous(level: str) -> str:
     """Set the connection's durability level (``level`` is whitelisted by the URL parser).
     SQLite refuses this inside a transaction."""
     return f"PRAGMA synchronous = {level.upper()}"
+
+
+# --- transport.within(conn): on the caller's connection, in the caller's transaction ----
+
+# The file of the connection's main database, by schema name ('' in memory, or for a
+# temporary database): a caller's connection must be to the queue's own file.
+DATABASE_LIST: Final = "PRAGMA database_list"
+
+# A write that changes nothing. sqlite3, in its legacy transaction control, opens a
+# transaction before a write, with the connection's own isolation_level; this lets it
+# open the caller's transaction exactly as it would before the caller's first write of
+# its own, so that the savepoint below is never the outermost (releasing that commits).
+OPEN_CALLER_TRANSACTION: Final = "UPDATE seqs SET last = last WHERE 0"
+
+# Each operation runs in a savepoint of its own inside the caller's transaction: one that
+# fails (LeaseLost after a statement ran, an error half way through a batch) is undone
+# alone, and the caller's transaction goes on as it was.
+SAVEPOINT: Final = "SAVEPOINT durable_transports_op"
+RELEASE_SAVEPOINT: Final = "RELEASE durable_transports_op"
+ROLLBACK_TO_SAVEPOINT: Final = "ROLLBACK TO durable_transports_op"

@@ -4,11 +4,14 @@
 sequence, the retries on a busy database and the lease-flush bracket are written here
 once, around core's `drive`, which runs the operation's statements. The sync transport
 shares one engine between threads under a lock that spans each whole transaction; the
-async twin runs the same engine on a thread of its own.
+async twin runs the same engine on a thread of its own. `CallersConnection` runs
+operations on a caller's connection instead, inside the caller's transaction
+(``transport.within(conn)``), for both twins.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -24,15 +27,15 @@ from . import _ops
 from . import _sql as sql
 from ._errors import Retries, is_transient, sqlite_errors
 from ._ops import Claim
-from ._url import SqliteOptions, database_target, wal_bytes
+from ._url import MEMORY, SqliteOptions, database_target, wal_bytes
 from ._watch import Watcher
 
 E = TypeVar("E")
 T = TypeVar("T")
 
 
-def _execute(conn: sqlite3.Connection, stmt: _ops.Stmt) -> _ops.Result:
-    """One step of core's `drive`: run ``stmt`` on ``conn``."""
+def _execute(conn: sqlite3.Connection | sqlite3.Cursor, stmt: _ops.Stmt) -> _ops.Result:
+    """One step of core's `drive`: run ``stmt`` on ``conn`` (or a cursor of it)."""
     statement = stmt.statement
     if stmt.many is not None:
         cursor = conn.executemany(statement.sql, stmt.many)
@@ -235,6 +238,101 @@ class Engine:
             conn.close()
 
 
+# sqlite3.LEGACY_TRANSACTION_CONTROL, the default of `Connection.autocommit` (Python 3.12+):
+# before 3.12, every connection has legacy transaction control.
+_LEGACY = getattr(sqlite3, "LEGACY_TRANSACTION_CONTROL", -1)
+
+
+class CallersConnection:
+    """A caller's sqlite3 connection to the queue's file, on which operations run inside
+    the caller's open transaction (``transport.within(conn)``): never BEGIN, COMMIT or
+    ROLLBACK of it; each operation in a savepoint of its own (see `_sql.SAVEPOINT`). No
+    retries, as an attempt cannot start over inside someone else's transaction, and no
+    lease-durability bracket, as the caller's commit is the one that flushes. Nothing in
+    the schema calls a function that only the transport's connection has, so any
+    connection of the same SQLite library runs its triggers alike.
+
+    The sync twin calls it on the caller's thread; the async twin on the aiosqlite
+    connection's thread, which `check`s the file at the first operation."""
+
+    __slots__ = ("_conn", "_options", "checked")
+
+    def __init__(self, options: SqliteOptions, conn: sqlite3.Connection) -> None:
+        if options.memory:
+            raise ValueError(
+                f"the transport on sqlite:///{MEMORY} cannot join another connection's "
+                "transaction: its database lives in its own connection only"
+            )
+        self._options = options
+        self._conn = conn
+        self.checked = False
+
+    def check(self) -> None:
+        """Refuse a connection whose main database is not the queue's file."""
+        cursor = sqlite3.Cursor(self._conn)
+        cursor.row_factory = None
+        with sqlite_errors(self._options.path):
+            rows = cursor.execute(sql.DATABASE_LIST).fetchall()
+        theirs = next((str(file) for _, name, file in rows if name == "main"), "")
+        ours = os.path.abspath(self._options.path)
+        if not theirs:
+            raise ValueError(
+                f"the connection is to an in-memory or temporary database, not to the "
+                f"queue's file {ours}"
+            )
+        if not _same_file(theirs, ours):
+            raise ValueError(f"the connection is to {theirs}, not to the queue's file {ours}")
+        self.checked = True
+
+    def __call__(self, op: Operation[_ops.Stmt, _ops.Result, T]) -> T:
+        mine = own(op)
+        conn = self._conn
+        if not self.checked:
+            self.check()
+        with sqlite_errors(self._options.path):
+            self._in_transaction()
+            # The caller's factories stay theirs: the operations read plain tuples and str.
+            cursor = sqlite3.Cursor(conn)
+            cursor.row_factory = None
+            text_factory, conn.text_factory = conn.text_factory, str
+            try:
+                cursor.execute(sql.SAVEPOINT)
+                try:
+                    value = drive(mine, self._options.clock(), partial(_execute, cursor))
+                except BaseException:
+                    # An error that ended the whole transaction (a full disk, say) left
+                    # no savepoint to go back to; the caller learns of it from the error.
+                    if conn.in_transaction:
+                        cursor.execute(sql.ROLLBACK_TO_SAVEPOINT)
+                        cursor.execute(sql.RELEASE_SAVEPOINT)
+                    raise
+                cursor.execute(sql.RELEASE_SAVEPOINT)
+            finally:
+                conn.text_factory = text_factory
+        return value
+
+    def _in_transaction(self) -> None:
+        """Make sure the caller's transaction is open, or refuse."""
+        conn = self._conn
+        if conn.in_transaction:
+            return
+        if getattr(conn, "autocommit", _LEGACY) == _LEGACY and conn.isolation_level is not None:
+            conn.execute(sql.OPEN_CALLER_TRANSACTION)
+            return
+        raise TransportError(
+            "the connection has no open transaction and commits each statement on its "
+            "own (autocommit), so the queue's statements would commit at once: run BEGIN "
+            "(or BEGIN IMMEDIATE) on it first"
+        )
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
 class Waiting:
     """What both twins' waiting claims share: a watcher of the files a commit to the
     database writes (none in memory), known to the engine, which nudges it, and the
@@ -338,6 +436,17 @@ class SqliteTransport(Twin[E], core.TransportBase[E]):
                 self._engine.idle()
             return None
         return claimed.lease(self._codec)
+
+    def _join(self, conn: object) -> CallersConnection:
+        if not isinstance(conn, sqlite3.Connection):
+            raise TypeError(
+                f"{self!r} joins the transaction of a sqlite3.Connection, not of "
+                f"{type(conn).__module__}.{type(conn).__qualname__}"
+            )
+        self._engine.connection()  # refuses once closed
+        joined = CallersConnection(self._options, conn)
+        joined.check()
+        return joined
 
     def close(self) -> None:
         # Waiting claims are nudged first: they hold the lock only between their looks.
