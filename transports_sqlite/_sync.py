@@ -15,7 +15,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -269,11 +270,9 @@ class CallersConnection:
 
     def check(self) -> None:
         """Refuse a connection whose main database is not the queue's file."""
-        cursor = sqlite3.Cursor(self._conn)
-        cursor.row_factory = None
-        with sqlite_errors(self._options.path):
+        with sqlite_errors(self._options.path), _plain(self._conn) as cursor:
             rows = cursor.execute(sql.DATABASE_LIST).fetchall()
-        theirs = next((str(file) for _, name, file in rows if name == "main"), "")
+        theirs = next((file for _, name, file in rows if name == "main"), "")
         ours = os.path.abspath(self._options.path)
         if not theirs:
             raise ValueError(
@@ -286,16 +285,12 @@ class CallersConnection:
 
     def __call__(self, op: Operation[_ops.Stmt, _ops.Result, T]) -> T:
         mine = own(op)
-        conn = self._conn
         if not self.checked:
             self.check()
+        conn = self._conn
         with sqlite_errors(self._options.path):
             self._in_transaction()
-            # The caller's factories stay theirs: the operations read plain tuples and str.
-            cursor = sqlite3.Cursor(conn)
-            cursor.row_factory = None
-            text_factory, conn.text_factory = conn.text_factory, str
-            try:
+            with _plain(conn) as cursor:
                 cursor.execute(sql.SAVEPOINT)
                 try:
                     value = drive(mine, self._options.clock(), partial(_execute, cursor))
@@ -307,8 +302,6 @@ class CallersConnection:
                         cursor.execute(sql.RELEASE_SAVEPOINT)
                     raise
                 cursor.execute(sql.RELEASE_SAVEPOINT)
-            finally:
-                conn.text_factory = text_factory
         return value
 
     def _in_transaction(self) -> None:
@@ -324,6 +317,19 @@ class CallersConnection:
             "own (autocommit), so the queue's statements would commit at once: run BEGIN "
             "(or BEGIN IMMEDIATE) on it first"
         )
+
+
+@contextmanager
+def _plain(conn: sqlite3.Connection) -> Iterator[sqlite3.Cursor]:
+    """A cursor of ``conn`` that reads plain tuples of str, whatever row and text
+    factories the caller set on ``conn``, which are the caller's again afterwards."""
+    cursor = sqlite3.Cursor(conn)
+    cursor.row_factory = None
+    text_factory, conn.text_factory = conn.text_factory, str
+    try:
+        yield cursor
+    finally:
+        conn.text_factory = text_factory
 
 
 def _same_file(a: str, b: str) -> bool:

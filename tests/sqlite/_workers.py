@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from transports_core import Event, open_transport
+from transports_sqlite import SqliteTransport
 
 # The queue is empty once the transport has nothing more to hand out and the file has no
 # rows left; a claim alone cannot tell "empty" from "every group is leased elsewhere".
@@ -91,3 +92,29 @@ def publish_keys(db: str, keys: int, ready: Any, go: Any, seqs: Any) -> None:
         go.wait(60)
         got = [(f"k{n}", int(t.publish("g", Event(n=n), key=f"k{n}"))) for n in order]
     seqs.put(got)
+
+
+def claim_waiting(db: str, wait: float, ready: Any, report: Connection) -> None:
+    """Say ``ready``, then make one claim that waits up to ``wait`` seconds; report what
+    it leased (seq and event, or None) and time.monotonic() just after it returned."""
+    with open_transport(f"sqlite:///{db}") as t:
+        ready.put("waiting")
+        lease = t.claim("waiter", visibility=60, wait=wait)
+        returned = time.monotonic()
+        report.send((None if lease is None else (lease.seq, lease.event.model_dump()), returned))
+
+
+def write_and_publish(db: str, first: int, ready: Any) -> None:
+    """For n = first, first + 1, ... until killed: in one transaction of its own
+    connection, write row n of its own table ``mine`` and publish event n to group "g"
+    within it, then commit."""
+    with open_transport(f"sqlite:///{db}") as t, closing(sqlite3.connect(db)) as conn:
+        assert isinstance(t, SqliteTransport)
+        within = t.within(conn)
+        ready.put("started")
+        n = first
+        while True:
+            conn.execute("INSERT INTO mine (n) VALUES (?)", (n,))
+            within.publish("g", Event(n=n))
+            conn.commit()
+            n += 1
