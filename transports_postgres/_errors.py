@@ -6,6 +6,10 @@
     ├── connection lost mid-call                 OutcomeUnknown for a call that writes
     │                                            (publish, ack, ...), TransportError for a read
     ├── UndefinedTable                           TransportError: the queue's schema is gone
+    ├── within, the connection lost              TransportError: the caller's transaction
+    │                                            is gone, nothing of it committed
+    ├── within, a serialization failure or       TransportError: roll back and run the
+    │   deadlock                                 caller's transaction again
     └── other DatabaseError (not a bug of ours)  TransportError with the server's message
 
 Programming errors (a syntax error would be ours) pass through. Used by both runners;
@@ -26,12 +30,13 @@ from transports_core import OutcomeUnknown, TransportError
 
 class Call:
     """What `postgres_errors` needs to know of the call in flight: its name, whether it
-    writes, and whether any statement has been sent yet (the runner sets ``sent``)."""
+    writes, whether any statement has been sent yet (the runner sets ``sent``), and
+    whether it runs in a transaction of the caller's (``within``)."""
 
-    __slots__ = ("name", "sent", "writes")
+    __slots__ = ("joined", "name", "sent", "writes")
 
-    def __init__(self, name: str, writes: bool) -> None:
-        self.name, self.writes, self.sent = name, writes, False
+    def __init__(self, name: str, writes: bool, joined: bool = False) -> None:
+        self.name, self.writes, self.sent, self.joined = name, writes, False, joined
 
 
 def _lost(exc: psycopg.Error) -> bool:
@@ -56,6 +61,11 @@ def postgres_errors(where: str, call: Call) -> Iterator[None]:
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if _lost(exc):
+            if call.joined:
+                raise TransportError(
+                    f"{where}: {call.name} within: the connection was lost ({reason}); your "
+                    "transaction went with it, so nothing of it was committed"
+                ) from exc
             if call.sent and call.writes:
                 raise OutcomeUnknown(f"{where}: {call.name}", reason) from exc
             raise TransportError(
@@ -70,4 +80,11 @@ def postgres_errors(where: str, call: Call) -> Iterator[None]:
             exc, pgerrors.InsufficientPrivilege
         ):
             raise
+        if call.joined and isinstance(
+            exc, (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)
+        ):
+            raise TransportError(
+                f"{where}: {call.name} within: {reason}; roll your transaction back and run "
+                "it again"
+            ) from exc
         raise TransportError(f"{where}: {call.name}: PostgreSQL error: {reason}") from exc
