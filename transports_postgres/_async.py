@@ -25,7 +25,7 @@ from transports_core import backend as core
 from transports_core.backend import Claimed, GiveBack, Operation, drive_async
 
 from . import _ops
-from ._errors import Call, postgres_errors
+from ._errors import Call, JoinedCall, postgres_errors
 from ._sync import (
     LISTEN_TICK,
     RELEASE,
@@ -358,7 +358,7 @@ class _AsyncJoined:
         schema = transport._schema
         mine = own(op)
         check_joinable(conn, transport._where, f"{mine.call} within")
-        call = Call(mine.call, writes=False, joined=True)
+        call = JoinedCall(mine.call, writes=False)
         with postgres_errors(transport._where, call):
             if not self._checked:
                 read = functools.partial(run_caller, conn, schema, call)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import ClassVar
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -30,13 +31,21 @@ from transports_core import OutcomeUnknown, TransportError
 
 class Call:
     """What `postgres_errors` needs to know of the call in flight: its name, whether it
-    writes, whether any statement has been sent yet (the runner sets ``sent``), and
-    whether it runs in a transaction of the caller's (``within``)."""
+    writes, and whether any statement has been sent yet (the runner sets ``sent``)."""
 
-    __slots__ = ("joined", "name", "sent", "writes")
+    __slots__ = ("name", "sent", "writes")
+    # Whether it runs in a transaction of the caller's (see `JoinedCall`).
+    joined: ClassVar[bool] = False
 
-    def __init__(self, name: str, writes: bool, joined: bool = False) -> None:
-        self.name, self.writes, self.sent, self.joined = name, writes, False, joined
+    def __init__(self, name: str, writes: bool) -> None:
+        self.name, self.writes, self.sent = name, writes, False
+
+
+class JoinedCall(Call):
+    """A call of ``within``: it runs in the caller's transaction, which it never commits."""
+
+    __slots__ = ()
+    joined = True
 
 
 def _lost(exc: psycopg.Error) -> bool:

@@ -32,7 +32,7 @@ from transports_core.backend import Operation, WaitState, drive
 
 from . import _ops
 from . import _sql as sql
-from ._errors import Call, postgres_errors
+from ._errors import Call, JoinedCall, postgres_errors
 from ._url import PostgresOptions
 
 if TYPE_CHECKING:
@@ -551,7 +551,7 @@ class _Joined:
         schema = transport._schema
         mine = own(op)
         check_joinable(conn, transport._where, f"{mine.call} within")
-        call = Call(mine.call, writes=False, joined=True)
+        call = JoinedCall(mine.call, writes=False)
         with postgres_errors(transport._where, call):
             if not self._checked:
                 read = functools.partial(run_caller, conn, schema, call)
