@@ -4,7 +4,8 @@ psycopg's `AsyncConnectionPool`, with the same statements and round trips as the
 The pool is opened lazily, on first use (an event loop must be running). A blocked
 ``claim(wait=)`` follows core's `wait_plan`, awaiting an event that a listener task, on
 its own LISTEN connection, sets. A claim whose task is cancelled gives back what the
-server leased for it (core's `GiveBack`, with `_ops.Unclaim`).
+server leased for it (core's `GiveBack`, with `_ops.Unclaim`). ``within(conn)`` takes a
+psycopg `AsyncConnection`, as the sync twin takes a `Connection`.
 """
 
 from __future__ import annotations
@@ -16,23 +17,29 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from transports_core import Event, Lease, TransportError
+from transports_core import AsyncWithin, Event, Lease, TransportError
 from transports_core import backend as core
 from transports_core.backend import Claimed, GiveBack, Operation, drive_async
 
 from . import _ops
-from ._errors import Call, postgres_errors
+from ._errors import Call, JoinedCall, postgres_errors
 from ._sync import (
     LISTEN_TICK,
+    RELEASE,
+    UNDO,
     Configured,
     Listening,
     OneCursor,
+    Opening,
     bind,
     check_alive,
+    check_joinable,
     has_rows,
     in_transaction,
+    not_this_store,
     note_goodbye,
     own,
     pool_arguments,
@@ -65,6 +72,38 @@ async def run_batch(conn: AConn, schema: str, call: Call, batch: _ops.Batch) -> 
     async with conn.pipeline():
         cursors = [await conn.execute(s.statement.render(schema), bind(s)) for s in batch]
     return [await _result(cursor) for cursor in cursors]
+
+
+async def run_caller(
+    conn: psycopg.AsyncConnection[Any], schema: str, call: Call, batch: _ops.Batch
+) -> list[_ops.Result]:
+    """The sync twin's `run_caller`, awaited."""
+    if not batch:
+        return []
+    call.sent = True
+    if len(batch) == 1:
+        (stmt,) = batch
+        cursor = psycopg.AsyncCursor(conn, row_factory=tuple_row)
+        return [await _result(await cursor.execute(stmt.statement.render(schema), bind(stmt)))]
+    async with conn.pipeline():
+        cursors = [
+            await psycopg.AsyncCursor(conn, row_factory=tuple_row).execute(
+                s.statement.render(schema), bind(s)
+            )
+            for s in batch
+        ]
+    return [await _result(cursor) for cursor in cursors]
+
+
+async def run_joined(
+    conn: psycopg.AsyncConnection[Any],
+    schema: str,
+    call: Call,
+    opening: Opening,
+    batch: _ops.Batch,
+) -> list[_ops.Result]:
+    batch, skip = opening.take(batch)
+    return (await run_caller(conn, schema, call, batch))[skip:]
 
 
 async def configure(conn: AConn) -> None:
@@ -223,6 +262,29 @@ class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
         pool = self._pool or await self._open()
         return await self._perform(pool, own(op))
 
+    def within(self, conn: object) -> AsyncWithin[E]:
+        return AsyncWithin(self._joined_ops, self._codec, self._on_dead, self._join(conn))
+
+    def _join(self, conn: object) -> _AsyncJoined:
+        if not isinstance(conn, psycopg.AsyncConnection):
+            twin = " (the sync twin takes those)" if isinstance(conn, psycopg.Connection) else ""
+            raise TypeError(
+                f"{self._where}: within needs a psycopg.AsyncConnection, not "
+                f"{type(conn).__name__}{twin}"
+            )
+        check_joinable(conn, self._where, "within")
+        return _AsyncJoined(self, conn)
+
+    async def _check_store(self, theirs: tuple[Any, ...]) -> None:
+        """The sync twin's `_check_store`, awaited."""
+        for fresh in (False, True):
+            if self._store is None or fresh:
+                self._store = await self._run(_ops.Identity(self._schema))
+            why = not_this_store(self._where, self._schema, self._store, theirs)
+            if not why:
+                return
+        raise ValueError(why)
+
     async def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
@@ -279,3 +341,38 @@ class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._where}>"
+
+
+class _AsyncJoined:
+    """The sync twin's `_Joined`, on a caller's `psycopg.AsyncConnection`."""
+
+    __slots__ = ("_checked", "_conn", "_transport")
+
+    def __init__(
+        self, transport: AsyncPostgresTransport[Any], conn: psycopg.AsyncConnection[Any]
+    ) -> None:
+        self._transport, self._conn, self._checked = transport, conn, False
+
+    async def __call__(self, op: Operation[_ops.Batch, list[_ops.Result], T]) -> T:
+        transport, conn = self._transport, self._conn
+        schema = transport._schema
+        mine = own(op)
+        check_joinable(conn, transport._where, f"{mine.call} within")
+        call = JoinedCall(mine.call, writes=False)
+        with postgres_errors(transport._where, call):
+            if not self._checked:
+                read = functools.partial(run_caller, conn, schema, call)
+                await transport._check_store(await drive_async(_ops.Identity(schema), None, read))
+                self._checked = True
+            opening = Opening(_ops.joined_prelude(mine))
+            execute = functools.partial(run_joined, conn, schema, call, opening)
+            try:
+                value = await drive_async(_ops.Bare(mine), transport._clock(), execute)
+            except BaseException:
+                if opening.sent and not conn.closed:
+                    with contextlib.suppress(psycopg.Error):
+                        await run_caller(conn, schema, call, UNDO)
+                raise
+            if opening.sent:
+                await run_caller(conn, schema, call, RELEASE)
+            return value

@@ -6,6 +6,10 @@
     ├── connection lost mid-call                 OutcomeUnknown for a call that writes
     │                                            (publish, ack, ...), TransportError for a read
     ├── UndefinedTable                           TransportError: the queue's schema is gone
+    ├── within, the connection lost              TransportError: the caller's transaction
+    │                                            is gone, nothing of it committed
+    ├── within, a serialization failure or       TransportError: roll back and run the
+    │   deadlock                                 caller's transaction again
     └── other DatabaseError (not a bug of ours)  TransportError with the server's message
 
 Programming errors (a syntax error would be ours) pass through. Used by both runners;
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import ClassVar
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -29,9 +34,18 @@ class Call:
     writes, and whether any statement has been sent yet (the runner sets ``sent``)."""
 
     __slots__ = ("name", "sent", "writes")
+    # Whether it runs in a transaction of the caller's (see `JoinedCall`).
+    joined: ClassVar[bool] = False
 
     def __init__(self, name: str, writes: bool) -> None:
         self.name, self.writes, self.sent = name, writes, False
+
+
+class JoinedCall(Call):
+    """A call of ``within``: it runs in the caller's transaction, which it never commits."""
+
+    __slots__ = ()
+    joined = True
 
 
 def _lost(exc: psycopg.Error) -> bool:
@@ -56,6 +70,11 @@ def postgres_errors(where: str, call: Call) -> Iterator[None]:
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if _lost(exc):
+            if call.joined:
+                raise TransportError(
+                    f"{where}: {call.name} within: the connection was lost ({reason}); your "
+                    "transaction went with it, so nothing of it was committed"
+                ) from exc
             if call.sent and call.writes:
                 raise OutcomeUnknown(f"{where}: {call.name}", reason) from exc
             raise TransportError(
@@ -70,4 +89,11 @@ def postgres_errors(where: str, call: Call) -> Iterator[None]:
             exc, pgerrors.InsufficientPrivilege
         ):
             raise
+        if call.joined and isinstance(
+            exc, (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)
+        ):
+            raise TransportError(
+                f"{where}: {call.name} within: {reason}; roll your transaction back and run "
+                "it again"
+            ) from exc
         raise TransportError(f"{where}: {call.name}: PostgreSQL error: {reason}") from exc

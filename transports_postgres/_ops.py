@@ -775,6 +775,65 @@ class PurgeGroup(Operation[int]):
         return len({row[0] for row in messages.rows} | {row[0] for row in dead.rows})
 
 
+# --- within: the caller's transaction ------------------------------------------------------
+
+
+class Identity(Operation[tuple[Any, ...]]):
+    """Which database, server and queue a connection reaches (`sql.IDENTITY`)."""
+
+    __slots__ = ("schema",)
+    call = "within"
+    writes = False
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+
+    def first(self, now: float | None) -> Batch:
+        return (Stmt(sql.IDENTITY, (self.schema,)),)
+
+    def done(self, results: list[Result], now: float | None) -> tuple[Any, ...]:
+        return tuple(results[0].rows[0])
+
+
+class Bare(core.Operation[Batch, list[Result], T]):
+    """``op`` without the transaction its `Operation.steps` opens and commits: its
+    `Operation.body`, for a runner inside a transaction of the caller's. The one-round-trip
+    path is the same (in a transaction block a pipeline's Sync commits nothing)."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op: Operation[T]) -> None:
+        self.op = op
+
+    def first(self, now: float | None) -> Batch | None:
+        return self.op.first(now)
+
+    def done(self, results: list[Result], now: float | None) -> T | More:
+        value = self.op.done(results, now)
+        if isinstance(value, More) and value.then is not None:
+            then = value.then
+            assert isinstance(then, Operation)  # this backend's operations go on with theirs
+            return More(Bare(then))
+        return value
+
+    def steps(self, now: float | None) -> Steps[T]:
+        return self.op.body(now)
+
+
+def joined_prelude(op: Operation[Any]) -> Batch:
+    """What goes before ``op``'s first statements in a caller's transaction: our savepoint,
+    the notification a snapshot needs (`sql.NOTIFY_IF_SNAPSHOT`) and, for a settle, the
+    lock of its group (`sql.LOCK_GROUP`). In repeatable read or serializable, that lock
+    fails with a serialization error when the group changed after the snapshot was taken
+    (a lease taken, extended or lost since), where the fence alone, read in the
+    snapshot, would report a current lease as lost; a group row the lock creates goes
+    with the savepoint."""
+    prelude = (Stmt(sql.SAVEPOINT), Stmt(sql.NOTIFY_IF_SNAPSHOT))
+    if isinstance(op, _Settle):
+        return (*prelude, Stmt(sql.LOCK_GROUP, (op.fence[0], 0)))
+    return prelude
+
+
 class Operations:
     """The builders of one transport's operations: this module's, with the transport's
     options bound into those that take them, by the names `TransportBase` calls, and

@@ -858,3 +858,34 @@ PURGE_DEAD_LETTERS: Final = Statement(
     "DELETE FROM {s}.dead_letters WHERE group_id = :group_id RETURNING seq", ("group_id",)
 )
 DROP_GROUP: Final = Statement("DELETE FROM {s}.groups WHERE group_id = :group_id", ("group_id",))
+
+# --- within: the caller's transaction -----------------------------------------------------------
+
+# Which store a connection reaches: its database, its server (by when it started, which a
+# restart changes) and the queue's `meta` table there (NULL: no such queue). Read on the
+# transport's pool and on the caller's connection, compared before `within` writes.
+IDENTITY: Final = Statement(
+    """
+SELECT current_database(), pg_postmaster_start_time(),
+       to_regclass(quote_ident(:schema) || '.meta')::oid
+""",
+    ("schema",),
+)
+
+# Each operation run in a caller's transaction runs in a savepoint of ours: a failed one
+# (LeaseLost included) is rolled back to it and leaves the caller's transaction usable.
+SAVEPOINT: Final = Statement("SAVEPOINT durable_transports")
+RELEASE_SAVEPOINT: Final = Statement("RELEASE SAVEPOINT durable_transports")
+ROLLBACK_TO_SAVEPOINT: Final = Statement("ROLLBACK TO SAVEPOINT durable_transports")
+
+# In a repeatable read or serializable transaction, the statements' own test for a waiter
+# reads the snapshot, which misses a claim that began waiting after it was taken: such a
+# transaction notifies unconditionally (once: PostgreSQL folds a transaction's equal
+# notifications into one, delivered at its commit, and drops those of a rolled back
+# savepoint).
+NOTIFY_IF_SNAPSHOT: Final = Statement(
+    f"""
+SELECT CASE WHEN current_setting('transaction_isolation') IN ('repeatable read', 'serializable')
+            THEN {_NOTIFY} END
+"""
+)

@@ -6,6 +6,9 @@ and COMMIT, so a batch and its transaction go in one pipelined round trip), so t
 sharing one transport run their calls in parallel. A blocked ``claim(wait=)`` follows
 core's `wait_plan`, sleeping on a condition that a dedicated LISTEN connection's thread
 signals.
+
+``within(conn)`` runs the writing calls on a caller's `psycopg.Connection` instead, in
+the caller's transaction, each in a savepoint of its own (see `_Joined`).
 """
 
 from __future__ import annotations
@@ -16,19 +19,20 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 import psycopg
 from psycopg.pq import ConnStatus, TransactionStatus
+from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
-from transports_core import Event, Lease, TransportError
+from transports_core import Event, Lease, TransportError, Within
 from transports_core import backend as core
 from transports_core.backend import Operation, WaitState, drive
 
 from . import _ops
 from . import _sql as sql
-from ._errors import Call, postgres_errors
+from ._errors import Call, JoinedCall, postgres_errors
 from ._url import PostgresOptions
 
 if TYPE_CHECKING:
@@ -102,6 +106,34 @@ def run_batch(conn: Conn, schema: str, call: Call, batch: _ops.Batch) -> list[_o
     return [_result(cursor) for cursor in cursors]
 
 
+def run_caller(
+    conn: psycopg.Connection[Any], schema: str, call: Call, batch: _ops.Batch
+) -> list[_ops.Result]:
+    """`run_batch` on a caller's connection: cursors of our own, whatever its cursor and
+    row factories (a client-side cursor cannot send binary arrays; rows must be tuples),
+    under its own prepare_threshold."""
+    if not batch:
+        return []
+    call.sent = True
+    if len(batch) == 1:
+        (stmt,) = batch
+        cursor = psycopg.Cursor(conn, row_factory=tuple_row)
+        return [_result(cursor.execute(stmt.statement.render(schema), bind(stmt)))]
+    with conn.pipeline():
+        cursors = [
+            psycopg.Cursor(conn, row_factory=tuple_row).execute(s.statement.render(schema), bind(s))
+            for s in batch
+        ]
+    return [_result(cursor) for cursor in cursors]
+
+
+def run_joined(
+    conn: psycopg.Connection[Any], schema: str, call: Call, opening: Opening, batch: _ops.Batch
+) -> list[_ops.Result]:
+    batch, skip = opening.take(batch)
+    return run_caller(conn, schema, call, batch)[skip:]
+
+
 def own(op: Operation[_ops.Batch, list[_ops.Result], T]) -> _ops.Operation[T]:
     """``op`` as an operation of this backend's `_ops` (both twins): the only kind their
     `Operations` build, the base classes' methods included."""
@@ -165,6 +197,65 @@ def pool_arguments(options: PostgresOptions) -> dict[str, Any]:
         "num_workers": 1,
         "name": f"transports-{options.schema}",
     }
+
+
+def check_joinable(conn: psycopg.BaseConnection[Any], where: str, name: str) -> None:
+    """Refuse a caller's connection (either twin's) whose statements would not run in an
+    open transaction of the caller's: closed, in autocommit with no transaction open
+    (each statement would commit at once), failed, or busy. Idle without autocommit is
+    fine: psycopg begins the transaction with the first statement, ours or the caller's."""
+    if conn.closed:
+        raise ValueError(f"{where}: {name}: the connection is closed")
+    status = conn.info.transaction_status
+    if status == TransactionStatus.INTRANS or (
+        status == TransactionStatus.IDLE and not conn.autocommit
+    ):
+        return
+    if status == TransactionStatus.IDLE:
+        raise ValueError(
+            f"{where}: {name}: the connection is in autocommit mode with no "
+            "transaction open, so each statement would commit at once; open one first "
+            "(with conn.transaction(): ...)"
+        )
+    if status == TransactionStatus.INERROR:
+        raise ValueError(f"{where}: {name}: the connection's transaction has failed; roll it back")
+    raise ValueError(f"{where}: {name}: the connection is busy ({status.name})")
+
+
+class Opening:
+    """The statements that go before an operation's first batch on a caller's connection
+    (`_ops.joined_prelude`), and whether they were sent (then the savepoint is ours to
+    release or roll back to)."""
+
+    __slots__ = ("prelude", "sent")
+
+    def __init__(self, prelude: _ops.Batch) -> None:
+        self.prelude, self.sent = prelude, False
+
+    def take(self, batch: _ops.Batch) -> tuple[_ops.Batch, int]:
+        """``batch`` with the prelude before it the first time, and the prelude's length."""
+        if self.sent or not batch:
+            return batch, 0
+        self.sent = True
+        return (*self.prelude, *batch), len(self.prelude)
+
+
+UNDO: Final = (_ops.Stmt(sql.ROLLBACK_TO_SAVEPOINT), _ops.Stmt(sql.RELEASE_SAVEPOINT))
+RELEASE: Final = (_ops.Stmt(sql.RELEASE_SAVEPOINT),)
+
+
+def not_this_store(where: str, schema: str, ours: tuple[Any, ...], theirs: tuple[Any, ...]) -> str:
+    """Why a caller's connection (``theirs``, `_ops.Identity`) is not one to this
+    transport's queue (``ours``), or '' if it is."""
+    if theirs == ours:
+        return ""
+    if theirs[0] != ours[0] or theirs[1] != ours[1]:
+        return (
+            f"{where}: within: the connection is to database {theirs[0]!r} of a server "
+            f"started at {theirs[1]}, not to this transport's database {ours[0]!r} of "
+            f"the server started at {ours[1]}"
+        )
+    return f"{where}: within: the connection's database has no queue in schema {schema!r}"
 
 
 class Listening:
@@ -306,6 +397,13 @@ class Configured(Generic[E]):
             options.lease_synchronous_commit,
             options.dedup_window,
         )
+        # Within a caller's transaction, no operation may change its synchronous_commit.
+        self._joined_ops = (
+            self._operations
+            if options.lease_synchronous_commit is None
+            else _ops.Operations(options.max_attempts, options.on_dead, None, options.dedup_window)
+        )
+        self._store: tuple[Any, ...] | None = None
         self._clock = options.clock
         self._closed = False
         self._recheck = RECHECK if options.server_clock else RECHECK_INJECTED_CLOCK
@@ -368,6 +466,31 @@ class PostgresTransport(Configured[E], core.TransportBase[E]):
                         conn.execute("ROLLBACK")
                 raise
 
+    def within(self, conn: object) -> Within[E]:
+        return Within(self._joined_ops, self._codec, self._on_dead, self._join(conn))
+
+    def _join(self, conn: object) -> _Joined:
+        if not isinstance(conn, psycopg.Connection):
+            twin = (
+                " (the async twin takes those)" if isinstance(conn, psycopg.AsyncConnection) else ""
+            )
+            raise TypeError(
+                f"{self._where}: within needs a psycopg.Connection, not {type(conn).__name__}{twin}"
+            )
+        check_joinable(conn, self._where, "within")
+        return _Joined(self, conn)
+
+    def _check_store(self, theirs: tuple[Any, ...]) -> None:
+        """Refuse a caller's connection that is not to this queue's database (its
+        identity, ``theirs``, is compared to ours, read again once after a restart)."""
+        for fresh in (False, True):
+            if self._store is None or fresh:
+                self._store = self._run(_ops.Identity(self._schema))
+            why = not_this_store(self._where, self._schema, self._store, theirs)
+            if not why:
+                return
+        raise ValueError(why)
+
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
     ) -> Lease[E] | None:
@@ -410,3 +533,39 @@ class PostgresTransport(Configured[E], core.TransportBase[E]):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._where}>"
+
+
+class _Joined:
+    """`within`'s runner on a caller's `psycopg.Connection`: each operation's statements
+    (`_ops.Bare`: no BEGIN or COMMIT) in a savepoint of its own, inside the caller's
+    transaction, released when it succeeds and rolled back to when it fails. Its first
+    operation checks first that the connection reaches this queue's database."""
+
+    __slots__ = ("_checked", "_conn", "_transport")
+
+    def __init__(self, transport: PostgresTransport[Any], conn: psycopg.Connection[Any]) -> None:
+        self._transport, self._conn, self._checked = transport, conn, False
+
+    def __call__(self, op: Operation[_ops.Batch, list[_ops.Result], T]) -> T:
+        transport, conn = self._transport, self._conn
+        schema = transport._schema
+        mine = own(op)
+        check_joinable(conn, transport._where, f"{mine.call} within")
+        call = JoinedCall(mine.call, writes=False)
+        with postgres_errors(transport._where, call):
+            if not self._checked:
+                read = functools.partial(run_caller, conn, schema, call)
+                transport._check_store(drive(_ops.Identity(schema), None, read))
+                self._checked = True
+            opening = Opening(_ops.joined_prelude(mine))
+            execute = functools.partial(run_joined, conn, schema, call, opening)
+            try:
+                value = drive(_ops.Bare(mine), transport._clock(), execute)
+            except BaseException:
+                if opening.sent and not conn.closed:
+                    with contextlib.suppress(psycopg.Error):
+                        run_caller(conn, schema, call, UNDO)
+                raise
+            if opening.sent:
+                run_caller(conn, schema, call, RELEASE)
+            return value
