@@ -27,7 +27,7 @@ from ._codec import EventCodec
 from ._errors import LeaseLost
 from ._models import Lease, Message
 from ._seam import Operation
-from ._validate import check_lease, check_priority, check_visibility, check_worker_id
+from ._validate import DEDUP_WINDOW, check_lease, check_priority, check_visibility, check_worker_id
 
 try:
     from typing import Self
@@ -117,11 +117,16 @@ class Operations(Protocol):
         event: object,
         priority: int,
         key: str | None,
+        window: float,
         /,
     ) -> Operation[Any, Any, int]: ...
 
     def PublishMany(
-        self, codec: EventCodec[Any], items: Iterable[tuple[str, Any, int] | Message[Any]], /
+        self,
+        codec: EventCodec[Any],
+        items: Iterable[tuple[str, Any, int] | Message[Any]],
+        window: float,
+        /,
     ) -> Operation[Any, Any, list[int]]: ...
 
     def Ack(self, lease: Lease[Any], /) -> Operation[Any, Any, None]: ...
@@ -234,16 +239,20 @@ class TransportBase(Closing, Generic[E]):
     _ops: Operations
     _codec: EventCodec[E]
     _on_dead: str
+    # How long the queue remembers an idempotency key: its `dedup_window` option.
+    _dedup_window: float = DEDUP_WINDOW
 
     def _run(self, op: Operation[Any, Any, T]) -> T:
         """Run ``op`` in one transaction (or one script call) and return its value."""
         raise NotImplementedError
 
     def publish(self, group_id: str, event: E, priority: int = 0, *, key: str | None = None) -> int:
-        return self._run(self._ops.Publish(self._codec, group_id, event, priority, key))
+        return self._run(
+            self._ops.Publish(self._codec, group_id, event, priority, key, self._dedup_window)
+        )
 
     def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
-        return self._run(self._ops.PublishMany(self._codec, items))
+        return self._run(self._ops.PublishMany(self._codec, items, self._dedup_window))
 
     def ack(self, lease: Lease[object]) -> None:
         self._run(self._ops.Ack(lease))
@@ -287,6 +296,8 @@ class AsyncTransportBase(AsyncClosing, Generic[E]):
     _ops: Operations
     _codec: EventCodec[E]
     _on_dead: str
+    # How long the queue remembers an idempotency key: its `dedup_window` option.
+    _dedup_window: float = DEDUP_WINDOW
 
     async def _run(self, op: Operation[Any, Any, T]) -> T:
         """Run ``op`` in one transaction (or one script call) and return its value."""
@@ -295,10 +306,12 @@ class AsyncTransportBase(AsyncClosing, Generic[E]):
     async def publish(
         self, group_id: str, event: E, priority: int = 0, *, key: str | None = None
     ) -> int:
-        return await self._run(self._ops.Publish(self._codec, group_id, event, priority, key))
+        return await self._run(
+            self._ops.Publish(self._codec, group_id, event, priority, key, self._dedup_window)
+        )
 
     async def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
-        return await self._run(self._ops.PublishMany(self._codec, items))
+        return await self._run(self._ops.PublishMany(self._codec, items, self._dedup_window))
 
     async def ack(self, lease: Lease[object]) -> None:
         await self._run(self._ops.Ack(lease))

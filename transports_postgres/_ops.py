@@ -783,17 +783,10 @@ class Operations:
     ``lease_commit``: None to flush every commit, or ``'off'``, the `synchronous_commit`
     of the transactions that only move a lease (see `sql._LEASE_COMMIT`)."""
 
-    __slots__ = ("claim", "dedup_window", "lease_commit")
+    __slots__ = ("claim", "lease_commit")
 
-    def __init__(
-        self,
-        max_attempts: int | None,
-        on_dead: str,
-        lease_commit: str | None,
-        dedup_window: float = core.DEDUP_WINDOW,
-    ) -> None:
+    def __init__(self, max_attempts: int | None, on_dead: str, lease_commit: str | None) -> None:
         self.lease_commit = lease_commit
-        self.dedup_window = dedup_window
         kind = Claim if lease_commit is None else LeaseClaim
         self.claim: core.ReuseLast[[str, float, int], Claim] = core.ReuseLast(
             lambda worker_id, visibility, min_priority: kind(
@@ -808,17 +801,19 @@ class Operations:
         event: object,
         priority: int,
         key: str | None,
+        window: float,
         /,
     ) -> Publish | KeyedPublish:
-        return publish(codec, group_id, event, priority, key, self.dedup_window)
+        return publish(codec, group_id, event, priority, key, window)
 
     def PublishMany(
         self,
         codec: core.EventCodec[Any],
         items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
+        window: float,
         /,
     ) -> PublishMany | KeyedPublishMany:
-        return publish_many(codec, items, self.dedup_window)
+        return publish_many(codec, items, window)
 
     def Nack(self, lease: dt.Lease[Any], delay: float, /) -> Nack:
         return Nack(lease, delay, self.lease_commit)

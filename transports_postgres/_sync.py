@@ -304,8 +304,8 @@ class Configured(Generic[E]):
             options.max_attempts,
             options.on_dead,
             options.lease_synchronous_commit,
-            options.dedup_window,
         )
+        self._dedup_window = options.dedup_window
         self._clock = options.clock
         self._closed = False
         self._recheck = RECHECK if options.server_clock else RECHECK_INJECTED_CLOCK

@@ -115,7 +115,21 @@ class Op(core.Operation[ScriptCall, Any, T]):
     script: ClassVar[Script]
 
 
-class Publish(Op[int]):
+def Publish(
+    codec: core.EventCodec[Any],
+    group_id: str,
+    event: object,
+    priority: int,
+    key: str | None = None,
+    window: float = core.DEDUP_WINDOW,
+) -> Op[int]:
+    """A publish: without a key the same script as before keys, with one `PublishKeyed`."""
+    if key is None:
+        return PublishOne(codec, group_id, event, priority)
+    return PublishKeyed(codec, group_id, event, priority, key, window)
+
+
+class PublishOne(Op[int]):
     """A publish without a key."""
 
     __slots__ = ("params",)
@@ -137,7 +151,7 @@ class Publish(Op[int]):
         return int(reply)
 
 
-class PublishKeyed(Publish):
+class PublishKeyed(PublishOne):
     """A publish with a key, remembered for ``window`` seconds: a key in use replies
     minus the original's seq, which is returned as a `Duplicate`."""
 
@@ -583,53 +597,6 @@ class Check(Op[list[str]]):
     def done(self, reply: Any, now: float | None) -> list[str]:
         return [str(x) for x in reply]
 
-
-class QueueOps:
-    """The `Operations` of one handle: this module's builders, with the handle's
-    ``dedup_window`` passed to the publishes (a keyed one runs its own script, so a
-    plain one costs what it did before keys)."""
-
-    __slots__ = ("window",)
-
-    # The rest are the module's own, built alike for every handle.
-    Ack: Final = Ack
-    Nack: Final = Nack
-    Extend: Final = Extend
-    BuryLease: Final = BuryLease
-    Stats: Final = Stats
-    Groups: Final = Groups
-    DeadLetters: Final = DeadLetters
-    HeldGroups: Final = HeldGroups
-    Requeue: Final = Requeue
-    Discard: Final = Discard
-    PurgeGroup: Final = PurgeGroup
-
-    def __init__(self, window: float) -> None:
-        self.window = window
-
-    def Publish(
-        self,
-        codec: core.EventCodec[Any],
-        group_id: str,
-        event: object,
-        priority: int,
-        key: str | None,
-        /,
-    ) -> Publish:
-        if key is None:
-            return Publish(codec, group_id, event, priority)
-        return PublishKeyed(codec, group_id, event, priority, key, self.window)
-
-    def PublishMany(
-        self,
-        codec: core.EventCodec[Any],
-        items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
-        /,
-    ) -> PublishMany:
-        return PublishMany(codec, items, self.window)
-
-
-# --- a claim that waits --------------------------------------------------------------
 
 
 class Waiter:

@@ -198,7 +198,21 @@ def session(synchronous: str, memory: bool, on_loop: bool = False) -> Op[None]:
     return Plan(steps, AUTOCOMMIT)
 
 
-class Publish(Op[int]):
+def Publish(
+    codec: core.EventCodec[Any],
+    group_id: str,
+    event: object,
+    priority: int,
+    key: str | None = None,
+    window: float = core.DEDUP_WINDOW,
+) -> Op[int]:
+    """A publish: without a key the same op as before keys, with one `PublishKeyed`."""
+    if key is None:
+        return PublishOne(codec, group_id, event, priority)
+    return PublishKeyed(codec, group_id, event, priority, key, window)
+
+
+class PublishOne(Op[int]):
     """A publish without a key."""
 
     __slots__ = ("stmt",)
@@ -714,45 +728,3 @@ def wait_state(min_priority: int) -> Op[tuple[int, float | None]]:
 
 
 # --- the builders a transport runs --------------------------------------------------------
-
-
-class QueueOps:
-    """This module's builders, as core's `Operations`, for one queue: its publishes take
-    the queue's ``dedup_window``. A publish without a key builds the same op as ever."""
-
-    __slots__ = ("window",)
-
-    def __init__(self, window: float) -> None:
-        self.window = window
-
-    def Publish(
-        self,
-        codec: core.EventCodec[Any],
-        group_id: str,
-        event: object,
-        priority: int,
-        key: str | None,
-        /,
-    ) -> Op[int]:
-        if key is None:
-            return Publish(codec, group_id, event, priority)
-        return PublishKeyed(codec, group_id, event, priority, key, self.window)
-
-    def PublishMany(
-        self,
-        codec: core.EventCodec[Any],
-        items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
-        /,
-    ) -> Op[list[int]]:
-        return PublishMany(codec, items, self.window)
-
-    # Classes are not bound as methods; functions need staticmethod to stay unbound.
-    Ack, Nack, Extend = Ack, Nack, Extend
-    BuryLease = staticmethod(BuryLease)
-    Stats = staticmethod(Stats)
-    Groups = staticmethod(Groups)
-    DeadLetters = staticmethod(DeadLetters)
-    HeldGroups = staticmethod(HeldGroups)
-    Requeue = staticmethod(Requeue)
-    Discard = staticmethod(Discard)
-    PurgeGroup = staticmethod(PurgeGroup)
