@@ -27,7 +27,14 @@ from ._codec import EventCodec
 from ._errors import LeaseLost
 from ._models import Lease, Message
 from ._seam import Operation
-from ._validate import DEDUP_WINDOW, check_lease, check_priority, check_visibility, check_worker_id
+from ._validate import (
+    DEDUP_WINDOW,
+    check_key,
+    check_lease,
+    check_priority,
+    check_visibility,
+    check_worker_id,
+)
 
 try:
     from typing import Self
@@ -116,7 +123,16 @@ class Operations(Protocol):
         group_id: str,
         event: object,
         priority: int,
-        key: str | None,
+        /,
+    ) -> Operation[Any, Any, int]: ...
+
+    def PublishKeyed(
+        self,
+        codec: EventCodec[Any],
+        group_id: str,
+        event: object,
+        priority: int,
+        key: str,
         window: float,
         /,
     ) -> Operation[Any, Any, int]: ...
@@ -227,6 +243,22 @@ class AsyncClosing:
         await self.close()
 
 
+def publishing(
+    ops: Operations,
+    codec: EventCodec[E],
+    group_id: str,
+    event: E,
+    priority: int,
+    key: str | None,
+    window: float,
+) -> Operation[Any, Any, int]:
+    """A publish's operation: with a key, the backend's keyed one (the key checked here,
+    for every backend), else its plain one, which costs what it did before keys."""
+    if key is None:
+        return ops.Publish(codec, group_id, event, priority)
+    return ops.PublishKeyed(codec, group_id, event, priority, check_key(key), window)
+
+
 class TransportBase(Closing, Generic[E]):
     """A sync transport's public methods, over the backend's `Operations` and runner.
 
@@ -248,7 +280,7 @@ class TransportBase(Closing, Generic[E]):
 
     def publish(self, group_id: str, event: E, priority: int = 0, *, key: str | None = None) -> int:
         return self._run(
-            self._ops.Publish(self._codec, group_id, event, priority, key, self._dedup_window)
+            publishing(self._ops, self._codec, group_id, event, priority, key, self._dedup_window)
         )
 
     def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
@@ -307,7 +339,7 @@ class AsyncTransportBase(AsyncClosing, Generic[E]):
         self, group_id: str, event: E, priority: int = 0, *, key: str | None = None
     ) -> int:
         return await self._run(
-            self._ops.Publish(self._codec, group_id, event, priority, key, self._dedup_window)
+            publishing(self._ops, self._codec, group_id, event, priority, key, self._dedup_window)
         )
 
     async def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:

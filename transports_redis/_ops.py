@@ -115,21 +115,7 @@ class Op(core.Operation[ScriptCall, Any, T]):
     script: ClassVar[Script]
 
 
-def Publish(
-    codec: core.EventCodec[Any],
-    group_id: str,
-    event: object,
-    priority: int,
-    key: str | None = None,
-    window: float = core.DEDUP_WINDOW,
-) -> Op[int]:
-    """A publish: without a key the same script as before keys, with one `PublishKeyed`."""
-    if key is None:
-        return PublishOne(codec, group_id, event, priority)
-    return PublishKeyed(codec, group_id, event, priority, key, window)
-
-
-class PublishOne(Op[int]):
+class Publish(Op[int]):
     """A publish without a key."""
 
     __slots__ = ("params",)
@@ -151,7 +137,7 @@ class PublishOne(Op[int]):
         return int(reply)
 
 
-class PublishKeyed(PublishOne):
+class PublishKeyed(Publish):
     """A publish with a key, remembered for ``window`` seconds: a key in use replies
     minus the original's seq, which is returned as a `Duplicate`."""
 
@@ -164,14 +150,11 @@ class PublishKeyed(PublishOne):
         group_id: str,
         event: object,
         priority: int,
-        key: object,
+        key: str,
         window: float,
     ) -> None:
-        super().__init__(codec, group_id, event, priority)
-        checked = core.check_key(key)
-        if checked is None:
-            raise TypeError("a keyed publish needs a key")
-        self.params = (*self.params, key_member(group_id, checked), repr(window))
+        super().__init__(codec, group_id, event, priority)  # the key is core's to check
+        self.params = (*self.params, key_member(group_id, key), repr(window))
 
     def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.params, server_time(now)))

@@ -198,21 +198,7 @@ def session(synchronous: str, memory: bool, on_loop: bool = False) -> Op[None]:
     return Plan(steps, AUTOCOMMIT)
 
 
-def Publish(
-    codec: core.EventCodec[Any],
-    group_id: str,
-    event: object,
-    priority: int,
-    key: str | None = None,
-    window: float = core.DEDUP_WINDOW,
-) -> Op[int]:
-    """A publish: without a key the same op as before keys, with one `PublishKeyed`."""
-    if key is None:
-        return PublishOne(codec, group_id, event, priority)
-    return PublishKeyed(codec, group_id, event, priority, key, window)
-
-
-class PublishOne(Op[int]):
+class Publish(Op[int]):
     """A publish without a key."""
 
     __slots__ = ("stmt",)
@@ -256,7 +242,7 @@ class PublishKeyed(Op[int]):
             "group_id": core.check_group_id(group_id),
             "priority": core.check_priority(priority),
             "event": codec.encode(event),
-            "key": core.check_key(key),
+            "key": key,  # core's to check
         }
         self.window = window
 
