@@ -27,7 +27,14 @@ from ._codec import EventCodec
 from ._errors import LeaseLost, TransportError
 from ._models import Lease, Message
 from ._seam import Operation
-from ._validate import check_lease, check_priority, check_visibility, check_worker_id
+from ._validate import (
+    DEDUP_WINDOW,
+    check_key,
+    check_lease,
+    check_priority,
+    check_visibility,
+    check_worker_id,
+)
 
 try:
     from typing import Self
@@ -116,12 +123,26 @@ class Operations(Protocol):
         group_id: str,
         event: object,
         priority: int,
-        key: str | None,
+        /,
+    ) -> Operation[Any, Any, int]: ...
+
+    def PublishKeyed(
+        self,
+        codec: EventCodec[Any],
+        group_id: str,
+        event: object,
+        priority: int,
+        key: str,
+        window: float,
         /,
     ) -> Operation[Any, Any, int]: ...
 
     def PublishMany(
-        self, codec: EventCodec[Any], items: Iterable[tuple[str, Any, int] | Message[Any]], /
+        self,
+        codec: EventCodec[Any],
+        items: Iterable[tuple[str, Any, int] | Message[Any]],
+        window: float,
+        /,
     ) -> Operation[Any, Any, list[int]]: ...
 
     def Ack(self, lease: Lease[Any], /) -> Operation[Any, Any, None]: ...
@@ -222,6 +243,22 @@ class AsyncClosing:
         await self.close()
 
 
+def publishing(
+    ops: Operations,
+    codec: EventCodec[E],
+    group_id: str,
+    event: E,
+    priority: int,
+    key: str | None,
+    window: float,
+) -> Operation[Any, Any, int]:
+    """A publish's operation: with a key, the backend's keyed one (the key checked here,
+    for every backend), else its plain one, which costs what it did before keys."""
+    if key is None:
+        return ops.Publish(codec, group_id, event, priority)
+    return ops.PublishKeyed(codec, group_id, event, priority, check_key(key), window)
+
+
 class Writes(Generic[E]):
     """The calls that write and may run inside a transaction: ``publish``,
     ``publish_many``, ``ack``, ``nack`` and ``bury``, over ``_run(op)``. `TransportBase`
@@ -230,16 +267,20 @@ class Writes(Generic[E]):
     _ops: Operations
     _codec: EventCodec[E]
     _on_dead: str
+    # How long the queue remembers an idempotency key: its `dedup_window` option.
+    _dedup_window: float = DEDUP_WINDOW
 
     def _run(self, op: Operation[Any, Any, T]) -> T:
         """Run ``op`` and return its value."""
         raise NotImplementedError
 
     def publish(self, group_id: str, event: E, priority: int = 0, *, key: str | None = None) -> int:
-        return self._run(self._ops.Publish(self._codec, group_id, event, priority, key))
+        return self._run(
+            publishing(self._ops, self._codec, group_id, event, priority, key, self._dedup_window)
+        )
 
     def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
-        return self._run(self._ops.PublishMany(self._codec, items))
+        return self._run(self._ops.PublishMany(self._codec, items, self._dedup_window))
 
     def ack(self, lease: Lease[object]) -> None:
         self._run(self._ops.Ack(lease))
@@ -275,10 +316,13 @@ class Within(Writes[E]):
     lease that is no longer current raises `LeaseLost` at once, before the caller
     commits. Which connections and isolation levels a backend accepts is on its page."""
 
-    __slots__ = ("_codec", "_joined", "_on_dead", "_ops")
+    __slots__ = ("_codec", "_dedup_window", "_joined", "_on_dead", "_ops")
 
-    def __init__(self, ops: Operations, codec: EventCodec[E], on_dead: str, joined: Joined) -> None:
+    def __init__(
+        self, ops: Operations, codec: EventCodec[E], on_dead: str, window: float, joined: Joined
+    ) -> None:
         self._ops, self._codec, self._on_dead, self._joined = ops, codec, on_dead, joined
+        self._dedup_window = window
 
     def _run(self, op: Operation[Any, Any, T]) -> T:
         return self._joined(op)
@@ -307,7 +351,7 @@ class TransportBase(Writes[E], Closing):
 
     def within(self, conn: object) -> Within[E]:
         """This transport's writing calls, inside ``conn``'s open transaction (`Within`)."""
-        return Within(self._ops, self._codec, self._on_dead, self._join(conn))
+        return Within(self._ops, self._codec, self._on_dead, self._dedup_window, self._join(conn))
 
     def _join(self, conn: object) -> Joined:
         """A runner of operations on ``conn`` (see `Joined`), after checking that ``conn``
@@ -345,6 +389,8 @@ class AsyncWrites(Generic[E]):
     _ops: Operations
     _codec: EventCodec[E]
     _on_dead: str
+    # How long the queue remembers an idempotency key: its `dedup_window` option.
+    _dedup_window: float = DEDUP_WINDOW
 
     async def _run(self, op: Operation[Any, Any, T]) -> T:
         """Run ``op`` and return its value."""
@@ -353,10 +399,12 @@ class AsyncWrites(Generic[E]):
     async def publish(
         self, group_id: str, event: E, priority: int = 0, *, key: str | None = None
     ) -> int:
-        return await self._run(self._ops.Publish(self._codec, group_id, event, priority, key))
+        return await self._run(
+            publishing(self._ops, self._codec, group_id, event, priority, key, self._dedup_window)
+        )
 
     async def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
-        return await self._run(self._ops.PublishMany(self._codec, items))
+        return await self._run(self._ops.PublishMany(self._codec, items, self._dedup_window))
 
     async def ack(self, lease: Lease[object]) -> None:
         await self._run(self._ops.Ack(lease))
@@ -371,12 +419,18 @@ class AsyncWrites(Generic[E]):
 class AsyncWithin(AsyncWrites[E]):
     """`Within` for the async twin: ``await transport.within(conn).ack(lease)``."""
 
-    __slots__ = ("_codec", "_joined", "_on_dead", "_ops")
+    __slots__ = ("_codec", "_dedup_window", "_joined", "_on_dead", "_ops")
 
     def __init__(
-        self, ops: Operations, codec: EventCodec[E], on_dead: str, joined: AsyncJoined
+        self,
+        ops: Operations,
+        codec: EventCodec[E],
+        on_dead: str,
+        window: float,
+        joined: AsyncJoined,
     ) -> None:
         self._ops, self._codec, self._on_dead, self._joined = ops, codec, on_dead, joined
+        self._dedup_window = window
 
     async def _run(self, op: Operation[Any, Any, T]) -> T:
         return await self._joined(op)
@@ -389,7 +443,9 @@ class AsyncTransportBase(AsyncWrites[E], AsyncClosing):
 
     def within(self, conn: object) -> AsyncWithin[E]:
         """This transport's writing calls, inside ``conn``'s open transaction."""
-        return AsyncWithin(self._ops, self._codec, self._on_dead, self._join(conn))
+        return AsyncWithin(
+            self._ops, self._codec, self._on_dead, self._dedup_window, self._join(conn)
+        )
 
     def _join(self, conn: object) -> AsyncJoined:
         """`TransportBase._join` for the async twin's connections."""

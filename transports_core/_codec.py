@@ -139,7 +139,7 @@ class EventCodec(Generic[E]):
                         check_group_id(fields[0]),
                         self.encode(fields[1]),
                         check_priority(fields[2]),
-                        check_key(fields[3]),
+                        None if fields[3] is None else check_key(fields[3]),
                     )
                 )
             except (TypeError, ValueError) as exc:

@@ -37,10 +37,8 @@ def check_group_id(group_id: object) -> str:
     return group_id
 
 
-def check_key(key: object) -> str | None:
-    """An idempotency key: None, or a non-empty str of at most `MAX_KEY` characters."""
-    if key is None:
-        return None
+def check_key(key: object) -> str:
+    """An idempotency key: a non-empty str of at most `MAX_KEY` characters."""
     if not isinstance(key, str):
         raise TypeError(f"key must be a str or None, got {key!r:.200}")
     if not key or len(key) > MAX_KEY:

@@ -263,7 +263,9 @@ class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
         return await self._perform(pool, own(op))
 
     def within(self, conn: object) -> AsyncWithin[E]:
-        return AsyncWithin(self._joined_ops, self._codec, self._on_dead, self._join(conn))
+        return AsyncWithin(
+            self._joined_ops, self._codec, self._on_dead, self._dedup_window, self._join(conn)
+        )
 
     def _join(self, conn: object) -> _AsyncJoined:
         if not isinstance(conn, psycopg.AsyncConnection):

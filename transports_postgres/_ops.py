@@ -213,7 +213,7 @@ class Publish(Operation[int]):
         return seq
 
 
-class KeyedPublish(Operation[int]):
+class PublishKeyed(Operation[int]):
     """A publish with an idempotency key: lock the group, then offer the key with a new
     seq, store the message only if the key takes it, and forget a few expired keys
     (`sql.KEYED_APPEND`): one round trip. A `Duplicate` of the original seq otherwise."""
@@ -232,8 +232,7 @@ class KeyedPublish(Operation[int]):
     ) -> None:
         group_id = core.check_group_id(group_id)
         priority = core.check_priority(priority)
-        core.check_key(key)
-        raw = codec.encode(event)
+        raw = codec.encode(event)  # the key is core's to check
         self.lock = (group_id, priority)
         self.params = (group_id, key, window, priority, raw)
 
@@ -249,24 +248,10 @@ class KeyedPublish(Operation[int]):
         return int(seq) if stored else dt.Duplicate(seq)
 
 
-def publish(
-    codec: core.EventCodec[Any],
-    group_id: str,
-    event: object,
-    priority: int,
-    key: str | None,
-    window: float,
-) -> Publish | KeyedPublish:
-    """The operation of one publish: a plain `Publish` without a key, as before keys."""
-    if key is None:
-        return Publish(codec, group_id, event, priority)
-    return KeyedPublish(codec, group_id, event, priority, key, window)
-
-
 class PublishMany(Operation[list[int]]):
     """Lock (or create) every group of the batch and count it in, then draw the seqs
     under those locks and store the batch: one round trip, one transaction, whatever its
-    size. With keys, see `KeyedPublishMany`."""
+    size. With keys, see `PublishKeyedMany`."""
 
     __slots__ = ("appended", "locked")
     call = "publish_many"
@@ -304,7 +289,7 @@ class PublishMany(Operation[list[int]]):
         return list(results[1].rows[0][0]) if results else []
 
 
-class KeyedPublishMany(Operation[list[int]]):
+class PublishKeyedMany(Operation[list[int]]):
     """A batch with keys: lock every group of it, counting it in, then store
     each message whose key is new or expired and forget a few expired keys
     (`sql.APPEND_MANY_KEYED`): one round trip. An item repeating an earlier item's group and key
@@ -367,12 +352,12 @@ def publish_many(
     codec: core.EventCodec[Any],
     items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
     window: float,
-) -> PublishMany | KeyedPublishMany:
+) -> PublishMany | PublishKeyedMany:
     """The operation of one publish_many: a plain `PublishMany` unless an item has a key."""
     encoded = codec.encode_items(items)
     for item in encoded:
         if item[3] is not None:
-            return KeyedPublishMany(encoded, window)
+            return PublishKeyedMany(encoded, window)
     return PublishMany(encoded)
 
 
@@ -842,17 +827,10 @@ class Operations:
     ``lease_commit``: None to flush every commit, or ``'off'``, the `synchronous_commit`
     of the transactions that only move a lease (see `sql._LEASE_COMMIT`)."""
 
-    __slots__ = ("claim", "dedup_window", "lease_commit")
+    __slots__ = ("claim", "lease_commit")
 
-    def __init__(
-        self,
-        max_attempts: int | None,
-        on_dead: str,
-        lease_commit: str | None,
-        dedup_window: float = core.DEDUP_WINDOW,
-    ) -> None:
+    def __init__(self, max_attempts: int | None, on_dead: str, lease_commit: str | None) -> None:
         self.lease_commit = lease_commit
-        self.dedup_window = dedup_window
         kind = Claim if lease_commit is None else LeaseClaim
         self.claim: core.ReuseLast[[str, float, int], Claim] = core.ReuseLast(
             lambda worker_id, visibility, min_priority: kind(
@@ -860,24 +838,14 @@ class Operations:
             )
         )
 
-    def Publish(
-        self,
-        codec: core.EventCodec[Any],
-        group_id: str,
-        event: object,
-        priority: int,
-        key: str | None,
-        /,
-    ) -> Publish | KeyedPublish:
-        return publish(codec, group_id, event, priority, key, self.dedup_window)
-
     def PublishMany(
         self,
         codec: core.EventCodec[Any],
         items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
+        window: float,
         /,
-    ) -> PublishMany | KeyedPublishMany:
-        return publish_many(codec, items, self.dedup_window)
+    ) -> PublishMany | PublishKeyedMany:
+        return publish_many(codec, items, window)
 
     def Nack(self, lease: dt.Lease[Any], delay: float, /) -> Nack:
         return Nack(lease, delay, self.lease_commit)
@@ -886,6 +854,8 @@ class Operations:
         return Extend(lease, visibility, self.lease_commit)
 
     # The others take no option: the module's own classes.
+    Publish = Publish
+    PublishKeyed = PublishKeyed
     Ack = Ack
     BuryLease = BuryLease
     Stats = Stats

@@ -395,13 +395,13 @@ class Configured(Generic[E]):
             options.max_attempts,
             options.on_dead,
             options.lease_synchronous_commit,
-            options.dedup_window,
         )
+        self._dedup_window = options.dedup_window
         # Within a caller's transaction, no operation may change its synchronous_commit.
         self._joined_ops = (
             self._operations
             if options.lease_synchronous_commit is None
-            else _ops.Operations(options.max_attempts, options.on_dead, None, options.dedup_window)
+            else _ops.Operations(options.max_attempts, options.on_dead, None)
         )
         self._store: tuple[Any, ...] | None = None
         self._clock = options.clock
@@ -467,7 +467,9 @@ class PostgresTransport(Configured[E], core.TransportBase[E]):
                 raise
 
     def within(self, conn: object) -> Within[E]:
-        return Within(self._joined_ops, self._codec, self._on_dead, self._join(conn))
+        return Within(
+            self._joined_ops, self._codec, self._on_dead, self._dedup_window, self._join(conn)
+        )
 
     def _join(self, conn: object) -> _Joined:
         if not isinstance(conn, psycopg.Connection):

@@ -150,14 +150,11 @@ class PublishKeyed(Publish):
         group_id: str,
         event: object,
         priority: int,
-        key: object,
+        key: str,
         window: float,
     ) -> None:
-        super().__init__(codec, group_id, event, priority)
-        checked = core.check_key(key)
-        if checked is None:
-            raise TypeError("a keyed publish needs a key")
-        self.params = (*self.params, key_member(group_id, checked), repr(window))
+        super().__init__(codec, group_id, event, priority)  # the key is core's to check
+        self.params = (*self.params, key_member(group_id, key), repr(window))
 
     def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.params, server_time(now)))
@@ -583,53 +580,6 @@ class Check(Op[list[str]]):
     def done(self, reply: Any, now: float | None) -> list[str]:
         return [str(x) for x in reply]
 
-
-class QueueOps:
-    """The `Operations` of one handle: this module's builders, with the handle's
-    ``dedup_window`` passed to the publishes (a keyed one runs its own script, so a
-    plain one costs what it did before keys)."""
-
-    __slots__ = ("window",)
-
-    # The rest are the module's own, built alike for every handle.
-    Ack: Final = Ack
-    Nack: Final = Nack
-    Extend: Final = Extend
-    BuryLease: Final = BuryLease
-    Stats: Final = Stats
-    Groups: Final = Groups
-    DeadLetters: Final = DeadLetters
-    HeldGroups: Final = HeldGroups
-    Requeue: Final = Requeue
-    Discard: Final = Discard
-    PurgeGroup: Final = PurgeGroup
-
-    def __init__(self, window: float) -> None:
-        self.window = window
-
-    def Publish(
-        self,
-        codec: core.EventCodec[Any],
-        group_id: str,
-        event: object,
-        priority: int,
-        key: str | None,
-        /,
-    ) -> Publish:
-        if key is None:
-            return Publish(codec, group_id, event, priority)
-        return PublishKeyed(codec, group_id, event, priority, key, self.window)
-
-    def PublishMany(
-        self,
-        codec: core.EventCodec[Any],
-        items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
-        /,
-    ) -> PublishMany:
-        return PublishMany(codec, items, self.window)
-
-
-# --- a claim that waits --------------------------------------------------------------
 
 
 class Waiter:

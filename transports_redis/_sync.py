@@ -92,7 +92,7 @@ class Handle:
     twins add the driver calls: connecting, sending, reading, sleeping."""
 
     _options: RedisOptions
-    _ops: core.Operations
+    _ops: core.Operations = ops
     _on_dead: str
     _pools: dict[Node, Any]
 
@@ -101,7 +101,7 @@ class Handle:
         self._codec: EventCodec[Any] = EventCodec(event_type)
         self._on_dead = options.on_dead
         self._packer = ops.Packer(options.queue)
-        self._ops = ops.QueueOps(options.dedup_window)
+        self._dedup_window = options.dedup_window
         self._close_key = ops.close_key(options.queue, uuid.uuid4().hex)
         self._closed = False
         self._waiting = 0

@@ -242,7 +242,7 @@ class PublishKeyed(Op[int]):
             "group_id": core.check_group_id(group_id),
             "priority": core.check_priority(priority),
             "event": codec.encode(event),
-            "key": core.check_key(key),
+            "key": key,  # core's to check
         }
         self.window = window
 
@@ -714,45 +714,3 @@ def wait_state(min_priority: int) -> Op[tuple[int, float | None]]:
 
 
 # --- the builders a transport runs --------------------------------------------------------
-
-
-class QueueOps:
-    """This module's builders, as core's `Operations`, for one queue: its publishes take
-    the queue's ``dedup_window``. A publish without a key builds the same op as ever."""
-
-    __slots__ = ("window",)
-
-    def __init__(self, window: float) -> None:
-        self.window = window
-
-    def Publish(
-        self,
-        codec: core.EventCodec[Any],
-        group_id: str,
-        event: object,
-        priority: int,
-        key: str | None,
-        /,
-    ) -> Op[int]:
-        if key is None:
-            return Publish(codec, group_id, event, priority)
-        return PublishKeyed(codec, group_id, event, priority, key, self.window)
-
-    def PublishMany(
-        self,
-        codec: core.EventCodec[Any],
-        items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
-        /,
-    ) -> Op[list[int]]:
-        return PublishMany(codec, items, self.window)
-
-    # Classes are not bound as methods; functions need staticmethod to stay unbound.
-    Ack, Nack, Extend = Ack, Nack, Extend
-    BuryLease = staticmethod(BuryLease)
-    Stats = staticmethod(Stats)
-    Groups = staticmethod(Groups)
-    DeadLetters = staticmethod(DeadLetters)
-    HeldGroups = staticmethod(HeldGroups)
-    Requeue = staticmethod(Requeue)
-    Discard = staticmethod(Discard)
-    PurgeGroup = staticmethod(PurgeGroup)

@@ -374,11 +374,11 @@ class Twin(Generic[E]):
     """What both SQLite transports hold and do alike: their options, event codec and
     claim builder, a claim's checked arguments, and how they show."""
 
-    _ops: core.Operations
+    _ops: core.Operations = _ops
 
     def __init__(self, options: SqliteOptions, event_type: object = Event) -> None:
         self._options = options
-        self._ops = _ops.QueueOps(options.dedup_window)
+        self._dedup_window = options.dedup_window
         self._codec: core.EventCodec[E] = core.EventCodec(event_type)
         self._on_dead: str = options.on_dead
         max_attempts, on_dead = options.max_attempts, options.on_dead

@@ -184,7 +184,7 @@ class MemoryTransport(core.Closing):
         self, group_id: str, event: object, priority: int = 0, *, key: str | None = None
     ) -> int:
         group_id, priority = core.check_group_id(group_id), core.check_priority(priority)
-        key = core.check_key(key)
+        key = None if key is None else core.check_key(key)
         raw = self._codec.encode(event)
         with self._locked():
             return self._publish(group_id, raw, priority, key, self._store.keys)
