@@ -358,7 +358,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             on_lost=lost,
             on_renewed=hooks.renewal_of(delivery),
         )
-        ctx = Context(self.worker_id, keeper, self._stopping, delivery, interrupt)
+        ctx = Context(self.worker_id, keeper, self._stopping, delivery, interrupt, own)
         hooks.started(delivery)
         if not keeper.vouch():  # the claim took too long: the handler must not run
             self._report(ctx, "lost", lost_error(ctx))
