@@ -27,9 +27,7 @@ class BuryScenarios(Steps):
         publish(t, "a", 1, 2)
         stale, current = self.reclaimed(t)
         must_raise(
-            BURY_FENCING,
-            LeaseLost,
-            "bury of w1's lapsed lease, re-claimed by w2",
+            BURY_FENCING, LeaseLost, "bury of w1's lapsed lease, re-claimed by w2",
             lambda: t.bury(stale, "stale"),
         )
         must_not_lose("w2's ack after a stale bury", lambda: t.ack(current))

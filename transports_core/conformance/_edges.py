@@ -168,9 +168,7 @@ class EdgeScenarios(Steps):
         t.publish("a", ev(1))
         for worker in (RESERVED_PREFIX, f"{RESERVED_PREFIX}parked__", f"{RESERVED_PREFIX}x"):
             must_raise(
-                RESERVED_WORKER,
-                ValueError,
-                f"claim by {worker!r}",
+                RESERVED_WORKER, ValueError, f"claim by {worker!r}",
                 partial(t.claim, worker, self.hold),
             )
         lease = take(t, "w1", self.hold)
@@ -192,10 +190,8 @@ class EdgeScenarios(Steps):
                 ("bury", lambda f=forged: t.bury(f, "forged")),
             ):
                 must_raise(
-                    RESERVED_WORKER,
-                    (ValueError, LeaseLost),
-                    f"{name} of a lease naming worker {sentinel!r}",
-                    call,
+                    RESERVED_WORKER, (ValueError, LeaseLost),
+                    f"{name} of a lease naming worker {sentinel!r}", call,
                 )
         self.pass_deadline(ends)
         self.again(t, lease, "after forged calls with reserved worker ids and the park's end")

@@ -372,7 +372,9 @@ def check_against_model(
                 database=None,
                 print_blob=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-                phases=tuple(Phase) if shrink else tuple(p for p in Phase if p is not Phase.shrink),
+                phases=tuple(Phase)
+                if shrink
+                else tuple(p for p in Phase if p is not Phase.shrink),
             ),
         )
     finally:
