@@ -14,12 +14,14 @@ import pytest
 from conformance._suites import AsyncUrlSuite, UrlSuite, opener
 from tests.postgres.server import fresh_schema, with_schema
 from transports_core import Transport
-from transports_core.conformance import CAPABILITIES, ManualClock, TransportFactory
+from transports_core.conformance import CAPABILITIES, WITHIN, ManualClock, TransportFactory
 from transports_core.conformance._stateful import HYPOTHESIS_MISSING, check_against_model
 
 
 class _OwnSchema:
-    capabilities: ClassVar[Iterable[str]] = CAPABILITIES
+    # Not within yet: declared with the join_session fixtures once the backend's
+    # transport.within is merged.
+    capabilities: ClassVar[Iterable[str]] = CAPABILITIES - {WITHIN}
 
     @pytest.fixture
     def transport_url(self) -> Iterator[str]:

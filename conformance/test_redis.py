@@ -16,13 +16,14 @@ import pytest
 
 from conformance._suites import AsyncUrlSuite, UrlSuite
 from tests.redis.server import fresh_queue, with_queue
-from transports_core.conformance import CAPABILITIES, PARALLEL_CLAIMS
+from transports_core.conformance import CAPABILITIES, PARALLEL_CLAIMS, WITHIN
 
 
 class _OwnQueue:
     # Not parallel-claims: a script runs alone on the server, so claims serialize and
-    # strict round-robin holds.
-    capabilities: ClassVar[Iterable[str]] = CAPABILITIES - {PARALLEL_CLAIMS}
+    # strict round-robin holds. Not within: Redis has no transaction another connection
+    # can share, so within refuses (the within-refuses property checks that it does).
+    capabilities: ClassVar[Iterable[str]] = CAPABILITIES - {PARALLEL_CLAIMS, WITHIN}
 
     @pytest.fixture
     def transport_url(self) -> Iterator[str]:

@@ -276,7 +276,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             on_lost=lost,
             on_renewed=hooks.renewal_of(delivery),
         )
-        ctx = AsyncContext(self.worker_id, keeper, self._stopping, delivery)
+        ctx = AsyncContext(self.worker_id, keeper, self._stopping, delivery, own)
         hooks.started(delivery)
         if not await keeper.vouch():  # the claim took too long: the handler must not run
             self._report(ctx, "lost", lost_error(ctx))

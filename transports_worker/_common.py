@@ -105,6 +105,8 @@ class Decision:
 
 
 ACK: Final = Decision("ack", "acked")
+# The handler acked inside its own transaction (``ctx.ack_within``) and returned.
+ACKED_WITHIN: Final = Decision("none", "acked")
 HAND_BACK: Final = Decision("nack", "handed_back")
 LOST: Final = Decision("none", "lost")
 
@@ -334,6 +336,8 @@ class Runtime(Generic[E, S, H]):
 
     def _ending(self, item: Running[Any], error: BaseException | None) -> Decision:
         """The decision for a delivery whose handler returned (``error`` None) or raised."""
+        if error is None and item._acked_within:
+            return ACKED_WITHIN
         return decide(error, item.attempt, self.retry)
 
     def _settle_lease(
@@ -343,7 +347,9 @@ class Runtime(Generic[E, S, H]):
         when there is no call to make (the delivery is reported here: its lease was lost,
         or ``decision`` makes no call)."""
         keeper = item._keeper
-        if not keeper.release():
+        # After an ack inside the handler's transaction the lease is no longer kept: that
+        # transaction's locks keep the message, and the settle's call finds out the rest.
+        if not keeper.release() and not item._acked_within:
             self._report(item, "lost", error or lost_error(item))
             return None
         if decision.action == "none":
@@ -365,7 +371,11 @@ class Runtime(Generic[E, S, H]):
         """Report how ``decision``'s call went (``failed``: why it was not made); True if
         the transport took it. LeaseLost means someone else settled the message; any other
         failure, that the lease lapses and the message comes back. Either way this
-        delivery is over without our settle."""
+        delivery is over without our settle. After ``ctx.ack_within``, LeaseLost means the
+        handler's transaction committed its ack: the delivery was acked after all."""
+        if isinstance(failed, LeaseLost) and item._acked_within:
+            self._report(item, "acked", error)
+            return False
         if failed is not None:
             self._report(item, "lost", failed)
             return False

@@ -1,7 +1,8 @@
 """The context a handler receives with its event: the current lease, the attempt, the
-worker, a logger, and the two ways a sync handler learns it must stop (`Context.check`,
-`Context.sleep`). `AsyncContext` is its twin for async handlers, whose task is cancelled
-instead. Imports no transport.
+worker, a logger, the two ways a sync handler learns it must stop (`Context.check`,
+`Context.sleep`), and `Context.ack_within`, which acks inside the handler's own database
+transaction. `AsyncContext` is its twin for async handlers, whose task is cancelled
+instead. Imports no backend: the delivery's transport is handed in by the worker.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from transports_core import Lease
+from transports_core.backend import cannot_join
 
 from ._hooks import Delivery
 from ._keeper import AsyncLeaseKeeper, LeaseKeeper, Signal
@@ -60,32 +62,64 @@ class _Keeper(Protocol[E_co]):
     def release(self) -> bool: ...
 
 
+class _AcksInside(Protocol):
+    """The part of ``transport.within(conn)`` a sync context uses."""
+
+    def ack(self, lease: Lease[object]) -> None: ...
+
+
+class _AsyncAcksInside(Protocol):
+    """The part of ``transport.within(conn)`` an async context uses."""
+
+    async def ack(self, lease: Lease[object]) -> None: ...
+
+
+def _within(transport: object, conn: object) -> Any:
+    """``transport.within(conn)``; a transport without ``within`` cannot join ``conn``'s
+    transaction and is refused as the library's own transports refuse it."""
+    within = getattr(transport, "within", None)
+    if within is None:
+        raise cannot_join(transport)
+    return within(conn)
+
+
 class Running(Generic[E]):
     """What both contexts share, and what the worker keeps of a delivery in flight: its
-    lease keeper, hooks' view (``_delivery``), start, and the one right to settle it
-    (`_take`), which the handler's end, its timeout and shutdown's hand-back race for.
-    (One object for both roles: a worker makes one per delivery.)"""
+    lease keeper, hooks' view (``_delivery``), start, the transport it settles on, and the
+    one right to settle it (`_take`), which the handler's end, its timeout and shutdown's
+    hand-back race for. ``_acked_within`` turns true once the handler acked inside its own
+    transaction (`Context.ack_within`). (One object for both roles: a worker makes one per
+    delivery.)"""
 
     # Slotted, as a worker makes one per delivery; "__dict__" keeps `logger` cached and
     # lets a handler's middleware hang its own attributes on the context.
     __slots__ = (
         "__dict__",
+        "_acked_within",
         "_cancelled",
         "_delivery",
         "_first",
         "_keeper",
         "_once",
         "_stopping",
+        "_transport",
         "attempt",
         "started",
         "worker_id",
     )
 
     def __init__(
-        self, worker_id: str, keeper: _Keeper[E], stopping: threading.Event, delivery: Delivery
+        self,
+        worker_id: str,
+        keeper: _Keeper[E],
+        stopping: threading.Event,
+        delivery: Delivery,
+        transport: object,
     ) -> None:
         self.worker_id = worker_id
         self._keeper = keeper
+        self._transport = transport
+        self._acked_within = False
         self._stopping = stopping
         self._delivery = delivery
         self._cancelled: Cancelled | None = None
@@ -140,6 +174,14 @@ class Running(Generic[E]):
     def cancel(self, why: Cancelled) -> None:
         self._cancelled = why
 
+    def _acked(self) -> None:
+        """The handler's ack ran inside its transaction: from now on that transaction
+        holds the store's locks on the message, so the lease is no longer renewed (a
+        renewal from another connection would wait for them), and the runtime does not
+        ack again."""
+        self._acked_within = True
+        self._keeper.release()
+
 
 class Context(Running[E]):
     """What a sync handler gets beside its event.
@@ -159,8 +201,9 @@ class Context(Running[E]):
         stopping: threading.Event,
         delivery: Delivery,
         interrupt: Signal,
+        transport: object,
     ) -> None:
-        super().__init__(worker_id, keeper, stopping, delivery)
+        super().__init__(worker_id, keeper, stopping, delivery, transport)
         self._sync_keeper = keeper
         # Set once the handler must stop: the worker sets it when the lease is lost.
         self._interrupt = interrupt
@@ -176,6 +219,19 @@ class Context(Running[E]):
             # The lease's deadline is local: wake for it even if no renewal reports it.
             deadline = self._sync_keeper.deadline
             self._interrupt.wait(min(left, max(deadline - time.monotonic(), 0)))
+
+    def ack_within(self, conn: object) -> None:
+        """Ack this delivery inside ``conn``'s open transaction, the handler's own: its
+        writes and the ack then commit (or roll back) together. The worker does not ack
+        again when the handler returns, and stops renewing the lease at once: commit
+        promptly. Raises what `check` raises, and what ``transport.within(conn).ack``
+        does: `LeaseLost` if the lease is no longer current, a `TransportError` from a
+        transport that cannot join ``conn``'s transaction, ``TypeError``/``ValueError``
+        for a connection it does not take."""
+        self.check()
+        view: _AcksInside = _within(self._transport, conn)
+        view.ack(self._keeper.lease)
+        self._acked()
 
     def cancel(self, why: Cancelled) -> None:
         super().cancel(why)
@@ -195,11 +251,19 @@ class AsyncContext(Running[E]):
         keeper: AsyncLeaseKeeper[E],
         stopping: threading.Event,
         delivery: Delivery,
+        transport: object,
     ) -> None:
-        super().__init__(worker_id, keeper, stopping, delivery)
+        super().__init__(worker_id, keeper, stopping, delivery, transport)
         self._task: asyncio.Task[object] | None = None  # the handler's, once started
 
     async def sleep(self, seconds: float) -> None:
         self.check()
         await asyncio.sleep(seconds)
         self.check()
+
+    async def ack_within(self, conn: object) -> None:
+        """`Context.ack_within` for an async connection of the store (``await`` it)."""
+        self.check()
+        view: _AsyncAcksInside = _within(self._transport, conn)
+        await view.ack(self._keeper.lease)
+        self._acked()

@@ -17,10 +17,10 @@ from transports_core.backend import MAX_REASON, check_count, check_seconds
 __all__ = ["Bury", "Cancelled", "Outcome", "Retry", "RetryPolicy"]
 
 Outcome = Literal["acked", "retried", "failed", "buried", "lost", "handed_back"]
-"""How a delivery ended: ``acked`` (the handler returned), ``retried`` (it raised
-`Retry`), ``failed`` (an exception, nacked with the policy's backoff), ``buried`` (a dead
-letter), ``lost`` (the lease was lost: nothing was settled), ``handed_back`` (cancelled at
-shutdown and nacked at once for another worker)."""
+"""How a delivery ended: ``acked`` (the handler returned, or its ``ctx.ack_within``
+committed), ``retried`` (it raised `Retry`), ``failed`` (an exception, nacked with the
+policy's backoff), ``buried`` (a dead letter), ``lost`` (the lease was lost: nothing was
+settled), ``handed_back`` (cancelled at shutdown and nacked at once for another worker)."""
 
 
 class Retry(Exception):

@@ -116,7 +116,8 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
     another and `stop` wakes blocked claims at once (by closing them); a transport
     passed in is used for everything and not closed.
 
-    Outcomes: a return acks; `Retry` nacks with its delay; `Bury` buries; any other
+    Outcomes: a return acks (unless the handler acked already, inside its own
+    transaction, with `Context.ack_within`); `Retry` nacks with its delay; `Bury` buries; any other
     exception is retried after the ``retry`` policy's backoff, or buried (with its type
     and message) when it is permanent or the last attempt; a handler still running after
     ``timeout`` seconds is cancelled and counts as a failure; a message that no longer
@@ -358,7 +359,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             on_lost=lost,
             on_renewed=hooks.renewal_of(delivery),
         )
-        ctx = Context(self.worker_id, keeper, self._stopping, delivery, interrupt)
+        ctx = Context(self.worker_id, keeper, self._stopping, delivery, interrupt, own)
         hooks.started(delivery)
         if not keeper.vouch():  # the claim took too long: the handler must not run
             self._report(ctx, "lost", lost_error(ctx))

@@ -6,6 +6,7 @@ code with the suite's reference model. It imports only public names, as any back
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -59,6 +60,12 @@ class Defects:
     forget_key_on_ack: bool = False  # an acked message's key is forgotten with it
     eternal_keys: bool = False  # keys outlive the window
     batch_keys_unseen: bool = False  # publish_many checks keys against earlier publishes only
+    within_commits: bool = False  # each call inside a caller's transaction commits at once
+    within_never_applies: bool = False  # a caller's commit drops what ran inside it
+    within_unfenced: bool = False  # ack inside a caller's transaction acts on the seq alone
+    within_keys_outside: bool = False  # a rolled-back keyed publish leaves its key
+    within_takes_anything: bool = False  # within(conn) runs on its own for a stranger's conn
+    no_join: bool = False  # within refuses every connection: a backend that cannot join
 
 
 @dataclass
@@ -109,6 +116,89 @@ class MemoryStore:
     def opener(self) -> Callable[..., MemoryTransport]:
         """The factory the suite calls, with its keyword options."""
         return self.open
+
+    def session(self) -> MemorySession:
+        """A caller's transaction on this store (the suite's ``join_session``)."""
+        return MemorySession(self)
+
+    def snapshot(self) -> tuple[Any, ...]:
+        with self.lock:
+            return copy.deepcopy((self.messages, self.groups, self.dead, self.keys, self.seq))
+
+    def restore(self, saved: tuple[Any, ...], keep_keys: bool = False) -> None:
+        with self.lock:
+            messages, groups, dead, keys, seq = copy.deepcopy(saved)
+            self.messages, self.groups, self.dead, self.seq = messages, groups, dead, seq
+            if not keep_keys:
+                self.keys = keys
+            self.changed.notify_all()
+
+
+class MemorySession:
+    """A caller's transaction, simulated: the store's state is saved before the first
+    write made inside it, and put back on rollback. (Another handle sees those writes at
+    once, which a real store would not show; the suite looks only after the end.)"""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.conn = self
+        self._saved: tuple[Any, ...] | None = None
+
+    def writing(self) -> None:
+        if self._saved is None:
+            self._saved = self.store.snapshot()
+
+    def wrote(self) -> None:
+        if self.store.defects.within_commits:
+            self._saved = None
+
+    def commit(self) -> None:
+        saved, self._saved = self._saved, None
+        if saved is not None and self.store.defects.within_never_applies:
+            self.store.restore(saved)
+
+    def rollback(self) -> None:
+        saved, self._saved = self._saved, None
+        if saved is not None:
+            self.store.restore(saved, keep_keys=self.store.defects.within_keys_outside)
+
+    def close(self) -> None:
+        self.rollback()
+
+
+class MemoryWithin:
+    """``within(session)``: the transport's writing calls inside the session."""
+
+    def __init__(self, transport: MemoryTransport, session: MemorySession) -> None:
+        self._t, self._session = transport, session
+
+    def _inside(self, call: Callable[[], Any]) -> Any:
+        self._session.writing()
+        value = call()
+        self._session.wrote()
+        return value
+
+    def publish(
+        self, group_id: str, event: object, priority: int = 0, *, key: str | None = None
+    ) -> int:
+        seq: int = self._inside(lambda: self._t.publish(group_id, event, priority, key=key))
+        return seq
+
+    def publish_many(
+        self, items: Iterable[tuple[str, object, int] | dt.Message[object]]
+    ) -> list[int]:
+        seqs: list[int] = self._inside(lambda: self._t.publish_many(items))
+        return seqs
+
+    def ack(self, lease: dt.Lease[object]) -> None:
+        unfenced = self._t._store.defects.within_unfenced
+        self._inside(lambda: self._t._ack(lease, fenced=not unfenced))
+
+    def nack(self, lease: dt.Lease[object], delay: float = 0) -> None:
+        self._inside(lambda: self._t.nack(lease, delay))
+
+    def bury(self, lease: dt.Lease[object], reason: str) -> None:
+        self._inside(lambda: self._t.bury(lease, reason))
 
 
 class MemoryTransport(core.Closing):
@@ -339,10 +429,23 @@ class MemoryTransport(core.Closing):
             raise dt.LeaseLost(lease)
         return m
 
+    def within(self, conn: object) -> MemoryWithin:
+        s = self._store
+        if s.defects.no_join:
+            raise core.cannot_join(self)
+        if not isinstance(conn, MemorySession) or conn.store is not s:
+            if not s.defects.within_takes_anything:
+                raise TypeError(f"{self!r} joins a session of its own store, not {conn!r}")
+            conn = MemorySession(s)  # its own transaction, never rolled back
+        return MemoryWithin(self, conn)
+
     def ack(self, lease: dt.Lease[object]) -> None:
+        self._ack(lease, fenced=True)
+
+    def _ack(self, lease: dt.Lease[object], fenced: bool) -> None:
         self._lease(lease)
         with self._holding(notify=True) as s:
-            m = self._current(lease, not s.defects.no_fencing)
+            m = self._current(lease, fenced and not s.defects.no_fencing)
             del s.messages[m.seq]
             group = s.groups[m.group]
             group.seqs.remove(m.seq)

@@ -19,17 +19,25 @@ import pytest
 
 from tests.core.broken_backends import Defects, MemoryStore
 from transports_core.conformance import (
-    ADMIN, CLOCK, DURABLE, MULTI_HANDLE, PARALLEL_CLAIMS, TransportSuite,
+    ADMIN, CLOCK, DURABLE, MULTI_HANDLE, PARALLEL_CLAIMS, WITHIN, TransportSuite,
 )
 
 
 class TestMemory(TransportSuite):
-    capabilities = frozenset({{ADMIN, CLOCK, DURABLE, MULTI_HANDLE, PARALLEL_CLAIMS}})
+    capabilities = frozenset({{ADMIN, CLOCK, DURABLE, MULTI_HANDLE, PARALLEL_CLAIMS}}) | {within}
     model_shrink = False  # a shrunk example would only cost time here
 
     @pytest.fixture
-    def make_transport(self, clock):
-        return MemoryStore(clock, Defects({defects})).open
+    def memory(self, clock):
+        return MemoryStore(clock, Defects({defects}))
+
+    @pytest.fixture
+    def make_transport(self, memory):
+        return memory.open
+
+    @pytest.fixture
+    def join_session(self, memory):
+        return memory.session
 
     @pytest.fixture
     def make_store(self, clock):
@@ -83,11 +91,27 @@ BREAKS = {
     "forget_key_on_ack=True": ("key-duplicate-after-settle", "test_key_duplicate_after", False),
     "eternal_keys=True": ("key-forgotten-after-the-window", "test_key_forgotten_after", False),
     "batch_keys_unseen=True": ("key-in-publish-many", "test_key_in_publish_many_repeated", False),
+    "within_commits=True": ("within-rollback-leaves-nothing", "test_within_rollback", False),
+    "within_never_applies=True": ("within-commit-takes-effect", "test_within_commit", False),
+    "within_unfenced=True": ("within-fencing", "test_within_fencing", False),
+    "within_keys_outside=True": (
+        "within-keys-follow-the-transaction",
+        "test_within_keys",
+        False,
+    ),
+    "within_takes_anything=True": (
+        "within-refuses-what-it-cannot-join",
+        "test_within_refuses",
+        False,
+    ),
 }
 
 
-def run_suite(pytester: pytest.Pytester, defects: str, *args: str) -> pytest.HookRecorder:
-    pytester.makepyfile(test_suite=SUITE_FILE.format(defects=defects))
+def run_suite(
+    pytester: pytest.Pytester, defects: str, *args: str, within: bool = True
+) -> pytest.HookRecorder:
+    suite = SUITE_FILE.format(defects=defects, within="{WITHIN}" if within else "set()")
+    pytester.makepyfile(test_suite=suite)
     return pytester.inline_run("-p", "no:cacheprovider", "-W", "error", "--strict-markers", *args)
 
 
@@ -128,6 +152,32 @@ def test_broken_backend_fails_on_the_property_it_breaks(
         assert any("test_model_agreement" in report.nodeid for report in failed), (
             f"with {defect}, the model-based test passed"
         )
+
+
+def test_a_backend_that_cannot_join_passes_by_refusing_and_skips_the_within_scenarios(
+    pytester: pytest.Pytester,
+) -> None:
+    passed, skipped, failed = run_suite(
+        pytester, "no_join=True", "-k", "test_within", within=False
+    ).listoutcomes()
+    assert not failed, [report.nodeid for report in failed]
+    assert [report.nodeid.rsplit("::", 1)[1] for report in passed] == [
+        "test_within_refuses_what_it_cannot_join"
+    ]
+    assert len(skipped) == 4
+    assert all("does not declare the 'within' capability" in str(r.longrepr) for r in skipped)
+
+
+def test_a_backend_that_does_not_declare_within_must_refuse_with_transport_error(
+    pytester: pytest.Pytester,
+) -> None:
+    # It joins (and refuses a stranger's object with TypeError) but does not say so.
+    _, _, failed = run_suite(pytester, "", "-k", "within_refuses", within=False).listoutcomes()
+    [report] = failed
+    message = str(getattr(getattr(report.longrepr, "reprcrash", None), "message", ""))
+    assert "within-refuses-what-it-cannot-join" in message, report.longreprtext
+    assert "without the 'within' capability raised TypeError" in message
+    assert "not TransportError" in message
 
 
 def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ from transports_core import (
     open_async_transport,
     open_transport,
 )
-from transports_core.conformance import CAPABILITIES, PARALLEL_CLAIMS, ManualClock
+from transports_core.conformance import CAPABILITIES, PARALLEL_CLAIMS, WITHIN, ManualClock
 from transports_core.conformance._admin import AdminScenarios
 from transports_redis import AsyncRedisTransport, RedisTransport
 from transports_redis import _ops as ops
@@ -52,7 +52,7 @@ def manual(queue_url: str, clock: ManualClock) -> Iterator[RedisTransport[Event]
 class TestAdminInChunksOfOne(AdminScenarios):
     """The suite's admin scenarios, every admin answer read one item a script."""
 
-    capabilities = CAPABILITIES - {PARALLEL_CLAIMS}  # as conformance/test_redis.py
+    capabilities = CAPABILITIES - {PARALLEL_CLAIMS, WITHIN}  # as conformance/test_redis.py
 
     @pytest.fixture(autouse=True)
     def _one_at_a_time(self, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, ClassVar, Final, Protocol, TypeVar, cast
 
 import pytest
@@ -44,7 +44,12 @@ __all__ = [
     "MULTIPROCESS",
     "MULTI_HANDLE",
     "PARALLEL_CLAIMS",
+    "WITHIN",
+    "AsyncJoinFactory",
+    "AsyncJoinSession",
     "AsyncTransportFactory",
+    "JoinFactory",
+    "JoinSession",
     "ManualClock",
     "SuiteBase",
     "TransportFactory",
@@ -66,6 +71,45 @@ class AsyncTransportFactory(Protocol):
     def __call__(self, **options: Any) -> AsyncTransport[Any]: ...
 
 
+class JoinSession(Protocol):
+    """A transaction of the caller's own on the test's store, on a connection the suite
+    hands to ``transport.within(conn)``: what the ``join_session`` fixture opens (a new
+    connection, with a transaction begun) for a backend with the ``within`` capability.
+    After `commit` or `rollback` the suite calls `close`, and only that."""
+
+    @property
+    def conn(self) -> object:
+        """The connection to pass to ``transport.within``."""
+        ...
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+    def close(self) -> None:
+        """Close the connection (rolling back a transaction still open)."""
+        ...
+
+
+class AsyncJoinSession(Protocol):
+    """`JoinSession` for the async twin: an async connection, and coroutines."""
+
+    @property
+    def conn(self) -> object: ...
+
+    async def commit(self) -> None: ...
+
+    async def rollback(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+# Opens a new `JoinSession` on the test's store (the ``join_session`` fixture's value).
+JoinFactory = Callable[[], JoinSession]
+# Opens an `AsyncJoinSession`, on the suite's event loop (``join_async_session``).
+AsyncJoinFactory = Callable[[], Awaitable[AsyncJoinSession]]
+
+
 # The factory's transports read time from the suite's `clock` fixture (the backend passes
 # it on, e.g. as ``clock=``), so lapses and parks are checked without sleeping.
 CLOCK: Final = "clock"
@@ -80,8 +124,12 @@ ADMIN: Final = "admin"
 # Several claims may be in flight at once without serializing (PostgreSQL's SKIP LOCKED):
 # round-robin is then only bounded, see the ``parallel-fairness-bound`` property.
 PARALLEL_CLAIMS: Final = "parallel-claims"
+# ``transport.within(conn)`` runs the writing calls in a transaction of the caller's, on a
+# connection the ``join_session`` fixture opens (see `JoinSession`). Without it, ``within``
+# must refuse with a TransportError.
+WITHIN: Final = "within"
 CAPABILITIES: Final = frozenset(
-    {ADMIN, CLOCK, DURABLE, MULTIPROCESS, MULTI_HANDLE, PARALLEL_CLAIMS}
+    {ADMIN, CLOCK, DURABLE, MULTIPROCESS, MULTI_HANDLE, PARALLEL_CLAIMS, WITHIN}
 )
 
 WHY: Final = {
@@ -91,6 +139,7 @@ WHY: Final = {
     MULTIPROCESS: "other processes cannot open its store by URL",
     ADMIN: "it does not implement TransportAdmin and the dead-letter options",
     PARALLEL_CLAIMS: "its claims serialize, so the strict fairness bound applies instead",
+    WITHIN: "it cannot run its writing calls in a transaction of the caller's",
 }
 
 # Real-time margins, used only when the backend does not take the suite's clock.
@@ -241,6 +290,11 @@ class SuiteBase:
     shared_store: ClassVar[bool] = False
     # The async suite sets this: process workers then use the async twin.
     _async_twin: ClassVar[bool] = False
+    # False when the suite cannot know whether the backend joins a caller's transaction
+    # (the CLI, at a URL): then ``within`` of a stranger's object may be refused with
+    # TypeError or ValueError too, not only with the TransportError of a backend that
+    # cannot join at all.
+    within_known: ClassVar[bool] = True
     # Without the clock capability: a lease or park meant to lapse lasts this long, and a
     # deadline counts as passed this much later (real seconds).
     real_brief: ClassVar[float] = REAL_BRIEF
@@ -269,6 +323,16 @@ class SuiteBase:
         pytest.fail(
             f"{type(self).__name__} declares {MULTIPROCESS!r} but does not override the "
             "transport_url fixture"
+        )
+
+    @pytest.fixture
+    def join_session(self) -> JoinFactory:
+        """Override with the ``within`` capability: a callable that opens a connection of
+        the caller's own to the test's store and begins a transaction on it (see
+        `JoinSession`)."""
+        pytest.fail(
+            f"{type(self).__name__} declares {WITHIN!r} but does not override the "
+            "join_session fixture"
         )
 
     @pytest.fixture

@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from transports_core import AsyncTransport, Lease, Message
 from transports_core.backend import Closing
@@ -22,7 +22,10 @@ try:
 except ImportError:  # Python 3.10
     from typing_extensions import Self
 
-__all__ = ["BlockingTransport", "Portal"]
+if TYPE_CHECKING:
+    from ._base import AsyncJoinSession
+
+__all__ = ["BlockingSession", "BlockingTransport", "BlockingWithin", "Portal"]
 
 E = TypeVar("E")
 T = TypeVar("T")
@@ -115,6 +118,11 @@ class BlockingTransport(Closing, Generic[E]):
     def close(self) -> None:
         self._portal.run(self.async_transport.close())
 
+    def within(self, conn: object) -> BlockingWithin:
+        """The async twin's ``within(conn)``, its calls made blocking."""
+        view: Any = self._portal.call(lambda: self.async_transport.within(conn))  # type: ignore[attr-defined]  # not in the protocol: a backend may lack it
+        return BlockingWithin(self._portal, view)
+
     def __getattr__(self, name: str) -> object:
         # The admin methods, and anything else the async twin has: coroutine functions
         # become blocking calls, other attributes pass through.
@@ -136,3 +144,51 @@ class BlockingTransport(Closing, Generic[E]):
 
     def __repr__(self) -> str:
         return f"<BlockingTransport over {self.async_transport!r}>"
+
+
+class BlockingWithin:
+    """An async ``within(conn)`` view's writing calls, blocking, through ``portal``."""
+
+    def __init__(self, portal: Portal, view: Any) -> None:
+        self._portal, self._view = portal, view
+
+    def publish(
+        self, group_id: str, event: object, priority: int = 0, *, key: str | None = None
+    ) -> int:
+        seq: int = self._portal.run(self._view.publish(group_id, event, priority, key=key))
+        return seq
+
+    def publish_many(self, items: Iterable[tuple[str, object, int] | Message[object]]) -> list[int]:
+        seqs: list[int] = self._portal.run(self._view.publish_many(items))
+        return seqs
+
+    def ack(self, lease: Lease[object]) -> None:
+        self._portal.run(self._view.ack(lease))
+
+    def nack(self, lease: Lease[object], delay: float = 0) -> None:
+        self._portal.run(self._view.nack(lease, delay))
+
+    def bury(self, lease: Lease[object], reason: str) -> None:
+        self._portal.run(self._view.bury(lease, reason))
+
+
+class BlockingSession:
+    """An `AsyncJoinSession`, opened by ``opener`` on ``portal``'s loop, with blocking
+    ``commit``, ``rollback`` and ``close``."""
+
+    def __init__(self, portal: Portal, opener: Callable[[], Awaitable[AsyncJoinSession]]) -> None:
+        self._portal = portal
+        self._session = portal.run(opener())
+
+    @property
+    def conn(self) -> object:
+        return self._session.conn
+
+    def commit(self) -> None:
+        self._portal.run(self._session.commit())
+
+    def rollback(self) -> None:
+        self._portal.run(self._session.rollback())
+
+    def close(self) -> None:
+        self._portal.run(self._session.close())

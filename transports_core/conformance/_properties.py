@@ -68,6 +68,11 @@ KEY_BATCH: Final = "key-in-publish-many"
 KEY_STATS: Final = "key-count-in-stats"
 KEY_PROCESSES: Final = "key-processes-store-once"
 KEY_TASKS: Final = "key-tasks-store-once"
+WITHIN_REFUSED: Final = "within-refuses-what-it-cannot-join"
+WITHIN_ROLLBACK: Final = "within-rollback-leaves-nothing"
+WITHIN_COMMIT: Final = "within-commit-takes-effect"
+WITHIN_FENCING: Final = "within-fencing"
+WITHIN_KEYS: Final = "within-keys-follow-the-transaction"
 
 # What each property means, in the order the CLI reports them.
 PROPERTIES: Final[dict[str, str]] = {
@@ -130,4 +135,9 @@ PROPERTIES: Final[dict[str, str]] = {
     KEY_STATS: "stats().keys counts the keys the queue remembers",
     KEY_PROCESSES: "processes racing on the same keys store each key's message once",
     KEY_TASKS: "asyncio tasks racing on the same keys store each key's message once",
+    WITHIN_REFUSED: "within(conn) refuses a connection it cannot join (TransportError if none)",
+    WITHIN_ROLLBACK: "within's writes rolled back leave nothing; an acked lease stays current",
+    WITHIN_COMMIT: "within's writes committed take effect as if made on the transport",
+    WITHIN_FENCING: "within's ack of a stale lease raises LeaseLost before the commit",
+    WITHIN_KEYS: "a keyed publish within a transaction rolled back leaves no key",
 }

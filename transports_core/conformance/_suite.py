@@ -12,8 +12,8 @@ import pytest
 
 from ._admin import AdminScenarios
 from ._async_native import AsyncNativeScenarios
-from ._base import AsyncTransportFactory, TransportFactory
-from ._blocking import BlockingTransport, Portal
+from ._base import AsyncJoinFactory, AsyncTransportFactory, JoinFactory, TransportFactory
+from ._blocking import BlockingSession, BlockingTransport, Portal
 from ._bury import BuryScenarios
 from ._claim import ClaimScenarios
 from ._contention import ContentionScenarios
@@ -24,6 +24,7 @@ from ._publish import PublishScenarios
 from ._settle import SettleScenarios
 from ._stateful import ModelScenarios
 from ._wait import WaitScenarios
+from ._within import WithinScenarios
 
 __all__ = ["AsyncTransportSuite", "TransportSuite"]
 
@@ -39,6 +40,7 @@ class TransportSuite(
     AdminScenarios,
     EdgeScenarios,
     KeyScenarios,
+    WithinScenarios,
     ModelScenarios,
 ):
     """Every scenario of the contract, for a sync `Transport`.
@@ -58,7 +60,8 @@ class TransportSuite(
 
 class AsyncTransportSuite(AsyncNativeScenarios, TransportSuite):
     """Every scenario of `TransportSuite` against an `AsyncTransport`, plus the async-only
-    ones. Override ``make_async_transport`` instead of ``make_transport``."""
+    ones. Override ``make_async_transport`` instead of ``make_transport`` (and, with the
+    ``within`` capability, ``join_async_session`` instead of ``join_session``)."""
 
     _async_twin: ClassVar[bool] = True
 
@@ -73,3 +76,19 @@ class AsyncTransportSuite(AsyncNativeScenarios, TransportSuite):
             )
 
         return factory
+
+    @pytest.fixture
+    def join_async_session(self) -> AsyncJoinFactory:
+        """Override with the ``within`` capability: a coroutine function that opens an
+        async connection of the caller's own to the test's store and begins a
+        transaction on it (see `AsyncJoinSession`)."""
+        pytest.fail(
+            f"{type(self).__name__} declares 'within' but does not override the "
+            "join_async_session fixture"
+        )
+
+    @pytest.fixture
+    def join_session(
+        self, join_async_session: AsyncJoinFactory, _conformance_portal: Portal
+    ) -> JoinFactory:
+        return lambda: BlockingSession(_conformance_portal, join_async_session)
