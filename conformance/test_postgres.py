@@ -14,24 +14,73 @@ import pytest
 from conformance._suites import AsyncUrlSuite, UrlSuite, opener
 from tests.postgres.server import fresh_schema, with_schema
 from transports_core import Transport
-from transports_core.conformance import CAPABILITIES, WITHIN, ManualClock, TransportFactory
+from transports_core.conformance import (
+    CAPABILITIES,
+    AsyncJoinFactory,
+    JoinFactory,
+    ManualClock,
+    TransportFactory,
+)
 from transports_core.conformance._stateful import HYPOTHESIS_MISSING, check_against_model
 
 
+class _Session:
+    """A psycopg connection of the caller's own to the test's database; psycopg begins
+    its transaction at the first statement, as it does for an application."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def rollback(self) -> None:
+        self.conn.rollback()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _AsyncSession:
+    """`_Session` over a psycopg ``AsyncConnection``."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def commit(self) -> None:
+        await self.conn.commit()
+
+    async def rollback(self) -> None:
+        await self.conn.rollback()
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
 class _OwnSchema:
-    # Not within yet: declared with the join_session fixtures once the backend's
-    # transport.within is merged.
-    capabilities: ClassVar[Iterable[str]] = CAPABILITIES - {WITHIN}
+    capabilities: ClassVar[Iterable[str]] = CAPABILITIES
+    server: str
 
     @pytest.fixture
     def transport_url(self) -> Iterator[str]:
         # Small pools: several test runs share one server's connections.
         with fresh_schema("conf") as (url, schema):
+            self.server = url
             yield with_schema(url, schema, pool_min_size=0, pool_max_size=4)
+
+    @pytest.fixture
+    def join_async_session(self, transport_url: str) -> AsyncJoinFactory:
+        async def open_session() -> _AsyncSession:
+            return _AsyncSession(await psycopg.AsyncConnection.connect(self.server))
+
+        return open_session
 
 
 class TestPostgres(_OwnSchema, UrlSuite):
-    pass
+    # Only here: the async suite makes its join_session of join_async_session.
+    @pytest.fixture
+    def join_session(self, transport_url: str) -> JoinFactory:
+        return lambda: _Session(psycopg.connect(self.server))
 
 
 class TestAsyncPostgres(_OwnSchema, AsyncUrlSuite):

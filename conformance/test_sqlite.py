@@ -4,6 +4,7 @@ and the async twin on a file."""
 from __future__ import annotations
 
 import itertools
+import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -18,7 +19,10 @@ from transports_core.conformance import (
     DURABLE,
     MULTI_HANDLE,
     MULTIPROCESS,
+    WITHIN,
+    AsyncJoinFactory,
     BlockingTransport,
+    JoinFactory,
     ManualClock,
     Portal,
     TransportFactory,
@@ -26,10 +30,56 @@ from transports_core.conformance import (
 )
 
 
+class _Session:
+    """A connection of the caller's own to the test's file, with a transaction begun."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, timeout=10)
+        self.conn.execute("BEGIN")
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def rollback(self) -> None:
+        self.conn.rollback()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _AsyncSession:
+    """`_Session` over aiosqlite, for the async twin's ``within``."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def commit(self) -> None:
+        await self.conn.commit()
+
+    async def rollback(self) -> None:
+        await self.conn.rollback()
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
 class _File:
+    # The async suite makes its join_session of join_async_session: each test class
+    # below overrides only the one its suite asks for.
     capabilities: ClassVar[Iterable[str]] = frozenset(
-        {ADMIN, CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS}
+        {ADMIN, CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS, WITHIN}
     )
+
+    @pytest.fixture
+    def join_async_session(self, tmp_path: Path) -> AsyncJoinFactory:
+        import aiosqlite
+
+        async def open_session() -> _AsyncSession:
+            conn = await aiosqlite.connect(tmp_path / "queue.db", timeout=10)
+            await conn.execute("BEGIN")
+            return _AsyncSession(conn)
+
+        return open_session
 
     @pytest.fixture
     def transport_url(self, tmp_path: Path) -> str:
@@ -42,6 +92,10 @@ class _File:
 
 
 class TestSqliteFile(_File, UrlSuite):
+    @pytest.fixture
+    def join_session(self, tmp_path: Path) -> JoinFactory:
+        return lambda: _Session(tmp_path / "queue.db")
+
     @pytest.fixture
     def make_store(
         self, store_urls: Iterator[str], clock: ManualClock

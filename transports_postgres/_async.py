@@ -363,6 +363,8 @@ class _AsyncJoined:
         call = JoinedCall(mine.call, writes=False)
         with postgres_errors(transport._where, call):
             if not self._checked:
+                if transport._pool is None:  # first use: the schema is made on opening
+                    await transport._open()
                 read = functools.partial(run_caller, conn, schema, call)
                 await transport._check_store(await drive_async(_ops.Identity(schema), None, read))
                 self._checked = True

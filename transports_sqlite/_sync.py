@@ -444,6 +444,8 @@ class SqliteTransport(Twin[E], core.TransportBase[E]):
         return claimed.lease(self._codec)
 
     def _join(self, conn: object) -> CallersConnection:
+        if self._options.memory:  # no other connection can reach a private database
+            raise core.cannot_join(self)
         if not isinstance(conn, sqlite3.Connection):
             raise TypeError(
                 f"{self!r} joins the transaction of a sqlite3.Connection, not of "
