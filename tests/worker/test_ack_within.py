@@ -52,7 +52,8 @@ class JoiningSqlite(SqliteTransport[Event]):
         RUNTIME_ACKS.append(lease.seq)
         super().ack(lease)
 
-    def _join(self, conn: object) -> Callable[[Any], Any]:
+    # A runner of its own in place of the backend's, to count the runtime's acks apart.
+    def _join(self, conn: object) -> Callable[[Any], Any]:  # type: ignore[override]
         if not isinstance(conn, sqlite3.Connection):
             raise TypeError(f"the stand-in joins a sqlite3.Connection, not {conn!r}")
         clock = self._options.clock
@@ -67,7 +68,8 @@ class AsyncJoiningSqlite(AsyncSqliteTransport[Event]):
         RUNTIME_ACKS.append(lease.seq)
         await super().ack(lease)
 
-    def _join(self, conn: object) -> Callable[[Any], Any]:
+    # A runner of its own in place of the backend's, on the caller's sqlite3 connection.
+    def _join(self, conn: object) -> Callable[[Any], Any]:  # type: ignore[override]
         if not isinstance(conn, sqlite3.Connection):
             raise TypeError(f"the stand-in joins a sqlite3.Connection, not {conn!r}")
         clock = self._options.clock
