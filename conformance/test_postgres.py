@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import psycopg
 import pytest
 
-from conformance._suites import AsyncUrlSuite, UrlSuite, opener
+from conformance._suites import AsyncSession, AsyncUrlSuite, Session, UrlSuite, opener
 from tests.postgres.server import fresh_schema, with_schema
 from transports_core import Transport
 from transports_core.conformance import (
@@ -22,39 +22,6 @@ from transports_core.conformance import (
     TransportFactory,
 )
 from transports_core.conformance._stateful import HYPOTHESIS_MISSING, check_against_model
-
-
-class _Session:
-    """A psycopg connection of the caller's own to the test's database; psycopg begins
-    its transaction at the first statement, as it does for an application."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    def commit(self) -> None:
-        self.conn.commit()
-
-    def rollback(self) -> None:
-        self.conn.rollback()
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class _AsyncSession:
-    """`_Session` over a psycopg ``AsyncConnection``."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    async def commit(self) -> None:
-        await self.conn.commit()
-
-    async def rollback(self) -> None:
-        await self.conn.rollback()
-
-    async def close(self) -> None:
-        await self.conn.close()
 
 
 class _OwnSchema:
@@ -70,8 +37,8 @@ class _OwnSchema:
 
     @pytest.fixture
     def join_async_session(self, transport_url: str) -> AsyncJoinFactory:
-        async def open_session() -> _AsyncSession:
-            return _AsyncSession(await psycopg.AsyncConnection.connect(self.server))
+        async def open_session() -> AsyncSession:
+            return AsyncSession(await psycopg.AsyncConnection.connect(self.server))
 
         return open_session
 
@@ -80,7 +47,7 @@ class TestPostgres(_OwnSchema, UrlSuite):
     # Only here: the async suite makes its join_session of join_async_session.
     @pytest.fixture
     def join_session(self, transport_url: str) -> JoinFactory:
-        return lambda: _Session(psycopg.connect(self.server))
+        return lambda: Session(psycopg.connect(self.server))
 
 
 class TestAsyncPostgres(_OwnSchema, AsyncUrlSuite):

@@ -11,7 +11,14 @@ from typing import Any, ClassVar
 
 import pytest
 
-from conformance._suites import AsyncUrlSuite, UrlSuite, async_opener, opener
+from conformance._suites import (
+    AsyncSession,
+    AsyncUrlSuite,
+    Session,
+    UrlSuite,
+    async_opener,
+    opener,
+)
 from transports_core import Transport, open_transport
 from transports_core.conformance import (
     ADMIN,
@@ -30,39 +37,6 @@ from transports_core.conformance import (
 )
 
 
-class _Session:
-    """A connection of the caller's own to the test's file, with a transaction begun."""
-
-    def __init__(self, path: Path) -> None:
-        self.conn = sqlite3.connect(path, timeout=10)
-        self.conn.execute("BEGIN")
-
-    def commit(self) -> None:
-        self.conn.commit()
-
-    def rollback(self) -> None:
-        self.conn.rollback()
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class _AsyncSession:
-    """`_Session` over aiosqlite, for the async twin's ``within``."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    async def commit(self) -> None:
-        await self.conn.commit()
-
-    async def rollback(self) -> None:
-        await self.conn.rollback()
-
-    async def close(self) -> None:
-        await self.conn.close()
-
-
 class _File:
     # The async suite makes its join_session of join_async_session: each test class
     # below overrides only the one its suite asks for.
@@ -74,10 +48,10 @@ class _File:
     def join_async_session(self, tmp_path: Path) -> AsyncJoinFactory:
         import aiosqlite
 
-        async def open_session() -> _AsyncSession:
+        async def open_session() -> AsyncSession:
             conn = await aiosqlite.connect(tmp_path / "queue.db", timeout=10)
             await conn.execute("BEGIN")
-            return _AsyncSession(conn)
+            return AsyncSession(conn)
 
         return open_session
 
@@ -94,7 +68,12 @@ class _File:
 class TestSqliteFile(_File, UrlSuite):
     @pytest.fixture
     def join_session(self, tmp_path: Path) -> JoinFactory:
-        return lambda: _Session(tmp_path / "queue.db")
+        def open_session() -> Session:
+            conn = sqlite3.connect(tmp_path / "queue.db", timeout=10)
+            conn.execute("BEGIN")
+            return Session(conn)
+
+        return open_session
 
     @pytest.fixture
     def make_store(
