@@ -167,7 +167,7 @@ def setup(path: str) -> Op[None]:
 def upgrade(path: str) -> Op[None]:
     """Bring a queue at an older schema version up to `SCHEMA_VERSION`, in one write
     transaction (checked again under the write lock: another process may have upgraded
-    it since `needs_setup`). Additive only, so a crash leaves the old version whole."""
+    it since `needs_setup`), so a crash leaves the old version whole."""
 
     def steps(now: float) -> Steps[None]:
         version = _version(path, (yield Stmt(sql.READ_IDENTITY)))

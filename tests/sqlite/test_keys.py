@@ -1,7 +1,8 @@
 """Idempotency keys on SQLite, both twins: a repeated key in its group stores nothing and
 answers the original seq as a `Duplicate`, for as long as the queue's ``dedup_window``
 (on the injected clock); racing processes store one message per key; and a queue at the
-previous schema version gains the keys table when opened, keeping its messages."""
+version 3 schema gains the keys table when opened, and one at version 4 has it rebuilt in
+its new order, each keeping its messages (and keys)."""
 
 from __future__ import annotations
 
@@ -210,3 +211,57 @@ def test_a_version_3_queue_is_upgraded_when_opened_and_keeps_its_messages(
         assert got == [Event(n=1), Event(n=2), Event(n=3)]
     with _open(db_path, clock) as again:  # opened at the current version: nothing to do
         assert again.stats().keys == 1
+
+
+# Version 4's `keys`: the same columns as now, ordered by group first.
+_V4_KEYS = """
+CREATE TABLE keys (
+    group_id   TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
+    expires_at REAL    NOT NULL,
+    PRIMARY KEY (group_id, key)
+) WITHOUT ROWID
+"""
+
+
+def _v4_queue(path: Path, clock: ManualClock) -> None:
+    """A queue made by the previous schema: version 3's DDL and version 4's keys table
+    (its index, view and trigger unchanged since), with a plain message and a keyed one."""
+    _v3_queue(path)
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute(_V4_KEYS)
+        for statement in sql._KEYS_SCHEMA[1:]:
+            conn.execute(statement.sql)
+        conn.execute("PRAGMA user_version = 4")
+        now = clock()
+        conn.execute(sql.PUBLISH_KEYED.sql, ("g", 0, '{"n": 3}', "k", now, now + WINDOW)).fetchall()
+
+
+def test_a_version_4_queue_is_upgraded_when_opened_and_keeps_its_messages_and_keys(
+    db_path: Path, clock: ManualClock
+) -> None:
+    _v4_queue(db_path, clock)
+    assert query(db_path, "PRAGMA user_version") == [(4,)]
+    (old_pk,) = query(db_path, "SELECT sql FROM sqlite_master WHERE name = 'keys'")
+    assert "PRIMARY KEY (group_id, key)" in old_pk[0]
+    with _open(db_path, clock) as t:
+        assert query(db_path, "PRAGMA user_version") == [(sql.SCHEMA_VERSION,)]
+        (new_pk,) = query(db_path, "SELECT sql FROM sqlite_master WHERE name = 'keys'")
+        assert "PRIMARY KEY (key, group_id)" in new_pk[0]
+        assert t.stats().ready == 3
+        assert t.stats().keys == 1
+        # The key published before the upgrade is still live, with its seq.
+        assert t.publish("g", Event(n=4), key="k") == Duplicate(3)
+        assert t.publish_many([Message("g", Event(n=5), key="k")]) == [Duplicate(3)]
+        clock.advance(WINDOW)
+        fresh = t.publish("g", Event(n=6), key="k")
+        assert not isinstance(fresh, Duplicate)
+        got = []
+        while (lease := t.claim("w", 30)) is not None:
+            got.append(lease.event)
+            t.ack(lease)
+        assert got == [Event(n=1), Event(n=2), Event(n=3), Event(n=6)]
+    names = {name for (name,) in query(db_path, "SELECT name FROM sqlite_master")}
+    assert "keys_v4" not in names
+    assert {"keys", "keys_by_expiry", "publish_keyed", "publish_keyed_message"} <= names
