@@ -322,32 +322,41 @@ RETURNING seq, (SELECT seq FROM keys WHERE group_id = :group_id AND key = :key)
     rows=True,
 )
 
-# publish_many with keys, under the write lock it holds from its start: the batch's
-# (group, key) pairs, as a JSON array of pairs, that are live (used within the window),
-# with the seqs they published. One seek per pair; the pairs themselves are the batch's
-# own parameter, not a table.
+# publish_many with keys, under the write lock it holds from its start. It remembers each
+# distinct key of the batch with the seq it would publish if none were live, before it
+# stores any message: a new row, or one taking over an expired row; a live row is left
+# as it is, and not counted in the row count. So when the count is the number of keys,
+# which is the usual case, none was live and the batch is stored as numbered.
+REMEMBER_KEY: Final = Statement(
+    """
+INSERT INTO keys (group_id, key, seq, expires_at) VALUES (:group_id, :key, :seq, :expires_at)
+ON CONFLICT (key, group_id) DO UPDATE SET seq = excluded.seq, expires_at = excluded.expires_at
+ WHERE expires_at <= :now
+""",
+    ("group_id", "key", "seq", "expires_at", "now"),
+)
+# Otherwise it reads the live keys among the batch's (group, key) pairs, given as a JSON
+# array of pairs: those whose row still holds a seq from before the batch. One seek per
+# pair; the pairs themselves are the batch's own parameter, not a table.
 LIVE_KEYS: Final = Statement(
     """
 SELECT k.group_id, k.key, k.seq
   FROM json_each(:pairs) AS j
-  JOIN keys k ON k.group_id = json_extract(j.value, '$[0]')
-             AND k.key = json_extract(j.value, '$[1]')
- WHERE k.expires_at > :now
+  JOIN keys k ON k.key = json_extract(j.value, '$[1]')
+             AND k.group_id = json_extract(j.value, '$[0]')
+ WHERE k.seq < :first
 """,
-    ("pairs", "now"),
+    ("pairs", "first"),
     rows=True,
 )
-# Then it remembers the keys it publishes with, each known not to be live: new, or taking
-# over an expired row.
-REMEMBER_KEY: Final = Statement(
-    """
-INSERT INTO keys (group_id, key, seq, expires_at) VALUES (:group_id, :key, :seq, :expires_at)
-ON CONFLICT (group_id, key) DO UPDATE SET seq = excluded.seq, expires_at = excluded.expires_at
-""",
-    ("group_id", "key", "seq", "expires_at"),
+# And numbers the batch again without the duplicates: the keys it remembered move to
+# their messages' new seqs.
+RENUMBER_KEY: Final = Statement(
+    "UPDATE keys SET seq = :seq WHERE key = :key AND group_id = :group_id",
+    ("seq", "key", "group_id"),
 )
-# And forgets as many expired keys as it remembered and a few more, through the expiry
-# index: the same bounded delete as a keyed publish's, never a sweep.
+# Before all that, it forgets as many expired keys as it may remember and a few more,
+# through the expiry index: the same bounded delete as a keyed publish's, never a sweep.
 FORGET_EXPIRED: Final = Statement(
     """
 DELETE FROM keys WHERE expires_at <= (

@@ -113,6 +113,27 @@ def test_a_batch_stores_the_first_of_a_repeated_key_only(db_path: Path, clock: M
         assert t.stats().keys == 3
 
 
+def test_keys_behind_a_live_one_in_a_batch_point_to_their_stored_messages(
+    db_path: Path, clock: ManualClock
+) -> None:
+    # The batch is first numbered as if no key were live: "seen" makes every later
+    # item's seq one less, and the keys remembered for them must follow.
+    with _open(db_path, clock) as t:
+        before = t.publish("g", Event(n=0), key="seen")
+        items = [Message(f"g{i}", Event(n=i), key=f"k{i}") for i in range(4)]
+        seqs = t.publish_many([items[0], Message("g", Event(n=9), key="seen"), *items[1:]])
+        assert seqs[1] == Duplicate(before)
+        fresh = [seqs[0], *seqs[2:]]
+        assert fresh == list(range(before + 1, before + 5))
+        assert dict(query(db_path, "SELECT key, seq FROM keys")) == {
+            "seen": before,
+            **{f"k{i}": seq for i, seq in enumerate(fresh)},
+        }
+        assert t.publish_many(items) == [Duplicate(seq) for seq in fresh]
+        stored = query(db_path, "SELECT seq, json_extract(event, '$.n') FROM messages")
+        assert sorted(stored) == [(before, 0), *((seq, i) for i, seq in enumerate(fresh))]
+
+
 def test_a_batch_with_a_bad_item_stores_nothing_not_even_keys(
     db_path: Path, clock: ManualClock
 ) -> None:
