@@ -289,19 +289,18 @@ def _publish_keyed_batch(encoded: list[Encoded], window: float, now: float) -> S
     Only when the count falls short are the live keys read, the batch numbered again
     and the remembered keys moved to their new seqs; then the messages are stored."""
     first: int = (yield Stmt(sql.LAST_SEQ)).rows[0][0] + 1
-    seqs, stored, remembered = _number(encoded, first, {})
-    expires_at = now + window
+    expiry = (now + window, now)
+    seqs, stored, remembered = _number(encoded, first, {}, expiry)
     limit = len(remembered) + sql.FORGET_PER_PUBLISH
     yield Stmt(sql.FORGET_EXPIRED, {"now": now, "limit": limit})
-    rows = [(group_id, key, seq, expires_at, now) for group_id, key, seq in remembered]
-    kept = (yield Stmt(sql.REMEMBER_KEY, many=rows)).rowcount
+    kept = (yield Stmt(sql.REMEMBER_KEY, many=remembered)).rowcount
     if kept != len(remembered):  # some key was live: its row kept its seq from before
-        pairs = [(group_id, key) for group_id, key, _ in remembered]
+        pairs = [(group_id, key) for group_id, key, *_ in remembered]
         found = yield Stmt(sql.LIVE_KEYS, {"pairs": json.dumps(pairs), "first": first})
         live: dict[tuple[str, str], int] = {(g, k): dt.Duplicate(s) for g, k, s in found.rows}
-        guessed = {(g, k): s for g, k, s in remembered}
-        seqs, stored, remembered = _number(encoded, first, live)
-        moved = [(seq, k, g) for g, k, seq in remembered if guessed[g, k] != seq]
+        guessed = {(g, k): s for g, k, s, *_ in remembered}
+        seqs, stored, remembered = _number(encoded, first, live, expiry)
+        moved = [(seq, k, g) for g, k, seq, *_ in remembered if guessed[g, k] != seq]
         if moved:
             yield Stmt(sql.RENUMBER_KEY, many=moved)
     if stored:
@@ -309,15 +308,22 @@ def _publish_keyed_batch(encoded: list[Encoded], window: float, now: float) -> S
     return seqs
 
 
+# A row of REMEMBER_KEY: (group_id, key, seq, expires_at, now).
+Remembered = tuple[str, str, int, float, float]
+
+
 def _number(
-    encoded: list[Encoded], first: int, live: dict[tuple[str, str], int]
-) -> tuple[list[int], list[Encoded], list[tuple[str, str, int]]]:
+    encoded: list[Encoded],
+    first: int,
+    live: dict[tuple[str, str], int],
+    expiry: tuple[float, float],
+) -> tuple[list[int], list[Encoded], list[Remembered]]:
     """Number the items of a keyed batch from ``first``, given its ``live`` keys (each
     with its `Duplicate`): what each item gets, the items to store, and the keys to
-    remember as (group_id, key, seq)."""
+    remember, each with ``expiry``, (expires_at, now)."""
     seqs: list[int] = []
     stored: list[Encoded] = []
-    remembered: list[tuple[str, str, int]] = []
+    remembered: list[Remembered] = []
     taken = dict(live)
     seq = first
     for row in encoded:
@@ -328,7 +334,7 @@ def _number(
                 seqs.append(original)
                 continue
             taken[group_id, key] = dt.Duplicate(seq)
-            remembered.append((group_id, key, seq))
+            remembered.append((group_id, key, seq, *expiry))
         stored.append(row)
         seqs.append(seq)
         seq += 1
