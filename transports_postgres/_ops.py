@@ -290,17 +290,19 @@ class PublishMany(Operation[list[int]]):
 
 
 class PublishKeyedMany(Operation[list[int]]):
-    """A batch with keys: lock every group of it, counting it in, then store
-    each message whose key is new or expired and forget a few expired keys
-    (`sql.APPEND_MANY_KEYED`): one round trip. An item repeating an earlier item's group and key
-    is not sent: it is a `Duplicate` of whatever that earlier item's seq turns out to be."""
+    """A batch with keys: lock every group of it, counting it in, then store it
+    (`sql.APPEND_MANY_NEW_KEYS`): one round trip while all its keys are new. If one is
+    known already, that try stores nothing and the batch runs again in `PublishKnownKeys`,
+    which stores each message whose key is new or expired. An item repeating an earlier
+    item's group and key is not sent: it is a `Duplicate` of whatever that earlier item's
+    seq turns out to be."""
 
-    __slots__ = ("appended", "locked", "repeats", "size")
+    __slots__ = ("appended", "firsts", "locked", "repeats")
     call = "publish_many"
 
     def __init__(self, encoded: list[tuple[str, str, int, str | None]], window: float) -> None:
-        self.size = len(encoded)
-        # Each group's priority (its first message's) and count of messages sent.
+        # Each group's priority (its first message's), count of messages sent, and the
+        # place (1-based, among those sent) of its first.
         groups_seen: dict[str, list[int]] = {}
         # The place (0-based, among the items sent) of each key's first item, and for
         # every item its place among those sent, or, for a repeat, its first's, negated
@@ -317,13 +319,14 @@ class PublishKeyedMany(Operation[list[int]]):
                     continue
             places.append(len(sent))
             sent.append(item)
-            groups_seen.setdefault(group_id, [priority, 0])[1] += 1
+            groups_seen.setdefault(group_id, [priority, 0, len(sent)])[1] += 1
         self.repeats = places
         self.locked = (
             list(groups_seen),
             [found[0] for found in groups_seen.values()],
             [found[1] for found in groups_seen.values()],
         )
+        self.firsts = [found[2] for found in groups_seen.values()]
         self.appended = (
             [item[1] for item in sent],
             [item[0] for item in sent],
@@ -334,18 +337,47 @@ class PublishKeyedMany(Operation[list[int]]):
 
     def first(self, now: float | None) -> Batch:
         events, group_ids, priorities, keys, window = self.appended
-        return (
-            Stmt(sql.LOCK_GROUPS, self.locked),
-            Stmt(sql.APPEND_MANY_KEYED, (events, group_ids, priorities, keys, now, window)),
-        )
+        groups, _, counts = self.locked
+        params = (group_ids, keys, events, priorities, now, window, groups, self.firsts, counts)
+        return (Stmt(sql.LOCK_GROUPS, self.locked), Stmt(sql.APPEND_MANY_NEW_KEYS, params))
 
-    def done(self, results: list[Result], now: float | None) -> list[int]:
-        drawn, kept, _ = results[1].rows[0]
+    def done(self, results: list[Result], now: float | None) -> list[int] | More:
+        seen, seqs, _ = results[1].rows[0]
+        if seen:
+            return More(PublishKnownKeys(self))
+        return self.answer(seqs, seqs)
+
+    def answer(self, drawn: Sequence[int], kept: Sequence[int]) -> list[int]:
+        """Each item's seq, or a `Duplicate` of its key's: ``drawn`` for each message sent,
+        ``kept`` what its key kept (another seq: a duplicate)."""
         sent = [
             int(seq) if seq == mine else dt.Duplicate(seq)
             for seq, mine in zip(kept, drawn, strict=True)
         ]
         return [sent[p] if p >= 0 else dt.Duplicate(sent[-p - 1]) for p in self.repeats]
+
+
+class PublishKnownKeys(Operation[list[int]]):
+    """A keyed batch with a key known already: lock every group of it, counting it in,
+    then store each message whose key is new or expired and forget a few expired keys
+    (`sql.APPEND_MANY_KEYED`): one round trip."""
+
+    __slots__ = ("batch",)
+    call = "publish_many"
+
+    def __init__(self, batch: PublishKeyedMany) -> None:
+        self.batch = batch
+
+    def first(self, now: float | None) -> Batch:
+        events, group_ids, priorities, keys, window = self.batch.appended
+        return (
+            Stmt(sql.LOCK_GROUPS, self.batch.locked),
+            Stmt(sql.APPEND_MANY_KEYED, (events, group_ids, priorities, keys, now, window)),
+        )
+
+    def done(self, results: list[Result], now: float | None) -> list[int]:
+        drawn, kept, _ = results[1].rows[0]
+        return self.batch.answer(drawn, kept)
 
 
 def publish_many(

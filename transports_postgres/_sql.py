@@ -482,6 +482,66 @@ SELECT (SELECT array_agg(b.seq ORDER BY b.n) FROM b),
     ("events", "group_ids", "priorities", "keys", "now", "window"),
 )
 
+# A publish_many with keys, first try, after LOCK_GROUPS: the common batch, whose keys are
+# all new, in the shape of APPEND_MANY, each key stored by a plain INSERT beside its
+# message. Under the batch's group locks the keys are looked up first (`seen`): a key is
+# only ever stored under its group's lock, so in a fresh statement (read committed) a key
+# that is not found cannot appear before this transaction ends, and the plain INSERT
+# stores it without the conflict check of an upsert. (In a caller's repeatable read or
+# serializable transaction, a key committed after the snapshot is not found: its INSERT
+# then fails on the primary key, which `within` reports as a serialization failure.)
+# If any key of the batch is already there, live or expired, nothing is stored: the
+# counts LOCK_GROUPS added are taken back (the groups it created, head_seq 0, go again),
+# and the batch runs again as LOCK_GROUPS then APPEND_MANY_KEYED. Every gate is a
+# one-time filter, so the branch not taken costs nothing. Each key is looked up through
+# the primary key, by a subquery per item: joined to the batch, a generic plan made while
+# the table was small reads the whole table.
+_SEEN = "(SELECT found FROM seen)"
+APPEND_MANY_NEW_KEYS: Final = Statement(
+    f"""
+WITH seen AS MATERIALIZED (
+    SELECT EXISTS (
+        SELECT 1 FROM unnest(:group_ids::text[], :keys::text[]) AS b (g, k)
+         WHERE (SELECT true FROM {{s}}.keys x WHERE x.group_id = b.g AND x.key = b.k)
+    ) AS found
+), s AS (
+    SELECT array_agg(seq ORDER BY seq) AS seqs
+      FROM (SELECT nextval('{{s}}.seqs') AS seq
+              FROM generate_series(1, cardinality(:events::text[]))) drawn
+     WHERE NOT {_SEEN}
+), m AS (
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event)
+    SELECT b.g, s.seqs[b.n], b.p, b.e
+      FROM s, unnest(:group_ids::text[], :priorities::smallint[], :events::text[])
+              WITH ORDINALITY AS b (g, p, e, n)
+     WHERE NOT {_SEEN}
+), k AS (
+    INSERT INTO {{s}}.keys (group_id, key, seq, expires_at)
+    SELECT b.g, b.k, s.seqs[b.n], {_NOW} + :window
+      FROM s, unnest(:group_ids::text[], :keys::text[]) WITH ORDINALITY AS b (g, k, n)
+     WHERE NOT {_SEEN} AND b.k IS NOT NULL
+    RETURNING 1
+), h AS (
+    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
+    SELECT f.g, 0, s.seqs[f.i], 0
+      FROM s, unnest(:groups::text[], :firsts::integer[]) AS f (g, i)
+     WHERE NOT {_SEEN} AND (SELECT head_seq FROM {{s}}.groups WHERE group_id = f.g) = 0
+    ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq
+    RETURNING 1
+), undone AS (
+    UPDATE {{s}}.groups g
+       SET depth = g.depth - (:counts::integer[])[array_position(:groups::text[], g.group_id)]
+     WHERE {_SEEN} AND g.group_id = ANY (:groups::text[]) AND g.head_seq <> 0
+), unmade AS (
+    DELETE FROM {{s}}.groups
+     WHERE {_SEEN} AND group_id = ANY (:groups::text[]) AND head_seq = 0{_FORGET_KEYS}
+)
+SELECT {_SEEN}, (SELECT seqs FROM s),
+       (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM h) AND {_ANY_WAITER})
+""",
+    ("group_ids", "keys", "events", "priorities", "now", "window", "groups", "firsts", "counts"),
+)
+
 # --- claim ------------------------------------------------------------------------------------
 
 # At most this many groups are woken per claim: a bound the planner sees (so a generic
