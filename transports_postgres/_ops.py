@@ -13,7 +13,7 @@ the server's clock), no driver.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Literal, NamedTuple, TypeVar
+from typing import Any, ClassVar, Final, Literal, NamedTuple, TypeVar
 
 import transports_core as dt
 from transports_core import backend as core
@@ -849,6 +849,56 @@ def joined_prelude(op: Operation[Any]) -> Batch:
     if isinstance(op, _Settle):
         return (*prelude, Stmt(sql.LOCK_GROUP, (op.fence[0], 0)))
     return prelude
+
+
+def _as_steps(op: core.Operation[Batch, list[Result], T], now: float | None) -> Steps[T]:
+    """``op`` as one generator of batches: what core's `drive` does with it, without the
+    I/O (`first` and `done`, then ``More``'s next operation or `steps`)."""
+    batch = op.first(now)
+    while batch is not None:
+        value = op.done((yield batch), now)
+        if not isinstance(value, More):
+            return value
+        if value.then is None:
+            break
+        op = value.then
+        batch = op.first(now)
+    return (yield from op.steps(now))
+
+
+# What a joined operation's runner sends when it failed after its savepoint was made: its
+# statements are undone and the savepoint goes, the caller's transaction usable again.
+UNDO: Final = (Stmt(sql.ROLLBACK_TO_SAVEPOINT), Stmt(sql.RELEASE_SAVEPOINT))
+
+
+class Joined(core.Operation[Batch, list[Result], T]):
+    """``op`` in a caller's transaction, the one body of both twins' `within` runners:
+    its statements (`Bare`: no BEGIN or COMMIT) with `joined_prelude` pipelined before
+    the first of them, and the savepoint released once it has returned. ``opened`` says
+    whether the savepoint was made: a runner whose call failed then sends `UNDO`."""
+
+    __slots__ = ("op", "opened")
+
+    def __init__(self, op: Operation[T]) -> None:
+        self.op, self.opened = op, False
+
+    def steps(self, now: float | None) -> Steps[T]:
+        body = _as_steps(Bare(self.op), now)
+        try:
+            batch = next(body)
+        except StopIteration as stop:  # nothing to send: no savepoint either
+            value: T = stop.value
+            return value
+        prelude = joined_prelude(self.op)
+        self.opened = True
+        results = (yield (*prelude, *batch))[len(prelude) :]
+        try:
+            while True:
+                results = yield body.send(results)
+        except StopIteration as stop:
+            value = stop.value
+        yield (Stmt(sql.RELEASE_SAVEPOINT),)
+        return value
 
 
 class Operations:
