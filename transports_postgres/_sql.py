@@ -285,6 +285,14 @@ ON CONFLICT (group_id) DO UPDATE SET depth = {s}.groups.depth WHERE false
     ("group_id", "priority"),
 )
 
+# A published message (CTE `m`, its seq) counted into its locked group: a group that was
+# empty (new) gets it as its head.
+_COUNT_IN = """UPDATE {s}.groups g
+       SET depth = g.depth + 1,
+           head_seq = CASE WHEN g.depth = 0 THEN m.seq ELSE g.head_seq END
+      FROM m
+     WHERE g.group_id = :group_id"""
+
 # In a fresh statement, under the lock: draw the seq, store the message, count it in; a
 # group that was empty (new) gets it as its head, and a blocked claim is woken.
 APPEND: Final = Statement(
@@ -294,11 +302,7 @@ WITH m AS (
     VALUES (:group_id, nextval('{{s}}.seqs'), :priority, :event)
     RETURNING seq
 ), g AS (
-    UPDATE {{s}}.groups g
-       SET depth = g.depth + 1,
-           head_seq = CASE WHEN g.depth = 0 THEN m.seq ELSE g.head_seq END
-      FROM m
-     WHERE g.group_id = :group_id
+    {_COUNT_IN}
     RETURNING m.seq, g.depth
 )
 SELECT seq, CASE WHEN depth = 1 AND {_ANY_WAITER} THEN {_NOTIFY} END FROM g
@@ -319,6 +323,30 @@ ON CONFLICT (group_id) DO UPDATE SET depth = {s}.groups.depth + excluded.depth
 """,
     ("group_ids", "priorities", "counts"),
 )
+# A batch's seqs, one for each of its events, in order (`s.seqs`): the k-th smallest
+# drawn is for its k-th message, whatever order the sequence was read in, so a group's
+# seq order is the batch's order.
+_DRAW_SEQS = """SELECT array_agg(seq ORDER BY seq) AS seqs
+      FROM (SELECT nextval('{s}.seqs') AS seq
+              FROM generate_series(1, cardinality(:events::text[]))) drawn"""
+# Every message of the batch stored under its seq.
+_STORE_BATCH = """INSERT INTO {s}.messages (group_id, seq, priority, event)
+    SELECT b.g, s.seqs[b.n], b.p, b.e
+      FROM s, unnest(:group_ids::text[], :priorities::smallint[], :events::text[])
+              WITH ORDINALITY AS b (g, p, e, n)"""
+
+
+def _new_heads(gate: str = "") -> str:
+    # Each new group of the batch (head_seq 0) given the seq of its first message
+    # (:firsts, its place in the batch) as its head (see APPEND_MANY), if ``gate``.
+    return f"""INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
+    SELECT f.g, 0, s.seqs[f.i], 0
+      FROM s, unnest(:groups::text[], :firsts::integer[]) AS f (g, i)
+     WHERE {gate}(SELECT head_seq FROM {{s}}.groups WHERE group_id = f.g) = 0
+    ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq
+    RETURNING 1"""
+
+
 # Then, in a fresh statement under those locks: a seq for each message of the batch, the
 # k-th smallest drawn for its k-th message, whatever order the sequence was read in (so
 # a group's seq order is the batch's order); the messages stored; each new group's head
@@ -331,21 +359,11 @@ ON CONFLICT (group_id) DO UPDATE SET depth = {s}.groups.depth + excluded.depth
 APPEND_MANY: Final = Statement(
     f"""
 WITH s AS (
-    SELECT array_agg(seq ORDER BY seq) AS seqs
-      FROM (SELECT nextval('{{s}}.seqs') AS seq
-              FROM generate_series(1, cardinality(:events::text[]))) drawn
+    {_DRAW_SEQS}
 ), m AS (
-    INSERT INTO {{s}}.messages (group_id, seq, priority, event)
-    SELECT b.g, s.seqs[b.n], b.p, b.e
-      FROM s, unnest(:group_ids::text[], :priorities::smallint[], :events::text[])
-              WITH ORDINALITY AS b (g, p, e, n)
+    {_STORE_BATCH}
 ), h AS (
-    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
-    SELECT f.g, 0, s.seqs[f.i], 0
-      FROM s, unnest(:groups::text[], :firsts::integer[]) AS f (g, i)
-     WHERE (SELECT head_seq FROM {{s}}.groups WHERE group_id = f.g) = 0
-    ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq
-    RETURNING 1
+    {_new_heads()}
 )
 SELECT s.seqs, (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM h) AND {_ANY_WAITER})
   FROM s
@@ -411,11 +429,7 @@ WITH t AS MATERIALIZED (
     SELECT :group_id, new.seq, :priority, :event FROM new
     RETURNING seq
 ), g AS (
-    UPDATE {{s}}.groups g
-       SET depth = g.depth + 1,
-           head_seq = CASE WHEN g.depth = 0 THEN m.seq ELSE g.head_seq END
-      FROM m
-     WHERE g.group_id = :group_id
+    {_COUNT_IN}
     RETURNING g.depth
 ), dropped AS (
     DELETE FROM {{s}}.groups
@@ -440,9 +454,7 @@ SELECT k.seq, EXISTS (SELECT 1 FROM new),
 APPEND_MANY_KEYED: Final = Statement(
     f"""
 WITH s AS (
-    SELECT array_agg(seq ORDER BY seq) AS seqs
-      FROM (SELECT nextval('{{s}}.seqs') AS seq
-              FROM generate_series(1, cardinality(:events::text[]))) drawn
+    {_DRAW_SEQS}
 ), b AS MATERIALIZED (
     SELECT b.g, b.p, b.e, b.k, b.n, s.seqs[b.n] AS seq
       FROM s, unnest(:group_ids::text[], :priorities::smallint[], :events::text[],
@@ -505,15 +517,10 @@ WITH seen AS MATERIALIZED (
          WHERE (SELECT true FROM {{s}}.keys x WHERE x.group_id = b.g AND x.key = b.k)
     ) AS found
 ), s AS (
-    SELECT array_agg(seq ORDER BY seq) AS seqs
-      FROM (SELECT nextval('{{s}}.seqs') AS seq
-              FROM generate_series(1, cardinality(:events::text[]))) drawn
+    {_DRAW_SEQS}
      WHERE NOT {_SEEN}
 ), m AS (
-    INSERT INTO {{s}}.messages (group_id, seq, priority, event)
-    SELECT b.g, s.seqs[b.n], b.p, b.e
-      FROM s, unnest(:group_ids::text[], :priorities::smallint[], :events::text[])
-              WITH ORDINALITY AS b (g, p, e, n)
+    {_STORE_BATCH}
      WHERE NOT {_SEEN}
 ), k AS (
     INSERT INTO {{s}}.keys (group_id, key, seq, expires_at)
@@ -522,12 +529,7 @@ WITH seen AS MATERIALIZED (
      WHERE NOT {_SEEN} AND b.k IS NOT NULL
     RETURNING 1
 ), h AS (
-    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
-    SELECT f.g, 0, s.seqs[f.i], 0
-      FROM s, unnest(:groups::text[], :firsts::integer[]) AS f (g, i)
-     WHERE NOT {_SEEN} AND (SELECT head_seq FROM {{s}}.groups WHERE group_id = f.g) = 0
-    ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq
-    RETURNING 1
+    {_new_heads(f"NOT {_SEEN} AND ")}
 ), undone AS (
     UPDATE {{s}}.groups g
        SET depth = g.depth - (:counts::integer[])[array_position(:groups::text[], g.group_id)]
@@ -609,6 +611,8 @@ _FENCE = (
     "group_id = :group_id AND head_seq = :seq AND locked_by = :worker_id AND attempt = :attempt"
 )
 FENCE_NAMES: Final = ("group_id", "seq", "worker_id", "attempt")
+# The same, on the groups row named g in a statement that joins it.
+_G_FENCE = "g." + _FENCE.replace(" AND ", " AND g.")
 
 # First lock the group, fenced: a publish to it that is committing now finishes first.
 LOCK_LEASE: Final = Statement(f"SELECT 1 FROM {{s}}.groups WHERE {_FENCE} FOR UPDATE", FENCE_NAMES)
@@ -674,7 +678,7 @@ WITH nxt AS (
 ), moved AS (
     UPDATE {{s}}.groups g {_TO_NEXT}
       FROM nxt
-     WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+     WHERE {_G_FENCE}
     RETURNING 1
 ), dropped AS (
     DELETE FROM {{s}}.groups
@@ -699,7 +703,7 @@ RELEASE: Final = Statement(
 UPDATE {{s}}.groups g SET locked_by = :locked_by, lock_expiry = {_NOW} + :delay,
        busy_until = {_NOW} + :delay
   FROM {_LEASE_COMMIT}
- WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+ WHERE {_G_FENCE}
 """,
     (*FENCE_NAMES, "locked_by", "now", "delay", "lease_commit"),
 )
@@ -709,7 +713,7 @@ FREE: Final = Statement(
 WITH r AS (
     UPDATE {{s}}.groups g SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL
       FROM {_LEASE_COMMIT}
-     WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+     WHERE {_G_FENCE}
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM r),
@@ -729,7 +733,7 @@ UNCLAIM: Final = Statement(
 WITH r AS (
     UPDATE {{s}}.groups g SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL,
            attempt = g.attempt - 1
-     WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+     WHERE {_G_FENCE}
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM r),
@@ -742,7 +746,7 @@ EXTEND: Final = Statement(
     f"""
 UPDATE {{s}}.groups g SET lock_expiry = {_NOW} + :visibility, busy_until = {_NOW} + :visibility
   FROM {_LEASE_COMMIT}
- WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+ WHERE {_G_FENCE}
 RETURNING g.lock_expiry
 """,
     (*FENCE_NAMES, "now", "visibility", "lease_commit"),
@@ -756,7 +760,7 @@ BURY: Final = Statement(
 INSERT INTO {{s}}.dead_letters (seq, group_id, priority, event, attempts, reason, dead_at)
 SELECT m.seq, m.group_id, m.priority, m.event, :attempts, :reason, {_NOW}
   FROM {{s}}.messages m JOIN {{s}}.groups g ON g.group_id = m.group_id AND g.head_seq = m.seq
- WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+ WHERE {_G_FENCE}
 """,
     (*FENCE_NAMES, "attempts", "reason", "now"),
 )
