@@ -137,6 +137,8 @@ def test_page_examples_run_twice_in_one_directory(
 IMPORT_PROBE = r"""
 import ast, importlib, json, os, sys, threading
 
+from transports_core import known_schemes
+
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.getcwd())
 name = sys.argv[1]
@@ -167,6 +169,7 @@ def hook(event, args):
 
 sys.addaudithook(hook)
 threads = set(threading.enumerate())
+schemes = known_schemes()
 before = {p: os.stat(p).st_mtime_ns for p in os.listdir()}
 active[0] = True
 try:
@@ -176,6 +179,7 @@ finally:
 after = {p: os.stat(p).st_mtime_ns for p in os.listdir()}
 seen += [f"wrote {p}" for p in sorted(after) if before.get(p) != after[p]]
 seen += [f"left thread {t.name} running" for t in set(threading.enumerate()) - threads]
+seen += [f"registered {s}" for s in sorted(set(known_schemes()) - set(schemes))]
 print(json.dumps({"did": seen, "names": sorted(vars(module))}))
 """
 
@@ -215,8 +219,8 @@ def test_page_files_do_nothing_on_import(page: Path, tmp_path: Path) -> None:
 
 
 def test_import_probe_reports_work_done_on_import(tmp_path: Path) -> None:
-    """The check above can fail: a module that opens a queue or starts a thread when
-    imported is reported, and one that only defines is not."""
+    """The check above can fail: a module that opens a queue, starts a thread or registers
+    a scheme when imported is reported, and one that only defines is not."""
     (tmp_path / "eager.py").write_text(
         "from transports_core import Event, open_transport\n"
         "with open_transport('sqlite:///eager.db') as queue:\n"
@@ -238,6 +242,13 @@ def test_import_probe_reports_work_done_on_import(tmp_path: Path) -> None:
     eager, _ = _import_probe(tmp_path, "eager")
     assert "wrote eager.db" in eager
     assert any(e.startswith("sqlite3.connect") for e in eager)
+    (tmp_path / "registering.py").write_text(
+        "from transports_core import register_backend\n"
+        "from transports_sqlite import backend\n"
+        "register_backend('eagerqueue', backend)\n"
+    )
+    registering, _ = _import_probe(tmp_path, "registering")
+    assert registering == ["registered eagerqueue"]
     spawning, _ = _import_probe(tmp_path, "spawning")
     assert spawning == ["left thread busy running"]
     lazy, names = _import_probe(tmp_path, "lazy")
