@@ -19,7 +19,6 @@ none is built but unreachable."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -69,13 +68,6 @@ def _page_params(*, only_with_files: bool = False) -> list[object]:
     ]
 
 
-def _child_env(directory: Path) -> dict[str, str]:
-    """The environment of a reader's shell in ``directory``: its files importable."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(directory), env.get("PYTHONPATH")]))
-    return env
-
-
 def _run_file(block: Block, directory: Path) -> None:
     assert block.file is not None
     (directory / block.file).write_text(block.code)
@@ -86,7 +78,6 @@ def _run_file(block: Block, directory: Path) -> None:
     done = subprocess.run(
         command,
         cwd=directory,
-        env=_child_env(directory),
         capture_output=True,
         text=True,
         timeout=FILE_TIMEOUT,
@@ -190,7 +181,6 @@ def _import_probe(directory: Path, module: str) -> tuple[list[str], list[str]]:
     done = subprocess.run(
         [sys.executable, "-c", IMPORT_PROBE, module],
         cwd=directory,
-        env=_child_env(directory),
         capture_output=True,
         text=True,
         timeout=120,
