@@ -76,6 +76,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
       transports backends         # which URL schemes are installed
       transports inspect sqlite:///queue.db   # what a queue holds
       transports --debug demo sqlite:///queue.db
+
+    \b
+    Environment:
+      TRANSPORTS_URL  the queue's URL, for every command not given one
     """
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())

@@ -98,7 +98,9 @@ class _Supervisor:
                 continue
             child.process = None
             if self.stops:
-                child.code = code
+                # Ended by the SIGTERM passed on before it set its own handler: it was
+                # still starting, and had claimed nothing.
+                child.code = EXIT_DRAINED if code == -signal.SIGTERM else code
                 LOGGER.info("worker process %d (pid %d) %s", child.number, process.pid, _how(code))
                 continue
             if now - child.started < QUICK_END:
