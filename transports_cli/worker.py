@@ -96,7 +96,7 @@ def seconds_option(
     )
 
 
-@click.command()
+@click.command(short_help="Run a handler on every message of a queue.")
 @click.argument("handler_target", metavar="MODULE:FUNCTION")
 @url_argument()
 @count_option(

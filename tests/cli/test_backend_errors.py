@@ -116,7 +116,6 @@ def test_the_conformance_module_without_pytest_names_the_extra(tmp_path: Path) -
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.strip() == (
-        "error: the conformance suite needs pytest: "
-        "pip install 'durable-transports[conformance]'"
+        "error: the conformance suite needs pytest: pip install 'durable-transports[conformance]'"
     )
     assert not (tmp_path / "unused.db").exists()
