@@ -13,6 +13,7 @@ without it the option is refused before anything is opened.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import inspect
 import logging
@@ -233,37 +234,29 @@ def worker(
     runtime = AsyncWorker if inspect.iscoroutinefunction(handler) else Worker
     runner: AsyncWorker[Any] | Worker[Any]
     hooks: list[Hooks] = [LoggingHooks()]
-    exporter = None
-    if metrics_port is not None:
-        exporter = _metrics(url, metrics_port, metrics_host, metrics_groups)
-        hooks.append(exporter)
-    try:
-        runner = runtime(
-            url,
-            handler,
-            event_type=model,
-            worker_id=worker_id,
-            retry=RetryPolicy(max_attempts=max_attempts),
-            concurrency=concurrency,
-            visibility=visibility,
-            timeout=timeout,
-            grace=grace,
-            min_priority=min_priority,
-            hooks=hooks,
-        )
-    except (TypeError, ValueError) as exc:
-        if exporter is not None:
-            exporter.close()
-        raise click.UsageError(scrub(str(exc))) from exc
-    logging.getLogger("transports_worker").info("%r started", runner)
-    try:
-        if health_file is None:
-            return _run(runner)
-        with _Health(health_file):
-            return _run(runner)
-    finally:
-        if exporter is not None:
-            exporter.close()
+    with contextlib.ExitStack() as stack:
+        if metrics_port is not None:
+            hooks.append(_metrics(stack, url, metrics_port, metrics_host, metrics_groups))
+        try:
+            runner = runtime(
+                url,
+                handler,
+                event_type=model,
+                worker_id=worker_id,
+                retry=RetryPolicy(max_attempts=max_attempts),
+                concurrency=concurrency,
+                visibility=visibility,
+                timeout=timeout,
+                grace=grace,
+                min_priority=min_priority,
+                hooks=hooks,
+            )
+        except (TypeError, ValueError) as exc:
+            raise click.UsageError(scrub(str(exc))) from exc
+        logging.getLogger("transports_worker").info("%r started", runner)
+        if health_file is not None:
+            stack.enter_context(_Health(health_file))
+        return _run(runner)
 
 
 def _need_metrics() -> None:
@@ -274,8 +267,11 @@ def _need_metrics() -> None:
         raise click.BadParameter(str(exc), param_hint="'--metrics-port'") from exc
 
 
-def _metrics(url: str, port: int, host: str, groups: int) -> PrometheusHooks:
-    """The exporter of the runtime's metrics and the queue's backlog, serving."""
+def _metrics(
+    stack: contextlib.ExitStack, url: str, port: int, host: str, groups: int
+) -> PrometheusHooks:
+    """The exporter of the runtime's metrics and the queue's backlog, serving until
+    ``stack`` closes."""
     from prometheus_client import disable_created_metrics
 
     from transports_worker import PrometheusHooks, QueueBacklog
@@ -283,14 +279,15 @@ def _metrics(url: str, port: int, host: str, groups: int) -> PrometheusHooks:
     # The ``_created`` series (when each counter began) say nothing a scraper can use.
     disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated upstream
     backlog = QueueBacklog(url, groups=groups, cache=BACKLOG_CACHE)
+    stack.callback(backlog.close)
     exporter = PrometheusHooks(backlog=backlog)
     try:
         bound = exporter.serve(port, host)
     except OSError as exc:
-        backlog.close()
         raise click.ClickException(
             f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
         ) from exc
+    stack.callback(exporter.close)
     logging.getLogger("transports_worker").info(
         "serving metrics on http://%s:%d/metrics", host, bound
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -149,3 +150,26 @@ def test_without_prometheus_client_the_option_fails_naming_the_extra(tmp_path: P
     assert "--metrics-port" in line
     assert "pip install 'durable-transports[metrics]'" in line
     assert not database.exists(), "the queue was opened before the option was refused"
+
+
+def test_a_port_in_use_fails_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "jobs.py").write_text("def handle(event, ctx):\n    pass\n")
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "transports_cli", "worker", "jobs:handle"]
+        options = ["--metrics-port", str(port), "--metrics-host", "127.0.0.1"]
+        result = subprocess.run(
+            [*command, f"sqlite:///{tmp_path / 'queue.db'}", *options],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": path},
+            capture_output=True,
+            text=True,
+            timeout=PATIENCE,
+            check=False,
+        )
+    assert result.returncode == 1, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in line
