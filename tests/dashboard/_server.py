@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
-import selectors
 import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -36,12 +37,30 @@ class Running:
         return self.address.rstrip("/") + path
 
 
-def _read_line(stream: IO[str], deadline: float) -> str:
-    with selectors.DefaultSelector() as selector:
-        selector.register(stream, selectors.EVENT_READ)
-        if not selector.select(max(0.0, deadline - time.monotonic())):
-            raise TimeoutError("the dashboard printed nothing in time")
-    return stream.readline()
+class _Lines:
+    """The lines a process prints, read by a thread of their own, so that waiting for
+    one can time out (a select on a buffered text stream may miss lines already read)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._lines.put(line)
+        self._lines.put("")  # end of output
+
+    def next(self, deadline: float) -> str:
+        try:
+            return self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError("the dashboard printed nothing in time") from None
+
+    def rest(self) -> str:
+        """Everything after the lines taken, once the process has exited."""
+        self._thread.join(timeout=30)
+        return "".join(iter(self._lines.get_nowait, ""))
 
 
 @contextmanager
@@ -59,27 +78,30 @@ def dashboard(
         cwd=cwd,
     )
     assert process.stdout is not None
+    lines = _Lines(process.stdout)
     running: Running | None = None
     try:
         deadline = time.monotonic() + STARTUP
-        first = _read_line(process.stdout, deadline)
+        first = lines.next(deadline)
         found = re.search(r" at (http://\S+/) ", first)
         if found is None:
             process.wait(timeout=30)
-            raise AssertionError(f"the dashboard did not start: {first}{process.stdout.read()}")
-        lines = [first]
+            raise AssertionError(f"the dashboard did not start: {first}{lines.rest()}")
+        printed = [first]
         if "--allow-actions" in args:
-            lines.append(_read_line(process.stdout, deadline))
-        running = Running(found.group(1), lines, process=process)
+            printed.append(lines.next(deadline))
+        running = Running(found.group(1), printed, process=process)
         yield running
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
         try:
-            rest, _ = process.communicate(timeout=30)
+            process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
-            rest, _ = process.communicate()
+            process.wait()
+        rest = lines.rest()
+        process.stdout.close()
         if running is not None:
             running.output = "".join(running.lines) + rest
             running.returncode = process.returncode

@@ -81,6 +81,19 @@ class _Hardened:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+
+        async def secured(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"content-security-policy", _CSP.encode()),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"x-frame-options", b"DENY"),
+                    (b"referrer-policy", b"same-origin"),  # no-referrer would make Origin "null"
+                    (b"cache-control", b"no-store"),
+                ]
+            await send(message)
+
         headers = dict(scope["headers"])
         host = _host_name(headers.get(b"host", b"").decode("latin-1"))
         if self.hosts is not None and host not in self.hosts:
@@ -90,20 +103,8 @@ class _Hardened:
                 status_code=421,
                 media_type="text/plain",
             )
-            await response(scope, receive, send)
+            await response(scope, receive, secured)
             return
-
-        async def secured(message: MutableMapping[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [
-                    *message.get("headers", []),
-                    (b"content-security-policy", _CSP.encode()),
-                    (b"x-content-type-options", b"nosniff"),
-                    (b"x-frame-options", b"DENY"),
-                    (b"referrer-policy", b"no-referrer"),
-                    (b"cache-control", b"no-store"),
-                ]
-            await send(message)
 
         await self.app(scope, receive, secured)
 
