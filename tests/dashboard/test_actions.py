@@ -17,7 +17,7 @@ from transports_core import TransportAdmin, open_transport
 
 from ._queues import prepare
 from ._server import Answer, dashboard, request
-from .test_pages import screenshot
+from .test_pages import local_url, screenshot
 
 TOKEN = "a-test-token-of-enough-length-42"
 
@@ -68,7 +68,9 @@ def test_actions_need_the_token_and_the_csrf_token(
     prepared = prepare(url)
     before = state(url)
     discard = {"seq": str(prepared.released_seq)}
-    with dashboard(url, "--allow-actions", env={TOKEN_VARIABLE: TOKEN}) as running:
+    served, cwd = local_url(url, tmp_path)
+    environ = {TOKEN_VARIABLE: TOKEN}
+    with dashboard(served, "--allow-actions", env=environ, cwd=cwd) as running:
         assert TOKEN not in running.output  # taken from the environment: never printed
         act = running.at("/actions/discard")
         # No session at all, then a session that is not signed in (with its own CSRF).
@@ -112,7 +114,7 @@ def test_actions_need_the_token_and_the_csrf_token(
         assert state(url) == before
 
         # With both, in the browser: requeue the held dead letter, discard the other.
-        if password is None:
+        if cwd is not None:
             screenshot(browser, tmp_path, "actions")
         browser.find_element(By.ID, f"requeue-{prepared.held_seq}").click()
         WebDriverWait(browser, 10).until(

@@ -117,8 +117,6 @@ def test_pages_show_what_inspect_reports(
             for d in letters
         ]  # fmt: skip
         assert HOSTILE in rows[0][7]  # shown as text: had it run, its alert would fail .get
-        if cwd is not None:
-            screenshot(browser, tmp_path, "dead")
 
         # One dead letter by seq, through the look-up form; then a seq that is none.
         browser.find_element(By.ID, "lookup-seq").send_keys(str(prepared.held_seq))
@@ -158,9 +156,14 @@ def test_sparkline_and_counts_follow_the_queue(browser: webdriver.Chrome, tmp_pa
                 waiting = want.ready + want.in_flight + want.parked
                 # The page samples on its own: wait until it has shown this figure.
                 WebDriverWait(browser, 20, poll_frequency=0.1).until(shows(waiting))
+            by_priority = [
+                [str(p.priority), str(p.ready), str(p.in_flight), str(p.parked), str(p.dead)]
+                for p in queue.stats().by_priority
+            ]
         points = line.get_attribute("points") or ""
         assert len(points.split()) >= 6
         assert figure(browser, "waiting") == start + 3 * (1 + 2 + 3 + 4 + 5)
         assert "per second" in browser.find_element(By.ID, "rate").text
+        assert table(browser, "#by-priority") == by_priority  # updated in place too
         screenshot(browser, tmp_path, "overview")
     assert running.returncode == 0, running.output

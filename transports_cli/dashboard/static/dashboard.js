@@ -1,6 +1,7 @@
-// Samples /api/stats while the overview is open: updates the counts in place and draws
-// the backlog (ready + in flight + parked) of the last few minutes as a sparkline, with
-// its change per second (messages published minus settled, as the counts show it).
+// Samples /api/stats while the overview is open: updates the counts (in total and by
+// priority) in place, and draws the backlog (ready + in flight + parked) of the last few
+// minutes as a sparkline, with its change per second (messages published minus settled,
+// as the counts show it).
 "use strict";
 (function () {
   const counts = document.getElementById("counts");
@@ -26,6 +27,20 @@
     }
   }
 
+  function priorities(rows) {
+    const body = document.querySelector("#by-priority tbody");
+    if (!body || !Array.isArray(rows)) return;
+    body.replaceChildren(...rows.map((p) => {
+      const row = document.createElement("tr");
+      for (const name of ["priority", "ready", "in_flight", "parked", "dead"]) {
+        const cell = row.insertCell();
+        cell.className = "num";
+        cell.textContent = String(p[name]);
+      }
+      return row;
+    }));
+  }
+
   async function sample() {
     try {
       const response = await fetch("/api/stats", { cache: "no-store" });
@@ -35,6 +50,7 @@
         const cell = document.getElementById(`stat-${name}`);
         if (cell && typeof value === "number") cell.textContent = String(value);
       }
+      priorities(stats.by_priority);
       samples.push(stats);
       if (samples.length > keep) samples.shift();
       draw();
