@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import markupsafe
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
@@ -185,3 +186,55 @@ def test_a_loopback_dashboard_answers_only_to_loopback_names(
         assert answer.status == (421 if why else 200)
         assert why in answer.body
         assert "script-src 'self'" in answer.headers["content-security-policy"]
+
+
+def sign_in(browser: webdriver.Chrome, address: str) -> dict[str, str]:
+    """Sign the browser in with `TOKEN`; the session's cookie and CSRF token, to post
+    with outside the browser."""
+    browser.delete_all_cookies()
+    browser.get(address + "login")
+    browser.find_element(By.ID, "token").send_keys(TOKEN)
+    browser.find_element(By.ID, "sign-in").click()
+    WebDriverWait(browser, 10).until(lambda b: "Signed in" in b.page_source)
+    cookie = browser.get_cookie("transports_dashboard")
+    assert cookie is not None
+    csrf = browser.find_element(By.CSS_SELECTOR, "input[name=csrf]").get_attribute("value")
+    assert csrf
+    return {"Cookie": f"transports_dashboard={cookie['value']}", "csrf": csrf}
+
+
+def paused(url: str, group_id: str) -> object:
+    with open_transport(url) as queue:
+        assert isinstance(queue, TransportAdmin)
+        group = next(g for g in queue.groups(limit=100) if g.group_id == group_id)
+        return getattr(group, "paused", None)
+
+
+@pytest.mark.slow
+def test_pause_and_resume_are_offered_where_the_backend_can(
+    browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'queue.db'}"
+    prepare(url)
+    with open_transport(url) as queue:
+        can = all(callable(getattr(queue, m, None)) for m in ("pause_group", "resume_group"))
+    env = {TOKEN_VARIABLE: TOKEN}
+    with dashboard("sqlite:///queue.db", "--allow-actions", env=env, cwd=tmp_path) as running:
+        session = sign_in(browser, running.address)
+        browser.get(running.at("/groups"))
+        pause = "//tr[@data-group='deep']//form[@action='/actions/pause']/button"
+        buttons = browser.find_elements(By.XPATH, pause)
+        if not can:  # this core has no pause: no button, and the endpoint refuses
+            assert buttons == []
+            form = {"group": "deep", "csrf": session["csrf"]}
+            answer = request(running.at("/actions/pause"), form, {"Cookie": session["Cookie"]})
+            refusal = str(markupsafe.escape("no action 'pause' here"))
+            assert (answer.status, refusal in answer.body) == (400, True)
+            return
+        buttons[0].click()
+        WebDriverWait(browser, 10).until(lambda b: "Paused group 'deep'." in b.page_source)
+        assert paused(url, "deep") is True
+        resume = "//tr[@data-group='deep']//form[@action='/actions/resume']/button"
+        browser.find_element(By.XPATH, resume).click()
+        WebDriverWait(browser, 10).until(lambda b: "Resumed group 'deep'." in b.page_source)
+        assert paused(url, "deep") is False

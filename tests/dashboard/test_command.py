@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.cli._command import transports
+from tests.postgres.server import drop_schema, fresh_schema, with_schema
 from transports_cli.dashboard import TOKEN_VARIABLE
 from transports_cli.dashboard._command import is_loopback
 
 from ._queues import prepare
+from ._server import dashboard, request
+from .conftest import with_password
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.7", "example.invalid"])
@@ -84,3 +87,20 @@ def test_the_help_needs_no_extra() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "--allow-actions" in done.stdout
+
+
+def test_a_store_that_fails_answers_503_naming_no_password() -> None:
+    with fresh_schema("td") as (server, schema):
+        url, password = with_password(server)
+        url = with_schema(url, schema)
+        prepare(url)
+        with dashboard(url) as running:
+            assert request(running.at("/")).status == 200
+            drop_schema(server, schema)  # the queue's tables are gone under it
+            page, api = request(running.at("/dead")), request(running.at("/api/stats"))
+        assert (page.status, api.status) == (503, 503)
+        assert "the queue did not answer" in page.body
+        assert "the queue did not answer" in api.body
+        for text in (page.body, api.body, running.output):
+            assert password not in text
+        assert running.returncode == 0, running.output

@@ -28,6 +28,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from transports_cli._output import one_line, scrub
 from transports_cli.admin._access import all_groups, relative
 from transports_core import (
     DeadLetter,
@@ -194,6 +195,13 @@ class Dashboard:
     async def read(self, call: Callable[..., Any], *args: Any) -> Any:
         return await run_in_threadpool(call, *args)
 
+    async def failed(self, request: Request, exc: Exception) -> Response:
+        """A read or action the store could not do (down, locked, gone): say so, 503."""
+        why = f"the queue did not answer: {scrub(one_line(str(exc)))}"
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": why}, status_code=503)
+        return self.refuse(request, why, status=503)
+
     # -- pages -----------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
@@ -355,7 +363,7 @@ class Dashboard:
             return self.refuse(request, _DISABLED)
         form = await self._form(request)
         sid, session = self._session(request)
-        if isinstance(form, str) or session is None or form.get("csrf") != session.csrf:
+        if isinstance(form, str) or session is None or self.guard.refusal(sid, form.get("csrf")):
             return self.refuse(request, "sign-out refused: a stale or forged form")
         self.guard.sign_out(sid)
         return RedirectResponse("/", status_code=303)
@@ -447,7 +455,8 @@ def make_app(
             Route("/logout", board.logout, methods=["POST"]),
             Route("/actions/{name}", board.act, methods=["POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
-        ]
+        ],
+        exception_handlers={TransportError: board.failed},
     )
     return _Hardened(app, hosts)
 
