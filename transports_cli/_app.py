@@ -26,6 +26,7 @@ from ._publish import publish
 from .admin import dead, inspect, purge
 from .bench import bench
 from .check import check
+from .dashboard import dashboard
 from .demo import demo
 from .worker import worker
 
@@ -90,6 +91,7 @@ cli.add_command(backends)
 cli.add_command(bench)
 cli.add_command(check)
 cli.add_command(conformance)
+cli.add_command(dashboard)
 cli.add_command(dead)
 cli.add_command(demo)
 cli.add_command(inspect)
