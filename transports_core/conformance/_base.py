@@ -232,15 +232,32 @@ class _Tracked(Closing):
         leases: list[Lease[Event]],
         parks: list[float],
         now: Callable[[], float],
+        delayed: list[str],
     ) -> None:
         self._inner, self._leases, self._parks, self._now = inner, leases, parks, now
+        # The groups of delayed publishes: their messages may not show in `groups`.
+        self._delayed = delayed
 
     def publish(
-        self, group_id: str, event: Event, priority: int = 0, *, key: str | None = None
+        self,
+        group_id: str,
+        event: Event,
+        priority: int = 0,
+        *,
+        key: str | None = None,
+        delay: float = 0,
+        hold: bool = False,
+        tenant: str | None = None,
     ) -> int:
-        return self._inner.publish(group_id, event, priority, key=key)
+        if delay:
+            self._delayed.append(group_id)
+        return self._inner.publish(
+            group_id, event, priority, key=key, delay=delay, hold=hold, tenant=tenant
+        )
 
     def publish_many(self, items: Iterable[tuple[str, Event, int] | Message[Event]]) -> list[int]:
+        items = list(items)
+        self._delayed.extend(i.group_id for i in items if isinstance(i, Message) and i.delay)
         return self._inner.publish_many(items)
 
     def claim(
@@ -353,6 +370,7 @@ class SuiteBase:
         self._handles: list[Transport[Any]] = []
         self._given: list[Lease[Event]] = []
         self._parks: list[float] = []
+        self._delayed: list[str] = []
         self._clock: ManualClock | None = (
             request.getfixturevalue("clock") if self.has(CLOCK) else None
         )
@@ -378,7 +396,7 @@ class SuiteBase:
         ends."""
         handle = self._factory(**options)
         if self.shared_store:
-            handle = _Tracked(handle, self._given, self._parks, self.now)
+            handle = _Tracked(handle, self._given, self._parks, self.now, self._delayed)
         self._handles.append(handle)
         return handle
 
@@ -430,6 +448,10 @@ class SuiteBase:
                 # group takes its leases, parks and dead letters at once, where waiting
                 # for a park of `hold` would cost a minute.
                 admin = cast(TransportAdmin, transport)
+                for group_id in admin.paused_groups():
+                    admin.resume_group(group_id)
+                for group_id in dict.fromkeys(self._delayed):
+                    admin.purge_group(group_id)
                 while groups := admin.groups(limit=100):
                     for group in groups:
                         admin.purge_group(group.group_id)
