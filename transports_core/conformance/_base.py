@@ -44,6 +44,9 @@ __all__ = [
     "MULTIPROCESS",
     "MULTI_HANDLE",
     "PARALLEL_CLAIMS",
+    "CONTROL",
+    "TENANTS",
+    "TIMERS",
     "WITHIN",
     "AsyncJoinFactory",
     "AsyncJoinSession",
@@ -128,8 +131,28 @@ PARALLEL_CLAIMS: Final = "parallel-claims"
 # connection the ``join_session`` fixture opens (see `JoinSession`). Without it, ``within``
 # must refuse with a TransportError.
 WITHIN: Final = "within"
+# ``publish(delay=..., hold=...)``: delayed messages (see `Transport.publish`). Without it,
+# a delayed publish must raise `Unsupported` and store nothing.
+TIMERS: Final = "timers"
+# ``publish(tenant=...)`` and weighted fairness across tenants; needs ``admin`` (for
+# ``set_tenant_weight``). Without it, a publish with a tenant must raise `Unsupported`.
+TENANTS: Final = "tenants"
+# ``cancel``, ``pause_group``, ``resume_group``, ``paused_groups`` and ``peek`` of
+# `TransportAdmin`; needs ``admin``. Without it, they must raise `Unsupported`.
+CONTROL: Final = "group-control"
 CAPABILITIES: Final = frozenset(
-    {ADMIN, CLOCK, DURABLE, MULTIPROCESS, MULTI_HANDLE, PARALLEL_CLAIMS, WITHIN}
+    {
+        ADMIN,
+        CLOCK,
+        CONTROL,
+        DURABLE,
+        MULTIPROCESS,
+        MULTI_HANDLE,
+        PARALLEL_CLAIMS,
+        TENANTS,
+        TIMERS,
+        WITHIN,
+    }
 )
 
 WHY: Final = {
@@ -140,6 +163,9 @@ WHY: Final = {
     ADMIN: "it does not implement TransportAdmin and the dead-letter options",
     PARALLEL_CLAIMS: "its claims serialize, so the strict fairness bound applies instead",
     WITHIN: "it cannot run its writing calls in a transaction of the caller's",
+    TIMERS: "it does not offer delayed publishes",
+    TENANTS: "it does not offer tenants and their weights",
+    CONTROL: "it does not offer cancel, pause, resume and peek",
 }
 
 # Real-time margins, used only when the backend does not take the suite's clock.
