@@ -61,7 +61,7 @@ class TenantScenarios(Steps):
         return got
 
     @staticmethod
-    def _check_shares(claims: list[str], weights: dict[str, int], what: str) -> None:
+    def _check_shares(claims: list[str], weights: dict[str, int], prop: str, what: str) -> None:
         """Fail unless, at every point of ``claims`` (group ids prefixed by their tenant),
         each pair of tenants' counts is within one claim of their weights' ratio."""
         counts: Counter[str] = Counter()
@@ -75,7 +75,7 @@ class TenantScenarios(Steps):
                     wx, wy = weights[x], weights[y]
                     off = abs(counts[x] * wy - counts[y] * wx)
                     assert off <= wx + wy, (
-                        f"{TENANT_FAIRNESS}: {what}: after {i} claims the tenants had "
+                        f"{prop}: {what}: after {i} claims the tenants had "
                         f"{dict(counts)} for weights {weights}: more than one claim off "
                         "their ratio"
                     )
@@ -91,7 +91,7 @@ class TenantScenarios(Steps):
         self._fill(t, small, groups=9, each=8)
         self._fill(t, None, groups=5, each=8)
         claims = self._claims(t, 60)  # all three tenants keep ready groups throughout
-        self._check_shares(claims, {big: 3, small: 1, "none": 1}, "weights 3:1:1")
+        self._check_shares(claims, {big: 3, small: 1, "none": 1}, TENANT_FAIRNESS, "weights 3:1:1")
 
     @checks(TENANT_RETURN)
     def test_tenant_back_from_idle_gets_its_share_not_missed_turns(self) -> None:
@@ -106,7 +106,7 @@ class TenantScenarios(Steps):
         self._claims(t, 40)  # only the busy tenant has groups now
         self._fill(t, idle, groups=3, each=10)
         after = self._claims(t, 20)
-        self._check_shares(after, {busy: 1, idle: 1}, "after the idle tenant came back")
+        self._check_shares(after, {busy: 1, idle: 1}, TENANT_RETURN, "back from idle")
 
     @checks(TENANT_ON_CREATE)
     def test_tenant_set_by_the_publish_that_creates_the_group(self) -> None:
