@@ -38,6 +38,7 @@ from ._validate import (
     check_visibility,
     check_weight,
     check_worker_id,
+    no_options,
 )
 
 try:
@@ -273,14 +274,11 @@ def publishing(
     """A publish's operation: the backend's plain one, which costs what it did before
     keys, delays and tenants, unless one of them is given; then ``PublishWith``, the
     arguments checked here for every backend."""
-    if key is None and tenant is None and hold is False and type(delay) in _NUMBERS and not delay:
+    if key is None and no_options(delay, hold, tenant):
         return ops.Publish(codec, group_id, event, priority)
     return ops.PublishWith(
         codec.encode_item(group_id, event, priority, key, delay, hold, tenant), window
     )
-
-
-_NUMBERS = (int, float)
 
 
 class Writes(Generic[E]):

@@ -26,6 +26,7 @@ from ._validate import (
     check_priority,
     check_publish_delay,
     check_tenant,
+    no_options,
 )
 
 __all__ = ["Claimed", "EventCodec", "Item"]
@@ -118,7 +119,7 @@ class EventCodec(Generic[E]):
             if type(item) is tuple and len(item) == 3:
                 group_id, event, priority = item
                 key = None
-            elif type(item) is Message and not (item.delay or item.hold or item.tenant):
+            elif type(item) is Message and no_options(item.delay, item.hold, item.tenant):
                 group_id, event, priority, key = item.group_id, item.event, item.priority, item.key
             else:
                 group_id = None

@@ -142,6 +142,12 @@ def check_hold(hold: object) -> bool:
     return hold
 
 
+def no_options(delay: object, hold: object, tenant: object) -> bool:
+    """True when a publish's ``delay``, ``hold`` and ``tenant`` are their defaults
+    exactly (a number 0, False, None), so it needs none of their checks or costs."""
+    return tenant is None and hold is False and type(delay) in (int, float) and not delay
+
+
 def check_wait(wait: object) -> float:
     """How long a claim may block: finite seconds >= 0."""
     return check_seconds(wait, "wait", zero=True)
