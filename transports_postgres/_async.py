@@ -28,12 +28,9 @@ from . import _ops
 from ._errors import Call, JoinedCall, postgres_errors
 from ._sync import (
     LISTEN_TICK,
-    RELEASE,
-    UNDO,
     Configured,
     Listening,
     OneCursor,
-    Opening,
     bind,
     check_alive,
     check_joinable,
@@ -93,17 +90,6 @@ async def run_caller(
             for s in batch
         ]
     return [await _result(cursor) for cursor in cursors]
-
-
-async def run_joined(
-    conn: psycopg.AsyncConnection[Any],
-    schema: str,
-    call: Call,
-    opening: Opening,
-    batch: _ops.Batch,
-) -> list[_ops.Result]:
-    batch, skip = opening.take(batch)
-    return (await run_caller(conn, schema, call, batch))[skip:]
 
 
 async def configure(conn: AConn) -> None:
@@ -361,22 +347,20 @@ class _AsyncJoined:
         mine = own(op)
         check_joinable(conn, transport._where, f"{mine.call} within")
         call = JoinedCall(mine.call, writes=False)
+        execute = functools.partial(run_caller, conn, schema, call)
         with postgres_errors(transport._where, call):
             if not self._checked:
                 if transport._pool is None:  # first use: the schema is made on opening
                     await transport._open()
-                read = functools.partial(run_caller, conn, schema, call)
-                await transport._check_store(await drive_async(_ops.Identity(schema), None, read))
+                await transport._check_store(
+                    await drive_async(_ops.Identity(schema), None, execute)
+                )
                 self._checked = True
-            opening = Opening(_ops.joined_prelude(mine))
-            execute = functools.partial(run_joined, conn, schema, call, opening)
+            joined = _ops.Joined(mine)
             try:
-                value = await drive_async(_ops.Bare(mine), transport._clock(), execute)
+                return await drive_async(joined, transport._clock(), execute)
             except BaseException:
-                if opening.sent and not conn.closed:
+                if joined.opened and not conn.closed:
                     with contextlib.suppress(psycopg.Error):
-                        await run_caller(conn, schema, call, UNDO)
+                        await execute(_ops.UNDO)
                 raise
-            if opening.sent:
-                await run_caller(conn, schema, call, RELEASE)
-            return value

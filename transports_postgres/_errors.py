@@ -9,7 +9,8 @@
     ├── within, the connection lost              TransportError: the caller's transaction
     │                                            is gone, nothing of it committed
     ├── within, a serialization failure or       TransportError: roll back and run the
-    │   deadlock                                 caller's transaction again
+    │   deadlock, or a key stored after the      caller's transaction again
+    │   caller's snapshot was taken
     └── other DatabaseError (not a bug of ours)  TransportError with the server's message
 
 Programming errors (a syntax error would be ours) pass through. Used by both runners;
@@ -89,11 +90,19 @@ def postgres_errors(where: str, call: Call) -> Iterator[None]:
             exc, pgerrors.InsufficientPrivilege
         ):
             raise
-        if call.joined and isinstance(
-            exc, (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)
+        if call.joined and (
+            isinstance(exc, (pgerrors.SerializationFailure, pgerrors.DeadlockDetected))
+            or _late_key(exc)
         ):
             raise TransportError(
                 f"{where}: {call.name} within: {reason}; roll your transaction back and run "
                 "it again"
             ) from exc
         raise TransportError(f"{where}: {call.name}: PostgreSQL error: {reason}") from exc
+
+
+def _late_key(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` is a key's INSERT that met a key committed after the caller's
+    snapshot (repeatable read or serializable), which that snapshot could not see: a
+    serialization failure in all but its code (see `sql.APPEND_MANY_NEW_KEYS`)."""
+    return isinstance(exc, pgerrors.UniqueViolation) and exc.diag.constraint_name == "keys_pkey"

@@ -13,7 +13,7 @@ the server's clock), no driver.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Literal, NamedTuple, TypeVar
+from typing import Any, ClassVar, Final, Literal, NamedTuple, TypeVar
 
 import transports_core as dt
 from transports_core import backend as core
@@ -290,17 +290,19 @@ class PublishMany(Operation[list[int]]):
 
 
 class PublishKeyedMany(Operation[list[int]]):
-    """A batch with keys: lock every group of it, counting it in, then store
-    each message whose key is new or expired and forget a few expired keys
-    (`sql.APPEND_MANY_KEYED`): one round trip. An item repeating an earlier item's group and key
-    is not sent: it is a `Duplicate` of whatever that earlier item's seq turns out to be."""
+    """A batch with keys: lock every group of it, counting it in, then store it
+    (`sql.APPEND_MANY_NEW_KEYS`): one round trip while all its keys are new. If one is
+    known already, that try stores nothing and the batch runs again in `PublishKnownKeys`,
+    which stores each message whose key is new or expired. An item repeating an earlier
+    item's group and key is not sent: it is a `Duplicate` of whatever that earlier item's
+    seq turns out to be."""
 
-    __slots__ = ("appended", "locked", "repeats", "size")
+    __slots__ = ("appended", "firsts", "locked", "repeats")
     call = "publish_many"
 
     def __init__(self, encoded: list[tuple[str, str, int, str | None]], window: float) -> None:
-        self.size = len(encoded)
-        # Each group's priority (its first message's) and count of messages sent.
+        # Each group's priority (its first message's), count of messages sent, and the
+        # place (1-based, among those sent) of its first.
         groups_seen: dict[str, list[int]] = {}
         # The place (0-based, among the items sent) of each key's first item, and for
         # every item its place among those sent, or, for a repeat, its first's, negated
@@ -317,13 +319,14 @@ class PublishKeyedMany(Operation[list[int]]):
                     continue
             places.append(len(sent))
             sent.append(item)
-            groups_seen.setdefault(group_id, [priority, 0])[1] += 1
+            groups_seen.setdefault(group_id, [priority, 0, len(sent)])[1] += 1
         self.repeats = places
         self.locked = (
             list(groups_seen),
             [found[0] for found in groups_seen.values()],
             [found[1] for found in groups_seen.values()],
         )
+        self.firsts = [found[2] for found in groups_seen.values()]
         self.appended = (
             [item[1] for item in sent],
             [item[0] for item in sent],
@@ -334,18 +337,47 @@ class PublishKeyedMany(Operation[list[int]]):
 
     def first(self, now: float | None) -> Batch:
         events, group_ids, priorities, keys, window = self.appended
-        return (
-            Stmt(sql.LOCK_GROUPS, self.locked),
-            Stmt(sql.APPEND_MANY_KEYED, (events, group_ids, priorities, keys, now, window)),
-        )
+        groups, _, counts = self.locked
+        params = (group_ids, keys, events, priorities, now, window, groups, self.firsts, counts)
+        return (Stmt(sql.LOCK_GROUPS, self.locked), Stmt(sql.APPEND_MANY_NEW_KEYS, params))
 
-    def done(self, results: list[Result], now: float | None) -> list[int]:
-        drawn, kept, _ = results[1].rows[0]
+    def done(self, results: list[Result], now: float | None) -> list[int] | More:
+        seen, seqs, _ = results[1].rows[0]
+        if seen:
+            return More(PublishKnownKeys(self))
+        return self.answer(seqs, seqs)
+
+    def answer(self, drawn: Sequence[int], kept: Sequence[int]) -> list[int]:
+        """Each item's seq, or a `Duplicate` of its key's: ``drawn`` for each message sent,
+        ``kept`` what its key kept (another seq: a duplicate)."""
         sent = [
             int(seq) if seq == mine else dt.Duplicate(seq)
             for seq, mine in zip(kept, drawn, strict=True)
         ]
         return [sent[p] if p >= 0 else dt.Duplicate(sent[-p - 1]) for p in self.repeats]
+
+
+class PublishKnownKeys(Operation[list[int]]):
+    """A keyed batch with a key known already: lock every group of it, counting it in,
+    then store each message whose key is new or expired and forget a few expired keys
+    (`sql.APPEND_MANY_KEYED`): one round trip."""
+
+    __slots__ = ("batch",)
+    call = "publish_many"
+
+    def __init__(self, batch: PublishKeyedMany) -> None:
+        self.batch = batch
+
+    def first(self, now: float | None) -> Batch:
+        events, group_ids, priorities, keys, window = self.batch.appended
+        return (
+            Stmt(sql.LOCK_GROUPS, self.batch.locked),
+            Stmt(sql.APPEND_MANY_KEYED, (events, group_ids, priorities, keys, now, window)),
+        )
+
+    def done(self, results: list[Result], now: float | None) -> list[int]:
+        drawn, kept, _ = results[1].rows[0]
+        return self.batch.answer(drawn, kept)
 
 
 def publish_many(
@@ -817,6 +849,56 @@ def joined_prelude(op: Operation[Any]) -> Batch:
     if isinstance(op, _Settle):
         return (*prelude, Stmt(sql.LOCK_GROUP, (op.fence[0], 0)))
     return prelude
+
+
+def _as_steps(op: core.Operation[Batch, list[Result], T], now: float | None) -> Steps[T]:
+    """``op`` as one generator of batches: what core's `drive` does with it, without the
+    I/O (`first` and `done`, then ``More``'s next operation or `steps`)."""
+    batch = op.first(now)
+    while batch is not None:
+        value = op.done((yield batch), now)
+        if not isinstance(value, More):
+            return value
+        if value.then is None:
+            break
+        op = value.then
+        batch = op.first(now)
+    return (yield from op.steps(now))
+
+
+# What a joined operation's runner sends when it failed after its savepoint was made: its
+# statements are undone and the savepoint goes, the caller's transaction usable again.
+UNDO: Final = (Stmt(sql.ROLLBACK_TO_SAVEPOINT), Stmt(sql.RELEASE_SAVEPOINT))
+
+
+class Joined(core.Operation[Batch, list[Result], T]):
+    """``op`` in a caller's transaction, the one body of both twins' `within` runners:
+    its statements (`Bare`: no BEGIN or COMMIT) with `joined_prelude` pipelined before
+    the first of them, and the savepoint released once it has returned. ``opened`` says
+    whether the savepoint was made: a runner whose call failed then sends `UNDO`."""
+
+    __slots__ = ("op", "opened")
+
+    def __init__(self, op: Operation[T]) -> None:
+        self.op, self.opened = op, False
+
+    def steps(self, now: float | None) -> Steps[T]:
+        body = _as_steps(Bare(self.op), now)
+        try:
+            batch = next(body)
+        except StopIteration as stop:  # nothing to send: no savepoint either
+            value: T = stop.value
+            return value
+        prelude = joined_prelude(self.op)
+        self.opened = True
+        results = (yield (*prelude, *batch))[len(prelude) :]
+        try:
+            while True:
+                results = yield body.send(results)
+        except StopIteration as stop:
+            value = stop.value
+        yield (Stmt(sql.RELEASE_SAVEPOINT),)
+        return value
 
 
 class Operations:

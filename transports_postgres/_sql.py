@@ -285,6 +285,14 @@ ON CONFLICT (group_id) DO UPDATE SET depth = {s}.groups.depth WHERE false
     ("group_id", "priority"),
 )
 
+# A published message (CTE `m`, its seq) counted into its locked group: a group that was
+# empty (new) gets it as its head.
+_COUNT_IN = """UPDATE {s}.groups g
+       SET depth = g.depth + 1,
+           head_seq = CASE WHEN g.depth = 0 THEN m.seq ELSE g.head_seq END
+      FROM m
+     WHERE g.group_id = :group_id"""
+
 # In a fresh statement, under the lock: draw the seq, store the message, count it in; a
 # group that was empty (new) gets it as its head, and a blocked claim is woken.
 APPEND: Final = Statement(
@@ -294,11 +302,7 @@ WITH m AS (
     VALUES (:group_id, nextval('{{s}}.seqs'), :priority, :event)
     RETURNING seq
 ), g AS (
-    UPDATE {{s}}.groups g
-       SET depth = g.depth + 1,
-           head_seq = CASE WHEN g.depth = 0 THEN m.seq ELSE g.head_seq END
-      FROM m
-     WHERE g.group_id = :group_id
+    {_COUNT_IN}
     RETURNING m.seq, g.depth
 )
 SELECT seq, CASE WHEN depth = 1 AND {_ANY_WAITER} THEN {_NOTIFY} END FROM g
@@ -319,6 +323,30 @@ ON CONFLICT (group_id) DO UPDATE SET depth = {s}.groups.depth + excluded.depth
 """,
     ("group_ids", "priorities", "counts"),
 )
+# A batch's seqs, one for each of its events, in order (`s.seqs`): the k-th smallest
+# drawn is for its k-th message, whatever order the sequence was read in, so a group's
+# seq order is the batch's order.
+_DRAW_SEQS = """SELECT array_agg(seq ORDER BY seq) AS seqs
+      FROM (SELECT nextval('{s}.seqs') AS seq
+              FROM generate_series(1, cardinality(:events::text[]))) drawn"""
+# Every message of the batch stored under its seq.
+_STORE_BATCH = """INSERT INTO {s}.messages (group_id, seq, priority, event)
+    SELECT b.g, s.seqs[b.n], b.p, b.e
+      FROM s, unnest(:group_ids::text[], :priorities::smallint[], :events::text[])
+              WITH ORDINALITY AS b (g, p, e, n)"""
+
+
+def _new_heads(gate: str = "") -> str:
+    # Each new group of the batch (head_seq 0) given the seq of its first message
+    # (:firsts, its place in the batch) as its head (see APPEND_MANY), if ``gate``.
+    return f"""INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
+    SELECT f.g, 0, s.seqs[f.i], 0
+      FROM s, unnest(:groups::text[], :firsts::integer[]) AS f (g, i)
+     WHERE {gate}(SELECT head_seq FROM {{s}}.groups WHERE group_id = f.g) = 0
+    ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq
+    RETURNING 1"""
+
+
 # Then, in a fresh statement under those locks: a seq for each message of the batch, the
 # k-th smallest drawn for its k-th message, whatever order the sequence was read in (so
 # a group's seq order is the batch's order); the messages stored; each new group's head
@@ -331,21 +359,11 @@ ON CONFLICT (group_id) DO UPDATE SET depth = {s}.groups.depth + excluded.depth
 APPEND_MANY: Final = Statement(
     f"""
 WITH s AS (
-    SELECT array_agg(seq ORDER BY seq) AS seqs
-      FROM (SELECT nextval('{{s}}.seqs') AS seq
-              FROM generate_series(1, cardinality(:events::text[]))) drawn
+    {_DRAW_SEQS}
 ), m AS (
-    INSERT INTO {{s}}.messages (group_id, seq, priority, event)
-    SELECT b.g, s.seqs[b.n], b.p, b.e
-      FROM s, unnest(:group_ids::text[], :priorities::smallint[], :events::text[])
-              WITH ORDINALITY AS b (g, p, e, n)
+    {_STORE_BATCH}
 ), h AS (
-    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
-    SELECT f.g, 0, s.seqs[f.i], 0
-      FROM s, unnest(:groups::text[], :firsts::integer[]) AS f (g, i)
-     WHERE (SELECT head_seq FROM {{s}}.groups WHERE group_id = f.g) = 0
-    ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq
-    RETURNING 1
+    {_new_heads()}
 )
 SELECT s.seqs, (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM h) AND {_ANY_WAITER})
   FROM s
@@ -411,11 +429,7 @@ WITH t AS MATERIALIZED (
     SELECT :group_id, new.seq, :priority, :event FROM new
     RETURNING seq
 ), g AS (
-    UPDATE {{s}}.groups g
-       SET depth = g.depth + 1,
-           head_seq = CASE WHEN g.depth = 0 THEN m.seq ELSE g.head_seq END
-      FROM m
-     WHERE g.group_id = :group_id
+    {_COUNT_IN}
     RETURNING g.depth
 ), dropped AS (
     DELETE FROM {{s}}.groups
@@ -440,9 +454,7 @@ SELECT k.seq, EXISTS (SELECT 1 FROM new),
 APPEND_MANY_KEYED: Final = Statement(
     f"""
 WITH s AS (
-    SELECT array_agg(seq ORDER BY seq) AS seqs
-      FROM (SELECT nextval('{{s}}.seqs') AS seq
-              FROM generate_series(1, cardinality(:events::text[]))) drawn
+    {_DRAW_SEQS}
 ), b AS MATERIALIZED (
     SELECT b.g, b.p, b.e, b.k, b.n, s.seqs[b.n] AS seq
       FROM s, unnest(:group_ids::text[], :priorities::smallint[], :events::text[],
@@ -480,6 +492,56 @@ SELECT (SELECT array_agg(b.seq ORDER BY b.n) FROM b),
          WHERE EXISTS (SELECT 1 FROM per WHERE fresh AND head IS NOT NULL) AND {_ANY_WAITER})
 """,
     ("events", "group_ids", "priorities", "keys", "now", "window"),
+)
+
+# A publish_many with keys, first try, after LOCK_GROUPS: the common batch, whose keys are
+# all new, in the shape of APPEND_MANY, each key stored by a plain INSERT beside its
+# message. Under the batch's group locks the keys are looked up first (`seen`): a key is
+# only ever stored under its group's lock, so in a fresh statement (read committed) a key
+# that is not found cannot appear before this transaction ends, and the plain INSERT
+# stores it without the conflict check of an upsert. (In a caller's repeatable read or
+# serializable transaction, a key committed after the snapshot is not found: its INSERT
+# then fails on the primary key, which `within` reports as a serialization failure.)
+# If any key of the batch is already there, live or expired, nothing is stored: the
+# counts LOCK_GROUPS added are taken back (the groups it created, head_seq 0, go again),
+# and the batch runs again as LOCK_GROUPS then APPEND_MANY_KEYED. Every gate is a
+# one-time filter, so the branch not taken costs nothing. Each key is looked up through
+# the primary key, by a subquery per item: joined to the batch, a generic plan made while
+# the table was small reads the whole table.
+_SEEN = "(SELECT found FROM seen)"
+APPEND_MANY_NEW_KEYS: Final = Statement(
+    f"""
+WITH seen AS MATERIALIZED (
+    SELECT EXISTS (
+        SELECT 1 FROM unnest(:group_ids::text[], :keys::text[]) AS b (g, k)
+         WHERE (SELECT true FROM {{s}}.keys x WHERE x.group_id = b.g AND x.key = b.k)
+    ) AS found
+), s AS (
+    {_DRAW_SEQS}
+     WHERE NOT {_SEEN}
+), m AS (
+    {_STORE_BATCH}
+     WHERE NOT {_SEEN}
+), k AS (
+    INSERT INTO {{s}}.keys (group_id, key, seq, expires_at)
+    SELECT b.g, b.k, s.seqs[b.n], {_NOW} + :window
+      FROM s, unnest(:group_ids::text[], :keys::text[]) WITH ORDINALITY AS b (g, k, n)
+     WHERE NOT {_SEEN} AND b.k IS NOT NULL
+    RETURNING 1
+), h AS (
+    {_new_heads(f"NOT {_SEEN} AND ")}
+), undone AS (
+    UPDATE {{s}}.groups g
+       SET depth = g.depth - (:counts::integer[])[array_position(:groups::text[], g.group_id)]
+     WHERE {_SEEN} AND g.group_id = ANY (:groups::text[]) AND g.head_seq <> 0
+), unmade AS (
+    DELETE FROM {{s}}.groups
+     WHERE {_SEEN} AND group_id = ANY (:groups::text[]) AND head_seq = 0{_FORGET_KEYS}
+)
+SELECT {_SEEN}, (SELECT seqs FROM s),
+       (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM h) AND {_ANY_WAITER})
+""",
+    ("group_ids", "keys", "events", "priorities", "now", "window", "groups", "firsts", "counts"),
 )
 
 # --- claim ------------------------------------------------------------------------------------
@@ -549,6 +611,8 @@ _FENCE = (
     "group_id = :group_id AND head_seq = :seq AND locked_by = :worker_id AND attempt = :attempt"
 )
 FENCE_NAMES: Final = ("group_id", "seq", "worker_id", "attempt")
+# The same, on the groups row named g in a statement that joins it.
+_G_FENCE = "g." + _FENCE.replace(" AND ", " AND g.")
 
 # First lock the group, fenced: a publish to it that is committing now finishes first.
 LOCK_LEASE: Final = Statement(f"SELECT 1 FROM {{s}}.groups WHERE {_FENCE} FOR UPDATE", FENCE_NAMES)
@@ -614,7 +678,7 @@ WITH nxt AS (
 ), moved AS (
     UPDATE {{s}}.groups g {_TO_NEXT}
       FROM nxt
-     WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+     WHERE {_G_FENCE}
     RETURNING 1
 ), dropped AS (
     DELETE FROM {{s}}.groups
@@ -639,7 +703,7 @@ RELEASE: Final = Statement(
 UPDATE {{s}}.groups g SET locked_by = :locked_by, lock_expiry = {_NOW} + :delay,
        busy_until = {_NOW} + :delay
   FROM {_LEASE_COMMIT}
- WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+ WHERE {_G_FENCE}
 """,
     (*FENCE_NAMES, "locked_by", "now", "delay", "lease_commit"),
 )
@@ -649,7 +713,7 @@ FREE: Final = Statement(
 WITH r AS (
     UPDATE {{s}}.groups g SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL
       FROM {_LEASE_COMMIT}
-     WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+     WHERE {_G_FENCE}
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM r),
@@ -669,7 +733,7 @@ UNCLAIM: Final = Statement(
 WITH r AS (
     UPDATE {{s}}.groups g SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL,
            attempt = g.attempt - 1
-     WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+     WHERE {_G_FENCE}
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM r),
@@ -682,7 +746,7 @@ EXTEND: Final = Statement(
     f"""
 UPDATE {{s}}.groups g SET lock_expiry = {_NOW} + :visibility, busy_until = {_NOW} + :visibility
   FROM {_LEASE_COMMIT}
- WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+ WHERE {_G_FENCE}
 RETURNING g.lock_expiry
 """,
     (*FENCE_NAMES, "now", "visibility", "lease_commit"),
@@ -696,7 +760,7 @@ BURY: Final = Statement(
 INSERT INTO {{s}}.dead_letters (seq, group_id, priority, event, attempts, reason, dead_at)
 SELECT m.seq, m.group_id, m.priority, m.event, :attempts, :reason, {_NOW}
   FROM {{s}}.messages m JOIN {{s}}.groups g ON g.group_id = m.group_id AND g.head_seq = m.seq
- WHERE g.{_FENCE.replace(" AND ", " AND g.")}
+ WHERE {_G_FENCE}
 """,
     (*FENCE_NAMES, "attempts", "reason", "now"),
 )

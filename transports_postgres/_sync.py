@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import psycopg
 from psycopg.pq import ConnStatus, TransactionStatus
@@ -127,13 +127,6 @@ def run_caller(
     return [_result(cursor) for cursor in cursors]
 
 
-def run_joined(
-    conn: psycopg.Connection[Any], schema: str, call: Call, opening: Opening, batch: _ops.Batch
-) -> list[_ops.Result]:
-    batch, skip = opening.take(batch)
-    return run_caller(conn, schema, call, batch)[skip:]
-
-
 def own(op: Operation[_ops.Batch, list[_ops.Result], T]) -> _ops.Operation[T]:
     """``op`` as an operation of this backend's `_ops` (both twins): the only kind their
     `Operations` build, the base classes' methods included."""
@@ -220,28 +213,6 @@ def check_joinable(conn: psycopg.BaseConnection[Any], where: str, name: str) -> 
     if status == TransactionStatus.INERROR:
         raise ValueError(f"{where}: {name}: the connection's transaction has failed; roll it back")
     raise ValueError(f"{where}: {name}: the connection is busy ({status.name})")
-
-
-class Opening:
-    """The statements that go before an operation's first batch on a caller's connection
-    (`_ops.joined_prelude`), and whether they were sent (then the savepoint is ours to
-    release or roll back to)."""
-
-    __slots__ = ("prelude", "sent")
-
-    def __init__(self, prelude: _ops.Batch) -> None:
-        self.prelude, self.sent = prelude, False
-
-    def take(self, batch: _ops.Batch) -> tuple[_ops.Batch, int]:
-        """``batch`` with the prelude before it the first time, and the prelude's length."""
-        if self.sent or not batch:
-            return batch, 0
-        self.sent = True
-        return (*self.prelude, *batch), len(self.prelude)
-
-
-UNDO: Final = (_ops.Stmt(sql.ROLLBACK_TO_SAVEPOINT), _ops.Stmt(sql.RELEASE_SAVEPOINT))
-RELEASE: Final = (_ops.Stmt(sql.RELEASE_SAVEPOINT),)
 
 
 def not_this_store(where: str, schema: str, ours: tuple[Any, ...], theirs: tuple[Any, ...]) -> str:
@@ -538,10 +509,11 @@ class PostgresTransport(Configured[E], core.TransportBase[E]):
 
 
 class _Joined:
-    """`within`'s runner on a caller's `psycopg.Connection`: each operation's statements
-    (`_ops.Bare`: no BEGIN or COMMIT) in a savepoint of its own, inside the caller's
-    transaction, released when it succeeds and rolled back to when it fails. Its first
-    operation checks first that the connection reaches this queue's database."""
+    """`within`'s runner on a caller's `psycopg.Connection`: each operation as
+    `_ops.Joined` (its statements in a savepoint of its own, inside the caller's
+    transaction, released when it succeeds), rolled back to the savepoint when it fails.
+    Its first operation checks first that the connection reaches this queue's database.
+    The async twin's runner is the same around the same sans-I/O body."""
 
     __slots__ = ("_checked", "_conn", "_transport")
 
@@ -554,20 +526,16 @@ class _Joined:
         mine = own(op)
         check_joinable(conn, transport._where, f"{mine.call} within")
         call = JoinedCall(mine.call, writes=False)
+        execute = functools.partial(run_caller, conn, schema, call)
         with postgres_errors(transport._where, call):
             if not self._checked:
-                read = functools.partial(run_caller, conn, schema, call)
-                transport._check_store(drive(_ops.Identity(schema), None, read))
+                transport._check_store(drive(_ops.Identity(schema), None, execute))
                 self._checked = True
-            opening = Opening(_ops.joined_prelude(mine))
-            execute = functools.partial(run_joined, conn, schema, call, opening)
+            joined = _ops.Joined(mine)
             try:
-                value = drive(_ops.Bare(mine), transport._clock(), execute)
+                return drive(joined, transport._clock(), execute)
             except BaseException:
-                if opening.sent and not conn.closed:
+                if joined.opened and not conn.closed:
                     with contextlib.suppress(psycopg.Error):
-                        run_caller(conn, schema, call, UNDO)
+                        execute(_ops.UNDO)
                 raise
-            if opening.sent:
-                run_caller(conn, schema, call, RELEASE)
-            return value

@@ -167,7 +167,7 @@ def setup(path: str) -> Op[None]:
 def upgrade(path: str) -> Op[None]:
     """Bring a queue at an older schema version up to `SCHEMA_VERSION`, in one write
     transaction (checked again under the write lock: another process may have upgraded
-    it since `needs_setup`). Additive only, so a crash leaves the old version whole."""
+    it since `needs_setup`), so a crash leaves the old version whole."""
 
     def steps(now: float) -> Steps[None]:
         version = _version(path, (yield Stmt(sql.READ_IDENTITY)))
@@ -279,38 +279,66 @@ def PublishMany(
 
 
 def _publish_keyed_batch(encoded: list[Encoded], window: float, now: float) -> Steps[list[int]]:
-    """publish_many with keys: the live keys first (the write lock is held from the
-    start, so they cannot change before the batch commits), then only the items whose
-    key is not live, nor used by an earlier item of the batch, are stored, numbered in
-    order; the others get the seq their key points to, as a `Duplicate`."""
+    """publish_many with keys, under the write lock held from the start: an item is
+    stored unless its key is live in its group or used by an earlier item of the batch;
+    the stored ones are numbered in order, the others get the seq their key points to,
+    as a `Duplicate`.
+
+    The batch is numbered as if no key were live, and its keys remembered with those
+    seqs first: a live key's row is left alone and not counted (see `_sql.REMEMBER_KEY`).
+    Only when the count falls short are the live keys read, the batch numbered again
+    and the remembered keys moved to their new seqs; then the messages are stored."""
     first: int = (yield Stmt(sql.LAST_SEQ)).rows[0][0] + 1
-    pairs = list(dict.fromkeys((row[0], row[3]) for row in encoded if row[3] is not None))
-    found = yield Stmt(sql.LIVE_KEYS, {"pairs": json.dumps(pairs), "now": now})
-    live: dict[tuple[str, str | None], int] = {(g, k): dt.Duplicate(s) for g, k, s in found.rows}
+    expiry = (now + window, now)
+    seqs, stored, remembered = _number(encoded, first, {}, expiry)
+    limit = len(remembered) + sql.FORGET_PER_PUBLISH
+    yield Stmt(sql.FORGET_EXPIRED, {"now": now, "limit": limit})
+    kept = (yield Stmt(sql.REMEMBER_KEY, many=remembered)).rowcount
+    if kept != len(remembered):  # some key was live: its row kept its seq from before
+        pairs = [(group_id, key) for group_id, key, *_ in remembered]
+        found = yield Stmt(sql.LIVE_KEYS, {"pairs": json.dumps(pairs), "first": first})
+        live: dict[tuple[str, str], int] = {(g, k): dt.Duplicate(s) for g, k, s in found.rows}
+        guessed = {(g, k): s for g, k, s, *_ in remembered}
+        seqs, stored, remembered = _number(encoded, first, live, expiry)
+        moved = [(seq, k, g) for g, k, seq, *_ in remembered if guessed[g, k] != seq]
+        if moved:
+            yield Stmt(sql.RENUMBER_KEY, many=moved)
+    if stored:
+        yield from _append(first, stored)
+    return seqs
+
+
+# A row of REMEMBER_KEY: (group_id, key, seq, expires_at, now).
+Remembered = tuple[str, str, int, float, float]
+
+
+def _number(
+    encoded: list[Encoded],
+    first: int,
+    live: dict[tuple[str, str], int],
+    expiry: tuple[float, float],
+) -> tuple[list[int], list[Encoded], list[Remembered]]:
+    """Number the items of a keyed batch from ``first``, given its ``live`` keys (each
+    with its `Duplicate`): what each item gets, the items to store, and the keys to
+    remember, each with ``expiry``, (expires_at, now)."""
     seqs: list[int] = []
     stored: list[Encoded] = []
-    remembered: list[tuple[str, str, int, float]] = []  # REMEMBER_KEY's names
-    expires_at = now + window
+    remembered: list[Remembered] = []
+    taken = dict(live)
     seq = first
     for row in encoded:
         group_id, _, _, key = row
         if key is not None:
-            original = live.get((group_id, key))
+            original = taken.get((group_id, key))
             if original is not None:
                 seqs.append(original)
                 continue
-            live[group_id, key] = dt.Duplicate(seq)
-            remembered.append((group_id, key, seq, expires_at))
+            taken[group_id, key] = dt.Duplicate(seq)
+            remembered.append((group_id, key, seq, *expiry))
         stored.append(row)
         seqs.append(seq)
         seq += 1
-    if stored:
-        yield from _append(first, stored)
-    if remembered:
-        limit = len(remembered) + sql.FORGET_PER_PUBLISH
-        yield Stmt(sql.FORGET_EXPIRED, {"now": now, "limit": limit})
-        yield Stmt(sql.REMEMBER_KEY, many=remembered)
-    return seqs
+    return seqs, stored, remembered
 
 
 def _append(first: int, encoded: list[Encoded]) -> Steps[None]:

@@ -30,7 +30,7 @@ from transports_core.backend import MAX_PRIORITY, RESERVED_PREFIX
 # database. SCHEMA_VERSION is stored in `user_version`; a file with another one is refused,
 # except one at a version in `UPGRADES`, which is brought up to date when opened.
 APPLICATION_ID: Final = 0x44545131
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
@@ -213,21 +213,24 @@ _SCHEMA_V3: Final = tuple(
 # that remembers a key can forget several, the table does not outgrow the window.
 FORGET_PER_PUBLISH: Final = 8
 
-# Version 4: idempotency keys.
+# Idempotency keys: version 4 added them, version 5 ordered `keys` by key first.
 _KEYS_SCHEMA: Final = tuple(
     Statement(ddl)
     for ddl in (
         # One row per (group, key) used within the window: the seq it published (which may
         # have been acked, buried or purged since) and when the key is forgotten. A row past
         # its expiry counts as absent until it is deleted or overwritten. The primary key
-        # is what makes racing publishes of one key store one message.
+        # is what makes racing publishes of one key store one message. It leads with the
+        # key, not the group: a batch spread over many groups whose keys follow one another
+        # (counters, timestamps, ULIDs) then writes its keys side by side, in a few pages,
+        # instead of a page in each group's stretch of the table.
         """
     CREATE TABLE keys (
         group_id   TEXT    NOT NULL,
         key        TEXT    NOT NULL,
         seq        INTEGER NOT NULL,
         expires_at REAL    NOT NULL,
-        PRIMARY KEY (group_id, key)
+        PRIMARY KEY (key, group_id)
     ) WITHOUT ROWID
     """,
         "CREATE INDEX keys_by_expiry ON keys (expires_at)",
@@ -265,11 +268,28 @@ SCHEMA: Final = (
     Statement(f"PRAGMA user_version = {SCHEMA_VERSION}"),
 )
 
-# What brings a queue at an older version up to SCHEMA_VERSION, by that version: additive
-# statements only, run in one write transaction, so that a crash leaves the old version
-# whole and the next open upgrades again.
+# Version 4 to 5: `keys` rebuilt in its new order, the keys it holds kept. The view and
+# its trigger go first (renaming a table rewrites the triggers that name it), and come
+# back with the new table.
+_KEYS_V4_TO_V5: Final = (
+    Statement("DROP TRIGGER publish_keyed_message"),
+    Statement("DROP VIEW publish_keyed"),
+    Statement("DROP INDEX keys_by_expiry"),
+    Statement("ALTER TABLE keys RENAME TO keys_v4"),
+    *_KEYS_SCHEMA,
+    Statement(
+        "INSERT INTO keys (group_id, key, seq, expires_at) "
+        "SELECT group_id, key, seq, expires_at FROM keys_v4"
+    ),
+    Statement("DROP TABLE keys_v4"),
+)
+
+# What brings a queue at an older version up to SCHEMA_VERSION, by that version, run in
+# one write transaction (SQLite's DDL is transactional), so that a crash leaves the old
+# version whole and the next open upgrades again.
 UPGRADES: Final = {
     3: (*_KEYS_SCHEMA, Statement(f"PRAGMA user_version = {SCHEMA_VERSION}")),
+    4: (*_KEYS_V4_TO_V5, Statement(f"PRAGMA user_version = {SCHEMA_VERSION}")),
 }
 
 # The highest seq handed out so far (see `seqs`): two seeks, no write. A publish adds one;
@@ -302,32 +322,41 @@ RETURNING seq, (SELECT seq FROM keys WHERE group_id = :group_id AND key = :key)
     rows=True,
 )
 
-# publish_many with keys, under the write lock it holds from its start: the batch's
-# (group, key) pairs, as a JSON array of pairs, that are live (used within the window),
-# with the seqs they published. One seek per pair; the pairs themselves are the batch's
-# own parameter, not a table.
+# publish_many with keys, under the write lock it holds from its start. It remembers each
+# distinct key of the batch with the seq it would publish if none were live, before it
+# stores any message: a new row, or one taking over an expired row; a live row is left
+# as it is, and not counted in the row count. So when the count is the number of keys,
+# which is the usual case, none was live and the batch is stored as numbered.
+REMEMBER_KEY: Final = Statement(
+    """
+INSERT INTO keys (group_id, key, seq, expires_at) VALUES (:group_id, :key, :seq, :expires_at)
+ON CONFLICT (key, group_id) DO UPDATE SET seq = excluded.seq, expires_at = excluded.expires_at
+ WHERE expires_at <= :now
+""",
+    ("group_id", "key", "seq", "expires_at", "now"),
+)
+# Otherwise it reads the live keys among the batch's (group, key) pairs, given as a JSON
+# array of pairs: those whose row still holds a seq from before the batch. One seek per
+# pair; the pairs themselves are the batch's own parameter, not a table.
 LIVE_KEYS: Final = Statement(
     """
 SELECT k.group_id, k.key, k.seq
   FROM json_each(:pairs) AS j
-  JOIN keys k ON k.group_id = json_extract(j.value, '$[0]')
-             AND k.key = json_extract(j.value, '$[1]')
- WHERE k.expires_at > :now
+  JOIN keys k ON k.key = json_extract(j.value, '$[1]')
+             AND k.group_id = json_extract(j.value, '$[0]')
+ WHERE k.seq < :first
 """,
-    ("pairs", "now"),
+    ("pairs", "first"),
     rows=True,
 )
-# Then it remembers the keys it publishes with, each known not to be live: new, or taking
-# over an expired row.
-REMEMBER_KEY: Final = Statement(
-    """
-INSERT INTO keys (group_id, key, seq, expires_at) VALUES (:group_id, :key, :seq, :expires_at)
-ON CONFLICT (group_id, key) DO UPDATE SET seq = excluded.seq, expires_at = excluded.expires_at
-""",
-    ("group_id", "key", "seq", "expires_at"),
+# And numbers the batch again without the duplicates: the keys it remembered move to
+# their messages' new seqs.
+RENUMBER_KEY: Final = Statement(
+    "UPDATE keys SET seq = :seq WHERE key = :key AND group_id = :group_id",
+    ("seq", "key", "group_id"),
 )
-# And forgets as many expired keys as it remembered and a few more, through the expiry
-# index: the same bounded delete as a keyed publish's, never a sweep.
+# Before all that, it forgets as many expired keys as it may remember and a few more,
+# through the expiry index: the same bounded delete as a keyed publish's, never a sweep.
 FORGET_EXPIRED: Final = Statement(
     """
 DELETE FROM keys WHERE expires_at <= (

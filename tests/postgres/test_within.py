@@ -22,6 +22,7 @@ from transports_core import (
     Duplicate,
     Event,
     LeaseLost,
+    Message,
     TransportError,
     open_async_transport,
     open_transport,
@@ -373,3 +374,30 @@ def test_sigkilled_writer_leaves_its_rows_and_messages_one_to_one(
             assert any(n >= run * 1_000_000 for n in rows)
     finally:
         raw.execute(f'DROP SCHEMA "{schema}_app" CASCADE')
+
+
+@pytest.mark.parametrize("level", ["repeatable read", "serializable"])
+def test_a_key_stored_after_the_snapshot_asks_to_run_the_transaction_again(
+    queue: Queue, server: str, level: str
+) -> None:
+    with psycopg.connect(server, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute(f"SET TRANSACTION ISOLATION LEVEL {level}")
+            conn.execute("SELECT 1")  # the snapshot
+            # Stored and acked after it: the key stays, its group is gone, so the batch's
+            # group lock finds nothing the snapshot cannot see, and only the key's INSERT
+            # meets the key.
+            seq = queue.publish("g", Event(n=1), key="k")
+            lease = queue.claim("w", 60)
+            assert lease is not None
+            queue.ack(lease)
+            batch = [Message("g", Event(n=2), key="k"), Message("h", Event(n=3), key="j")]
+            with pytest.raises(TransportError, match="run it again"):
+                queue.within(conn).publish_many(batch)
+        with conn.transaction():
+            conn.execute(f"SET TRANSACTION ISOLATION LEVEL {level}")
+            again = queue.within(conn).publish_many(batch)
+        assert again[0] == seq
+        assert isinstance(again[0], Duplicate)
+        assert not isinstance(again[1], Duplicate)
+        assert _stats(queue) == (1, 0, 2)

@@ -1,7 +1,8 @@
 """Idempotency keys on SQLite, both twins: a repeated key in its group stores nothing and
 answers the original seq as a `Duplicate`, for as long as the queue's ``dedup_window``
 (on the injected clock); racing processes store one message per key; and a queue at the
-previous schema version gains the keys table when opened, keeping its messages."""
+version 3 schema gains the keys table when opened, and one at version 4 has it rebuilt in
+its new order, each keeping its messages (and keys)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,27 @@ def test_a_batch_stores_the_first_of_a_repeated_key_only(db_path: Path, clock: M
         assert t.stats().keys == 3
 
 
+def test_keys_behind_a_live_one_in_a_batch_point_to_their_stored_messages(
+    db_path: Path, clock: ManualClock
+) -> None:
+    # The batch is first numbered as if no key were live: "seen" makes every later
+    # item's seq one less, and the keys remembered for them must follow.
+    with _open(db_path, clock) as t:
+        before = t.publish("g", Event(n=0), key="seen")
+        items = [Message(f"g{i}", Event(n=i), key=f"k{i}") for i in range(4)]
+        seqs = t.publish_many([items[0], Message("g", Event(n=9), key="seen"), *items[1:]])
+        assert seqs[1] == Duplicate(before)
+        fresh = [seqs[0], *seqs[2:]]
+        assert fresh == list(range(before + 1, before + 5))
+        assert dict(query(db_path, "SELECT key, seq FROM keys")) == {
+            "seen": before,
+            **{f"k{i}": seq for i, seq in enumerate(fresh)},
+        }
+        assert t.publish_many(items) == [Duplicate(seq) for seq in fresh]
+        stored = query(db_path, "SELECT seq, json_extract(event, '$.n') FROM messages")
+        assert sorted(stored) == [(before, 0), *((seq, i) for i, seq in enumerate(fresh))]
+
+
 def test_a_batch_with_a_bad_item_stores_nothing_not_even_keys(
     db_path: Path, clock: ManualClock
 ) -> None:
@@ -210,3 +232,57 @@ def test_a_version_3_queue_is_upgraded_when_opened_and_keeps_its_messages(
         assert got == [Event(n=1), Event(n=2), Event(n=3)]
     with _open(db_path, clock) as again:  # opened at the current version: nothing to do
         assert again.stats().keys == 1
+
+
+# Version 4's `keys`: the same columns as now, ordered by group first.
+_V4_KEYS = """
+CREATE TABLE keys (
+    group_id   TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
+    expires_at REAL    NOT NULL,
+    PRIMARY KEY (group_id, key)
+) WITHOUT ROWID
+"""
+
+
+def _v4_queue(path: Path, clock: ManualClock) -> None:
+    """A queue made by the previous schema: version 3's DDL and version 4's keys table
+    (its index, view and trigger unchanged since), with a plain message and a keyed one."""
+    _v3_queue(path)
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute(_V4_KEYS)
+        for statement in sql._KEYS_SCHEMA[1:]:
+            conn.execute(statement.sql)
+        conn.execute("PRAGMA user_version = 4")
+        now = clock()
+        conn.execute(sql.PUBLISH_KEYED.sql, ("g", 0, '{"n": 3}', "k", now, now + WINDOW)).fetchall()
+
+
+def test_a_version_4_queue_is_upgraded_when_opened_and_keeps_its_messages_and_keys(
+    db_path: Path, clock: ManualClock
+) -> None:
+    _v4_queue(db_path, clock)
+    assert query(db_path, "PRAGMA user_version") == [(4,)]
+    (old_pk,) = query(db_path, "SELECT sql FROM sqlite_master WHERE name = 'keys'")
+    assert "PRIMARY KEY (group_id, key)" in old_pk[0]
+    with _open(db_path, clock) as t:
+        assert query(db_path, "PRAGMA user_version") == [(sql.SCHEMA_VERSION,)]
+        (new_pk,) = query(db_path, "SELECT sql FROM sqlite_master WHERE name = 'keys'")
+        assert "PRIMARY KEY (key, group_id)" in new_pk[0]
+        assert t.stats().ready == 3
+        assert t.stats().keys == 1
+        # The key published before the upgrade is still live, with its seq.
+        assert t.publish("g", Event(n=4), key="k") == Duplicate(3)
+        assert t.publish_many([Message("g", Event(n=5), key="k")]) == [Duplicate(3)]
+        clock.advance(WINDOW)
+        fresh = t.publish("g", Event(n=6), key="k")
+        assert not isinstance(fresh, Duplicate)
+        got = []
+        while (lease := t.claim("w", 30)) is not None:
+            got.append(lease.event)
+            t.ack(lease)
+        assert got == [Event(n=1), Event(n=2), Event(n=3), Event(n=6)]
+    names = {name for (name,) in query(db_path, "SELECT name FROM sqlite_master")}
+    assert "keys_v4" not in names
+    assert {"keys", "keys_by_expiry", "publish_keyed", "publish_keyed_message"} <= names

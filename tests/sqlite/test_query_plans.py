@@ -196,8 +196,8 @@ def test_checker_rejects_the_seed_claim() -> None:
 @pytest.mark.parametrize("name", ["PUBLISH_KEYED", "LIVE_KEYS"])
 def test_a_key_is_found_by_its_primary_key(conn: sqlite3.Connection, name: str) -> None:
     plan = _plan(conn, STATEMENTS[name])
-    assert "SEARCH k USING PRIMARY KEY (group_id=? AND key=?)" in plan or (
-        "SEARCH keys USING PRIMARY KEY (group_id=? AND key=?)" in plan
+    assert "SEARCH k USING PRIMARY KEY (key=? AND group_id=?)" in plan or (
+        "SEARCH keys USING PRIMARY KEY (key=? AND group_id=?)" in plan
     ), plan
 
 
