@@ -6,6 +6,9 @@ against a plain one, and a ``publish_many`` of 100 keyed items against 100 plain
     python -m bench.keys --url redis://127.0.0.1:6379/0 --rounds 9
     python -m bench.keys --quick                           # seconds: checks the command
 
+On a server, the run gets a schema or queue of its own (removed at the end) unless the URL
+names one: a queue that other runs filled remembers their keys, and its figures drift.
+
 Each round runs the plain case and then the keyed one (the other way round every other
 round), so a noisy moment hits both alike; each key is fresh (never used before, so every
 keyed publish stores a message). Printed: the medians over the rounds, in microseconds a
@@ -20,14 +23,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable
 
 from transports_core import Event, Message, Transport, TransportAdmin, open_transport
+
+from ._scratch import own_queue
 
 EVENT = Event(kind="order.created", order=12345, amount=99.5)
 GROUPS = 100
@@ -103,16 +105,6 @@ def paired(
     return statistics.median(plains), statistics.median(keyeds), ratio
 
 
-@contextmanager
-def store(url: str | None) -> Iterator[str]:
-    """``url``, or a SQLite file in a directory removed at the end."""
-    if url is not None:
-        yield url
-        return
-    with tempfile.TemporaryDirectory(prefix="bench-keys-") as where:
-        yield f"sqlite:///{Path(where) / 'keys.db'}"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.keys", description=__doc__)
     parser.add_argument("--url", help="the queue to measure (default: a SQLite file of its own)")
@@ -124,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (1 if args.quick else 7)
     n = args.n or (50 if args.quick else 2000)
     batches = args.batches or (2 if args.quick else 40)
-    with store(args.url) as url, open_transport(url) as transport:
+    with own_queue(args.url, "bench-keys-") as url, open_transport(url) as transport:
         run = Run(transport)
         try:
             run.publish(10, keyed=True)  # connect, warm the statements

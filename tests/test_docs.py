@@ -37,9 +37,7 @@ NO_EXAMPLE_PAGES = {"reference.md", "design.md"}
 BLOCK = re.compile(r'(<!-- norun -->\n)?```python(?: title="([^"\n]+)")?\n(.*?)```', re.S)
 # Pages whose second run is known to fail, with why: the first run is still checked, and a
 # second run that passes fails the test, so that the entry is removed.
-SECOND_RUN_PENDING = {
-    "cli.md": "its admin example publishes into queue.db and finds the first run's messages",
-}
+SECOND_RUN_PENDING: dict[str, str] = {}
 # How long one file of a page may run in its own process (the conformance suite included).
 FILE_TIMEOUT = 900
 

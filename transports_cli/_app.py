@@ -11,6 +11,7 @@ most one line on stderr:
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -20,7 +21,8 @@ import click
 
 from ._backends import backends
 from ._conformance import conformance
-from ._output import error_line, scrub
+from ._output import error_line, scrub, supply_url
+from ._publish import publish
 from .admin import dead, inspect, purge
 from .bench import bench
 from .demo import demo
@@ -44,6 +46,14 @@ class _Failed(Exception):
 
 
 class _Group(click.Group):
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None and name is not None:
+            rest = supply_url(command, name, rest)
+        return name, command, rest
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -66,6 +76,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
       transports backends         # which URL schemes are installed
       transports inspect sqlite:///queue.db   # what a queue holds
       transports --debug demo sqlite:///queue.db
+
+    \b
+    Environment:
+      TRANSPORTS_URL  the queue's URL, for every command not given one
     """
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
@@ -77,6 +91,7 @@ cli.add_command(conformance)
 cli.add_command(dead)
 cli.add_command(demo)
 cli.add_command(inspect)
+cli.add_command(publish)
 cli.add_command(purge)
 cli.add_command(worker)
 
@@ -110,12 +125,24 @@ def run(args: Sequence[str] | None = None) -> int:
         error_line("interrupted")
         return 130
     except _Failed as failed:
+        if isinstance(failed.cause, BrokenPipeError):
+            return _reader_left()
         if failed.debug:
             text = "".join(traceback.format_exception(failed.cause))
             sys.stderr.write(scrub(text))
         error_line(_describe(failed.cause))
         return 1
     return result if isinstance(result, int) else 0
+
+
+def _reader_left() -> int:
+    # The reader of stdout went away (`transports inspect URL | head -1`): what it did
+    # not read is not wanted, which is no failure. Point stdout at /dev/null, so that
+    # the interpreter's last flush has nowhere to fail.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
 
 
 def main() -> None:

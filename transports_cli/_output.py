@@ -6,6 +6,7 @@
 * A URL's password never reaches the screen: URL arguments use `url_argument`, which
   remembers the password so that `scrub` can blank it out of any message.
 * Commands that print data take ``--json`` and then print one JSON document.
+* A command's URL may be left out when ``TRANSPORTS_URL`` is set (`supply_url`).
 
 Imports no backend and nothing from the command modules.
 """
@@ -30,8 +31,11 @@ __all__ = [
     "one_line",
     "print_table",
     "scrub",
+    "supply_url",
     "url_argument",
 ]
+
+URL_VARIABLE = "TRANSPORTS_URL"
 
 FC = TypeVar("FC", bound=Callable[..., Any])
 
@@ -116,6 +120,58 @@ def url_argument(*, required: bool = True) -> Callable[[FC], FC]:
     it only records the password, so that nothing printed afterwards can reveal it."""
     metavar = "URL" if required else "[URL]"
     return click.argument("url", required=required, metavar=metavar, callback=_remember_url)
+
+
+def supply_url(command: click.Command, name: str, args: list[str]) -> list[str]:
+    """``args`` of ``command`` with ``TRANSPORTS_URL`` put in the URL's place when the
+    command line has none there (the positional argument in that place does not contain
+    ``://``, or there is none). Without the variable, a command whose URL is required
+    fails with a usage error saying both ways to give one; an optional URL stays out."""
+    arguments = [p.name for p in command.params if isinstance(p, click.Argument)]
+    if "url" not in arguments:
+        return args
+    wanted = arguments.index("url")
+    with_value = {
+        opt
+        for p in command.params
+        if isinstance(p, click.Option) and not p.is_flag and not p.count
+        for opt in p.opts
+    }
+    seen = 0
+    place = len(args)
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            place = index
+            break
+        if arg == "--help":
+            return args  # help needs no URL
+        if arg.startswith("-") and arg != "-":
+            index += 2 if arg in with_value else 1
+            continue
+        if seen == wanted:
+            place = index
+            break
+        seen += 1
+        index += 1
+    else:
+        place = len(args)
+    given = args[place] if place < len(args) and args[place] != "--" else None
+    if given is not None and "://" in given:
+        return args
+    from_environment = os.environ.get(URL_VARIABLE)
+    if from_environment:
+        return [*args[:place], from_environment, *args[place:]]
+    url = next(p for p in command.params if p.name == "url")
+    if not url.required:
+        return args
+    what = f"{given!r} is not a URL" if given is not None else "no URL was given"
+    raise click.UsageError(
+        f"{what}, and {URL_VARIABLE} is not set: give the queue's URL "
+        f"(such as sqlite:///queue.db) on the command line or in {URL_VARIABLE} "
+        f"(see 'transports {name} --help')"
+    )
 
 
 def _remember_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

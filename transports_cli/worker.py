@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._output import FC, count_option, scrub, url_argument
+from transports_core import Event, open_transport, redact_url
+
+from ._output import FC, URL_VARIABLE, count_option, scrub, url_argument
+from .admin import refuse_private
 
 if TYPE_CHECKING:
     from transports_worker import AsyncWorker, Worker
@@ -93,7 +96,7 @@ def seconds_option(
     )
 
 
-@click.command()
+@click.command(short_help="Run a handler on every message of a queue.")
 @click.argument("handler_target", metavar="MODULE:FUNCTION")
 @url_argument()
 @count_option(
@@ -126,6 +129,13 @@ def seconds_option(
     help=f"Touch this file every {HEALTH_EVERY:g}s while running (a liveness probe).",
 )
 @click.option("--quiet", is_flag=True, help="Do not log each settled delivery.")
+@count_option(
+    "--processes",
+    1,
+    64,
+    "Worker processes, under one supervisor that starts another when one dies.",
+    default=1,
+)
 def worker(
     handler_target: str,
     url: str,
@@ -139,6 +149,7 @@ def worker(
     worker_id: str | None,
     health_file: Path | None,
     quiet: bool,
+    processes: int,
 ) -> int:
     """Run MODULE:FUNCTION as the handler of every message of the queue at URL.
 
@@ -153,9 +164,15 @@ def worker(
       75  stopped with leases handed back for another worker
       2   the handler, event type or an option is wrong (nothing was claimed)
 
+    With --processes N, a supervisor runs N worker processes (each with
+    --concurrency handlers), starts another when one dies, and passes SIGTERM and
+    SIGINT on to all of them; its exit code is 0 when every one drained, 75 when
+    some handed leases back, 1 otherwise.
+
     \b
     Example:
       transports worker jobs:handle sqlite:///jobs.db --concurrency 8
+      TRANSPORTS_URL=sqlite:///jobs.db transports worker jobs:handle --processes 4
     """
     # Imported here, so that the other commands never depend on the runtime's import.
     from transports_worker import AsyncWorker, RetryPolicy, Worker
@@ -168,11 +185,18 @@ def worker(
         if not isinstance(found, type):
             raise click.BadParameter(f"{event_type} is not a class", param_hint="'--event-type'")
         model = found
+    refuse_private(url, "a worker would wait forever on a queue nothing else can publish to")
+    # Open the queue once before anything says it started: a wrong URL, a missing
+    # driver or a server that is down ends here, with one line.
+    with open_transport(url, event_type=Event if model is None else model):
+        pass
     logging.basicConfig(
         level=logging.WARNING if quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if processes > 1:
+        return _supervised(url, processes, handler_target, locals())
     runtime = AsyncWorker if inspect.iscoroutinefunction(handler) else Worker
     runner: AsyncWorker[Any] | Worker[Any]
     try:
@@ -195,6 +219,40 @@ def worker(
         return _run(runner)
     with _Health(health_file):
         return _run(runner)
+
+
+def _supervised(url: str, processes: int, target: str, given: dict[str, Any]) -> int:
+    from ._supervisor import supervise
+
+    options: list[str] = []
+    for name in ("concurrency", "visibility", "timeout", "grace", "event_type"):
+        if given[name] is not None:
+            options += [f"--{name.replace('_', '-')}", str(given[name])]
+    for name in ("min_priority", "max_attempts"):
+        options += [f"--{name.replace('_', '-')}", str(given[name])]
+    if given["quiet"]:
+        options.append("--quiet")
+    command = [sys.executable, "-m", "transports_cli", "worker", target, *options]
+    environ = {**os.environ, URL_VARIABLE: url}
+    worker_id = given["worker_id"]
+
+    # Each child gets an id of its own: the given one with its number, else its default.
+    commands = [
+        command if worker_id is None else [*command, "--worker-id", f"{worker_id}-{n}"]
+        for n in range(processes)
+    ]
+
+    def run_all() -> int:
+        return supervise(commands, environ)
+
+    logging.getLogger("transports_cli.supervisor").info(
+        "supervising %d worker processes of %s on %s", processes, target, redact_url(url)
+    )
+    health: Path | None = given["health_file"]
+    if health is None:
+        return run_all()
+    with _Health(health):
+        return run_all()
 
 
 def _run(runner: AsyncWorker[Any] | Worker[Any]) -> int:

@@ -7,11 +7,13 @@ Imports only ``_models``, ``_errors`` and ``_validate``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from types import MethodType
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from ._errors import EventDecodeError
 from ._models import Lease, Message
@@ -65,6 +67,21 @@ def _plain_model(event_type: Any) -> type[BaseModel] | None:
     return event_type if plain else None
 
 
+def _article(name: str) -> str:
+    return "an" if name[:1].lower() in "aeiou" else "a"
+
+
+def _unserialisable(event: object, exc: PydanticSerializationError) -> TypeError:
+    """The error for an event that validated but holds a value JSON cannot carry."""
+    found = re.search(r"<class '([^']+)'>", str(exc))
+    what = found[1].rpartition(".")[2] if found else None
+    holds = f"a value of type {what}" if what else "a value"
+    return TypeError(
+        f"event {event!r:.200} cannot be stored: it holds {holds}, which pydantic cannot "
+        f"serialize to JSON ({exc})"
+    )
+
+
 class EventCodec(Generic[E]):
     """Encodes events of one type to JSON text and decodes them back."""
 
@@ -92,7 +109,7 @@ class EventCodec(Generic[E]):
         of the event type (strict: a dict is not a model)."""
         if self._model is not None and isinstance(event, self._model):
             # What strict validation would return: this very instance (see `_plain_model`).
-            return self._to_json(event).decode()
+            return self._dump(event, event)
         try:
             valid = self._adapter.validate_python(event, strict=True)
         except ValidationError as exc:
@@ -105,9 +122,16 @@ class EventCodec(Generic[E]):
         if isinstance(valid, BaseModel) and not isinstance(event, type(valid)):
             raise TypeError(
                 f"event {event!r:.200} is not a valid {self.type_name}: "
-                f"expected a {type(valid).__name__} instance, got {type(event).__name__}"
+                f"expected {_article(type(valid).__name__)} {type(valid).__name__} instance, "
+                f"got {type(event).__name__}"
             )
-        return self._to_json(valid).decode()
+        return self._dump(valid, event)
+
+    def _dump(self, valid: object, event: object) -> str:
+        try:
+            return self._to_json(valid).decode()
+        except PydanticSerializationError as exc:
+            raise _unserialisable(event, exc) from exc
 
     def encode_items(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[Item]:
         """Check and encode ``publish_many`` items, naming the index of a bad one."""
@@ -131,7 +155,11 @@ class EventCodec(Generic[E]):
                 and type(event) is model
                 and (key is None or (type(key) is str and 0 < len(key) <= MAX_KEY))
             ):
-                append(Item(group_id, to_json(event).decode(), priority, key, 0.0, False, None))
+                try:
+                    raw = to_json(event).decode()
+                except PydanticSerializationError as exc:
+                    raise TypeError(f"items[{index}]: {_unserialisable(event, exc)}") from exc
+                append(Item(group_id, raw, priority, key, 0.0, False, None))
                 continue
             try:
                 append(self.encode_item(*check_item(index, item)))

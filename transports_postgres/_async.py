@@ -25,7 +25,7 @@ from transports_core import backend as core
 from transports_core.backend import Claimed, GiveBack, Operation, drive_async
 
 from . import _ops
-from ._errors import Call, JoinedCall, postgres_errors
+from ._errors import Call, JoinedCall, postgres_errors, unreachable
 from ._sync import (
     LISTEN_TICK,
     Configured,
@@ -34,6 +34,7 @@ from ._sync import (
     bind,
     check_alive,
     check_joinable,
+    first_connect,
     has_rows,
     in_transaction,
     not_this_store,
@@ -209,6 +210,14 @@ class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
             if self._closed:
                 raise TransportError(f"{self!r} is closed")
             options = self._options
+            # As the sync twin: fail at once, with libpq's reason, on a server that is down.
+            try:
+                first = await psycopg.AsyncConnection.connect(
+                    options.conninfo, **first_connect(options)
+                )
+            except psycopg.OperationalError as exc:
+                raise unreachable(self._where, exc) from exc
+            await first.close()
             pool: AsyncConnectionPool[AConn] = AsyncConnectionPool(
                 options.conninfo,
                 connection_class=AConn,

@@ -30,6 +30,14 @@ from psycopg_pool import PoolClosed, PoolTimeout
 from transports_core import OutcomeUnknown, TransportError
 
 
+def unreachable(where: str, exc: psycopg.OperationalError) -> TransportError:
+    """The error of a first connection that failed: libpq's first line names the host
+    and port and says why (refused, unknown host, bad password, no such database)."""
+    text = str(exc).strip()
+    reason = text.splitlines()[0] if text else type(exc).__name__
+    return TransportError(f"{where}: cannot connect: {reason}")
+
+
 class Call:
     """What `postgres_errors` needs to know of the call in flight: its name, whether it
     writes, and whether any statement has been sent yet (the runner sets ``sent``)."""

@@ -22,6 +22,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import ConnStatus, TransactionStatus
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
@@ -32,7 +33,7 @@ from transports_core.backend import Operation, WaitState, drive
 
 from . import _ops
 from . import _sql as sql
-from ._errors import Call, JoinedCall, postgres_errors
+from ._errors import Call, JoinedCall, postgres_errors, unreachable
 from ._url import PostgresOptions
 
 if TYPE_CHECKING:
@@ -176,6 +177,14 @@ def check_alive(conn: psycopg.BaseConnection[Any]) -> None:
         pgconn.consume_input()
     if pgconn.status != ConnStatus.OK or conn.closed or conn in DOOMED:
         raise psycopg.OperationalError("the connection was closed while idle")
+
+
+def first_connect(options: PostgresOptions) -> dict[str, Any]:
+    """The first connection's arguments: libpq waits forever for a host that does not
+    answer unless told otherwise, so it gets the pool's timeout unless the URL sets one."""
+    if "connect_timeout" in conninfo_to_dict(options.conninfo):
+        return {}
+    return {"connect_timeout": max(1, round(options.pool_timeout))}
 
 
 def pool_arguments(options: PostgresOptions) -> dict[str, Any]:
@@ -405,6 +414,12 @@ class PostgresTransport(Configured[E], core.TransportBase[E]):
     def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
         self._configure(options, event_type)
         self._ops = self._operations
+        # One plain connection first: a server that is down fails here at once, with
+        # libpq's reason, rather than after pool_timeout of the pool's retries and logs.
+        try:
+            psycopg.connect(options.conninfo, **first_connect(options)).close()
+        except psycopg.OperationalError as exc:
+            raise unreachable(self._where, exc) from exc
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             options.conninfo,
             connection_class=Conn,

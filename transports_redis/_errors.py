@@ -3,6 +3,8 @@
 becomes one too or is worked around by `Recover`, an operation both runners hand to core.
 
     redis.ConnectionError / TimeoutError while connecting   -> TransportError (nothing sent)
+    an error reply while connecting (SELECT of a database the server does not have)
+                                                            -> TransportError (nothing sent)
     redis.ConnectionError / TimeoutError once a write was sent
                                                             -> OutcomeUnknown
     the same during a read                                  -> TransportError
@@ -77,6 +79,13 @@ def connecting(server: str) -> Iterator[None]:
                 "if the server asks for a client certificate)"
             )
         raise TransportError(f"{server}: {why} ({exc})") from exc
+    except rex.ResponseError as exc:  # a reply to the connection's setup (SELECT, HELLO)
+        if "db index" in str(exc).lower():
+            raise TransportError(
+                f"{server}: the server has no database by that number ({exc}); it has as "
+                "many as its 'databases' setting (16 unless configured), numbered from 0"
+            ) from exc
+        raise TransportError(f"{server}: the server refused the connection ({exc})") from exc
 
 
 @contextmanager

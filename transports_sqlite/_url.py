@@ -155,7 +155,10 @@ def database_target(options: SqliteOptions) -> str:
         if not os.access(path, os.W_OK):
             mode = "ro"
     except OSError as exc:
-        raise TransportError(f"{options.path}: cannot create the database file ({exc})") from exc
+        raise TransportError(
+            f"{options.path}: cannot create the database file in directory "
+            f"{str(parent)!r} ({exc.strerror or exc})"
+        ) from exc
     else:
         try:
             os.fchmod(fd, options.file_mode)

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from ._access import refuse_busy
+from ._access import plural, refuse_busy, refuse_private
 from ._dead import dead
 from ._inspect import inspect
 from ._purge import purge
 
-__all__ = ["dead", "inspect", "purge", "refuse_busy"]
+__all__ = ["dead", "inspect", "plural", "purge", "refuse_busy", "refuse_private"]

@@ -27,12 +27,13 @@ from transports_core import (
     redact_url,
 )
 
-__all__ = ["all_groups", "confirm", "open_admin", "plural", "relative"]
+__all__ = ["all_groups", "confirm", "open_admin", "plural", "refuse_private", "relative"]
 
 
 @contextmanager
 def open_admin(url: str) -> Iterator[TransportAdmin]:
     """Open ``url`` and hand back its admin interface; refuse a backend without one."""
+    refuse_private(url, "there is no queue to read or repair")
     _refuse_missing_file(url)
     with open_transport(url) as transport:
         if not isinstance(transport, TransportAdmin):
@@ -45,16 +46,30 @@ def open_admin(url: str) -> Iterator[TransportAdmin]:
         yield transport
 
 
+def _sqlite_path(url: str) -> str | None:
+    if not url.startswith("sqlite:///"):
+        return None
+    try:
+        return unquote(urlsplit(url).path[1:])
+    except ValueError:  # malformed: the backend says so when it opens the URL
+        return None
+
+
+def refuse_private(url: str, why: str) -> None:
+    """Refuse an in-memory SQLite database: each connection opens a new, empty one that
+    no other connection or process sees. ``why`` says what that means here."""
+    if _sqlite_path(url) == ":memory:":
+        raise click.ClickException(
+            f"{redact_url(url)} is a new, empty database private to the connection that "
+            f"opens it: {why}; name a file instead, such as sqlite:///queue.db"
+        )
+
+
 def _refuse_missing_file(url: str) -> None:
     # Opening a SQLite URL creates a missing file: a typo would then "inspect" a new,
     # empty queue, and leave a stray file behind.
-    if not url.startswith("sqlite:///"):
-        return
-    try:
-        path = unquote(urlsplit(url).path[1:])
-    except ValueError:  # malformed: the backend says so when it opens the URL
-        return
-    if path and path != ":memory:" and not Path(path).exists():
+    path = _sqlite_path(url)
+    if path and not Path(path).exists():
         raise click.ClickException(
             f"no queue at {path}: the file does not exist (this command never creates one)"
         )

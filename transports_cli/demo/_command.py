@@ -328,6 +328,8 @@ def demo(
                 view.apply(message)
 
         outcome = run_demo(settings, target, workdir, progressed, published)
+        if view is not None:
+            view.finish(outcome.verdict.events_per_second)
         stack.close()  # stop the live view before the verdict is printed
     verdict = outcome.verdict
     line = verdict_line(verdict, settings.workers)

@@ -6,6 +6,7 @@ transports. Used only when stdout is a terminal.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 from rich.console import Group, RenderableType
@@ -30,8 +31,12 @@ STYLES = {"waiting": "dim", "in flight": "cyan", "parked": "yellow", "done": "gr
 
 
 class _RateColumn(ProgressColumn):
+    """The rate the verdict reports too: events acked over the time since the first
+    claim (not rich's moving average of recent advances, a different figure)."""
+
     def render(self, task: Task) -> Text:
-        return Text(f"{task.speed or 0:,.0f} events/s", style="progress.data.speed")
+        rate = task.fields.get("rate", 0.0)
+        return Text(f"{rate:,.0f} events/s", style="progress.data.speed")
 
 
 class DemoView:
@@ -50,7 +55,13 @@ class DemoView:
             _RateColumn(),
             TimeElapsedColumn(),
         )
-        self._task = self.progress.add_task("acked", total=plan.total)
+        self._task = self.progress.add_task("acked", total=plan.total, rate=0.0)
+        self._first_claim: int | None = None
+        self._final_rate: float | None = None
+
+    def finish(self, events_per_second: float) -> None:
+        """Show the verdict's rate, worked out from the journals, in the last frame."""
+        self._final_rate = events_per_second
 
     def apply(self, message: tuple[str, ...]) -> None:
         kind, *rest = message
@@ -60,6 +71,8 @@ class DemoView:
         _worker, group, step = rest
         self._step[group] = step
         if kind == "claim":
+            if self._first_claim is None:
+                self._first_claim = time.monotonic_ns()
             self._state[group] = "in flight"
         elif kind == "park":
             self._state[group] = "parked"
@@ -91,5 +104,14 @@ class DemoView:
         )
         return table
 
+    def _rate(self) -> float:
+        if self._final_rate is not None:
+            return self._final_rate
+        if self._first_claim is None:
+            return 0.0
+        span = (time.monotonic_ns() - self._first_claim) / 1e9
+        return self._acked.total() / span if span > 0 else 0.0
+
     def __rich__(self) -> RenderableType:
+        self.progress.update(self._task, rate=self._rate())
         return Group(self.progress, self._table())

@@ -17,7 +17,14 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-import pytest
+try:
+    import pytest
+except ImportError as exc:  # the suite runs under pytest: say which extra brings it
+    _NEEDS = "the conformance suite needs pytest: pip install 'durable-transports[conformance]'"
+    if __name__ == "__main__":
+        print(f"error: {_NEEDS}", file=sys.stderr)
+        sys.exit(2)
+    raise ImportError(_NEEDS) from exc
 
 from transports_core import (
     TransportAdmin,
