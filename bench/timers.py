@@ -15,7 +15,8 @@ again. Printed: the median claim of each run and their ratio, against the issue'
 the first publishes a message, plain or delayed by ``--due-in`` seconds; the latency is
 from the moment the message became deliverable (the publish returned, or the due time on
 this machine's clock, which the local stores share) to the moment the claim returned.
-Everything this run published is purged at the end (its groups are its own).
+On a server, the run gets a schema or queue of its own (removed at the end) unless the URL
+names one; there, everything this run published is purged at the end.
 """
 
 from __future__ import annotations
@@ -23,16 +24,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import cast
 
 from transports_core import Event, Message, Transport, TransportAdmin, open_transport
+
+from ._scratch import own_queue
 
 EVENT = Event(kind="timer.fired", execution=12345)
 DAY = 86_400.0
@@ -113,16 +112,6 @@ class Run:
                 admin.purge_group(group)
 
 
-@contextmanager
-def store(url: str | None) -> Iterator[str]:
-    """``url``, or a SQLite file in a directory removed at the end."""
-    if url is not None:
-        yield url
-        return
-    with tempfile.TemporaryDirectory(prefix="bench-timers-") as where:
-        yield f"sqlite:///{Path(where) / 'timers.db'}"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.timers", description=__doc__)
     parser.add_argument("--url", help="the queue to measure (default: a SQLite file of its own)")
@@ -135,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     delayed = args.delayed if args.delayed is not None else 2000 if args.quick else 1_000_000
     ready = args.ready or (50 if args.quick else 1000)
     wakes = args.wakes or (2 if args.quick else 7)
-    with store(args.url) as url, open_transport(url) as t, open_transport(url) as waiter:
+    with own_queue(args.url, "bench-timers-") as url, open_transport(url) as t, open_transport(url) as waiter:
         run = Run(t, delayed_groups=max(1, min(delayed // 100, 10_000)))
         try:
             run.claims(min(ready, 100))  # connect, warm the statements
