@@ -124,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     delayed = args.delayed if args.delayed is not None else 2000 if args.quick else 1_000_000
     ready = args.ready or (50 if args.quick else 1000)
     wakes = args.wakes or (2 if args.quick else 7)
-    with own_queue(args.url, "bench-timers-") as url, open_transport(url) as t, open_transport(url) as waiter:
+    with (
+        own_queue(args.url, "bench-timers-") as url,
+        open_transport(url) as t,
+        open_transport(url) as waiter,
+    ):
         run = Run(t, delayed_groups=max(1, min(delayed // 100, 10_000)))
         try:
             run.claims(min(ready, 100))  # connect, warm the statements
