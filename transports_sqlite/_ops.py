@@ -650,21 +650,16 @@ def checkpoint_due(wal_bytes: int) -> bool:
 # --- admin: reads run in a deferred (read) transaction, writes under the write lock ------
 
 
-def _promote_due(now: float) -> Steps[None]:
-    """Promote every due timer, so that an admin read shows the queue as claims will."""
-    while (yield Stmt(sql.ANY_DUE, {"now": now})).rows[0][0]:
-        yield Stmt(sql.PROMOTE_ALL_DUE, {"now": now})
-
-
-# Admin reads that may promote due timers first run under the write lock; they change
-# nothing else.
+# Admin reads take no write lock, so they promote nothing: stats and peek count a due
+# timer where its promotion will put it (ready, at the end of its group), and groups and
+# tenants show the groups as they are stored (a group that only a due timer would open
+# shows from the next claim or publish, which promote it).
 def _admin_read(steps: Callable[[float], Steps[T]]) -> Op[T]:
-    return Plan(steps, wakes=False)
+    return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
 def Stats() -> Op[dt.QueueStats]:
     def steps(now: float) -> Steps[dt.QueueStats]:
-        yield from _promote_due(now)
         markers = {"now": now, "parked": sql.PARKED, "held": sql.HELD}
         counted = yield Stmt(sql.MESSAGE_COUNTS, markers)
         live = {p: [ready, in_flight, parked, 0] for p, ready, in_flight, parked in counted.rows}
@@ -675,8 +670,10 @@ def Stats() -> Op[dt.QueueStats]:
             row[0] -= held - heads
             row[2] -= heads
             row[3] += held
-        for p, timers in (yield Stmt(sql.TIMER_COUNTS, {"now": now})).rows:
-            live.setdefault(p, [0, 0, 0, 0])[3] += timers
+        for p, delayed, due in (yield Stmt(sql.TIMER_COUNTS, {"now": now})).rows:
+            row = live.setdefault(p, [0, 0, 0, 0])
+            row[0] += due
+            row[3] += delayed
         dead = dict((yield Stmt(sql.DEAD_COUNTS)).rows)
         ((keys,),) = (yield Stmt(sql.KEY_COUNT)).rows
         ((paused,),) = (yield Stmt(sql.PAUSED_COUNT)).rows
@@ -704,7 +701,6 @@ def Groups(limit: int) -> Op[list[dt.GroupInfo]]:
     limit = core.check_limit(limit)
 
     def steps(now: float) -> Steps[list[dt.GroupInfo]]:
-        yield from _promote_due(now)
         rows = (yield Stmt(sql.DEEPEST_GROUPS, {"limit": limit})).rows
         return [
             core.group_info(
@@ -865,7 +861,6 @@ def PausedGroups() -> Op[list[str]]:
 
 def Peek(group_id: str, limit: int) -> Op[list[dt.QueuedMessage]]:
     def steps(now: float) -> Steps[list[dt.QueuedMessage]]:
-        yield from _promote_due(now)
         where = {"group_id": group_id, "limit": limit}
         shown: list[dt.QueuedMessage] = []
         group = (yield Stmt(sql.PEEK_GROUP, {"group_id": group_id})).rows
@@ -890,10 +885,13 @@ def Peek(group_id: str, limit: int) -> Op[list[dt.QueuedMessage]]:
                 )
         if len(shown) < limit:
             later = yield Stmt(sql.PEEK_TIMERS, where | {"limit": limit - len(shown)})
-            shown += [
-                dt.QueuedMessage(seq, group_id, priority, event, 0, "delayed", due)
-                for seq, priority, event, due in later.rows
-            ]
+            for seq, priority, event, due in later.rows:
+                # A due timer is where its promotion will put it: at the end of the chain.
+                if due > now:
+                    state, due_at = "delayed", due
+                else:
+                    state, due_at = ("queued" if shown else "ready"), None
+                shown.append(dt.QueuedMessage(seq, group_id, priority, event, 0, state, due_at))
         return shown
 
     return _admin_read(steps)
@@ -908,7 +906,6 @@ def SetTenantWeight(tenant: str, weight: int) -> Op[None]:
 
 def Tenants() -> Op[list[dt.TenantInfo]]:
     def steps(now: float) -> Steps[list[dt.TenantInfo]]:
-        yield from _promote_due(now)
         counts: dict[str | None, int] = dict((yield Stmt(sql.GROUPS_BY_TENANT)).rows)
         weights: dict[str | None, int] = {
             tenant or None: weight for tenant, weight in (yield Stmt(sql.WEIGHTS)).rows

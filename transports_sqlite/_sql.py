@@ -1015,11 +1015,15 @@ PURGE_GROUP_TIMERS: Final = Statement(
 
 # --- timers, pauses and tenants, for the admin interface ----------------------------------
 
-# Delayed messages not yet due: timers by their own priority, and hold=True messages by
+# Delayed messages not yet due: timers by their own priority (due ones count as ready,
+# as the next claim promotes them), and hold=True messages by
 # their group's (where `MESSAGE_COUNTS` counted them: as parked when at the head, which
 # parks its group until due, as ready behind it).
 TIMER_COUNTS: Final = Statement(
-    "SELECT priority, count(*) FROM timers WHERE due > :now GROUP BY priority",
+    """
+SELECT priority, count(*) FILTER (WHERE due > :now), count(*) FILTER (WHERE due <= :now)
+  FROM timers GROUP BY priority
+""",
     ("now",),
     rows=True,
 )
@@ -1034,10 +1038,6 @@ SELECT g.priority, count(*), count(*) FILTER (WHERE g.head_seq = m.seq)
     rows=True,
 )
 PAUSED_COUNT: Final = Statement("SELECT count(*) FROM paused", rows=True)
-# Admin reads promote every due timer first, a claim's worth at a time, so that they show
-# the queue as the next claim will see it.
-PROMOTE_ALL_DUE: Final = PROMOTE_DUE
-
 # cancel: a timer goes at once; a message in a chain is looked up with its group's head
 # and lease, and whether it is a dead letter (a held one stays in `messages`).
 CANCEL_TIMER: Final = Statement("DELETE FROM timers WHERE seq = :seq", ("seq",))

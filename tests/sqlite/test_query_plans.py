@@ -133,7 +133,13 @@ def conn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sqlite3.Connectio
 def test_triggers_were_found() -> None:
     # One statement per trigger at least: a silently empty list would check nothing.
     names = {key.split("[")[0] for key in TRIGGER_STATEMENTS}
-    assert names == {"publish_message", "publish_keyed_message", "head_removed", "last_removed"}
+    assert names == {
+        "publish_message",
+        "publish_keyed_message",
+        "head_removed",
+        "last_removed",
+        "promote_timer",
+    }
 
 
 @pytest.mark.parametrize("name", sorted(STATEMENTS))
@@ -154,7 +160,9 @@ def test_claim_seeks_the_turn_index_once_per_priority_level(
 ) -> None:
     seeks = [line for line in _plan(conn, STATEMENTS[name]) if "(busy_until=?" in line]
     assert len(seeks) == 5, seeks
-    assert all("INDEX groups_by_turn (busy_until=? AND priority=?)" in s for s in seeks), seeks
+    assert all(
+        "INDEX groups_by_turn (busy_until=? AND paused=? AND priority=?)" in s for s in seeks
+    ), seeks
 
 
 def test_claim_fetches_the_head_by_primary_key(conn: sqlite3.Connection) -> None:
