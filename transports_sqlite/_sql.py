@@ -10,6 +10,9 @@ the next group is a walk of one small index, never a scan of the backlog, and a 
 writes two pages whatever the backlog.
 `keys` remembers each idempotency key a group used within the queue's window, with the
 seq it published: a keyed publish is one more statement's worth of index seeks.
+`timers` holds delayed messages outside every chain until they are due, when they are
+promoted to the end of their group's chain; `paused` and `tenants` keep pauses and
+tenants' weights and turns (see `_V6`).
 
 Each statement is a `Statement`: its text, with ``:name`` for each parameter, the names of
 those parameters, declared once beside it, and whether it returns rows. Every value

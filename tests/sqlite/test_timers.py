@@ -141,7 +141,8 @@ def test_the_async_twin_delays_pauses_and_weighs_tenants_as_the_sync_one(
     db_path: Path, clock: ManualClock
 ) -> None:
     async def run() -> tuple[list[int], list[int]]:
-        async with open_async_transport(f"sqlite:///{db_path}", clock=clock) as t:
+        opened: Any = open_async_transport(f"sqlite:///{db_path}", clock=clock)
+        async with opened as t:
             await t.publish("a", Event(n=1), delay=5)
             await t.publish("b", Event(n=2), delay=5, hold=True, tenant="x")
             await t.publish("b", Event(n=3))
