@@ -60,7 +60,7 @@ from ._base import (
 )
 from ._codec import Claimed, EventCodec, Item
 from ._options import OptionTable, build_backend, check_clock, seconds_option
-from ._registry import ENTRY_POINT_GROUP, Backend, redact_url, register_backend
+from ._registry import ENTRY_POINT_GROUP, FEATURES, Backend, redact_url, register_backend
 from ._seam import (
     AFTER_DUE,
     CLAIM,
@@ -117,6 +117,7 @@ __all__ = [
     "CLAIM",
     "DEDUP_WINDOW",
     "ENTRY_POINT_GROUP",
+    "FEATURES",
     "LOOK",
     "MAX_KEY",
     "MAX_PRIORITY",
