@@ -300,6 +300,16 @@ _V6: Final = tuple(
         ON groups (tenant, busy_until, paused, priority, last_claimed_at, head_seq)
      WHERE tenant IS NOT NULL
     """,
+        # Whatever opens a group (a publish, a batch, a promotion, a requeue) opens it
+        # paused if a pause is stored for it. Only a new row runs this; a publish that
+        # extends its group pays nothing.
+        """
+    CREATE TRIGGER group_opened AFTER INSERT ON groups
+    WHEN EXISTS (SELECT 1 FROM paused WHERE group_id = NEW.group_id)
+    BEGIN
+        UPDATE groups SET paused = 1 WHERE group_id = NEW.group_id;
+    END
+    """,
         # Delayed messages without hold, kept out of every chain until due: then they are
         # promoted (see `promote`) to the end of their group's chain, in (due, seq) order.
         # Their seqs are handed out like any other (a publish that stores one raises
@@ -350,9 +360,8 @@ _V6: Final = tuple(
          WHERE seq = (SELECT tail_seq FROM groups WHERE group_id = NEW.group_id);
         INSERT INTO messages (seq, group_id, priority, event)
         VALUES (NEW.seq, NEW.group_id, NEW.priority, NEW.event);
-        INSERT INTO groups (group_id, priority, head_seq, tail_seq, tenant, paused)
-        VALUES (NEW.group_id, NEW.priority, NEW.seq, NEW.seq, NEW.tenant,
-                EXISTS (SELECT 1 FROM paused WHERE group_id = NEW.group_id))
+        INSERT INTO groups (group_id, priority, head_seq, tail_seq, tenant)
+        VALUES (NEW.group_id, NEW.priority, NEW.seq, NEW.seq, NEW.tenant)
         ON CONFLICT (group_id) DO UPDATE SET tail_seq = excluded.tail_seq, depth = depth + 1;
         INSERT INTO tenants (tenant) SELECT NEW.tenant WHERE NEW.tenant IS NOT NULL
         ON CONFLICT (tenant) DO NOTHING;
@@ -389,9 +398,8 @@ _V6: Final = tuple(
          WHERE seq = (SELECT tail_seq FROM groups WHERE group_id = NEW.group_id);
         INSERT INTO messages (seq, group_id, priority, event)
         VALUES (NEW.seq, NEW.group_id, NEW.priority, NEW.event);
-        INSERT INTO groups (group_id, priority, head_seq, tail_seq, paused)
-        VALUES (NEW.group_id, NEW.priority, NEW.seq, NEW.seq,
-                EXISTS (SELECT 1 FROM paused WHERE group_id = NEW.group_id))
+        INSERT INTO groups (group_id, priority, head_seq, tail_seq)
+        VALUES (NEW.group_id, NEW.priority, NEW.seq, NEW.seq)
         ON CONFLICT (group_id) DO UPDATE SET tail_seq = excluded.tail_seq, depth = depth + 1;
     END
     """,
@@ -549,15 +557,14 @@ UPDATE messages SET next_seq = :next_seq
 """,
     ("next_seq", "group_id"),
 )
-# A group the batch opens takes the tenant of its first message in the batch, any pause
-# stored for it, and, when that message was published with hold=True, a park until its
-# due time.
+# A group the batch opens takes the tenant of its first message in the batch (and any
+# pause stored for it: `group_opened`) and, when that message was published with
+# hold=True, a park until its due time.
 OPEN_GROUP: Final = Statement(
     f"""
-INSERT INTO groups (group_id, priority, head_seq, tail_seq, depth, tenant, paused,
+INSERT INTO groups (group_id, priority, head_seq, tail_seq, depth, tenant,
                     locked_by, lock_expiry, busy_until)
 VALUES (:group_id, :priority, :head_seq, :tail_seq, :depth, :tenant,
-        EXISTS (SELECT 1 FROM paused WHERE group_id = :group_id),
         CASE WHEN :due IS NULL THEN NULL ELSE '{PARKED}' END, :due, :due)
 ON CONFLICT (group_id) DO UPDATE
 SET tail_seq = excluded.tail_seq, depth = depth + excluded.depth

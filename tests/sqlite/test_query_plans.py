@@ -152,6 +152,7 @@ def test_triggers_were_found() -> None:
         "last_removed",
         "promote_timer",
         "promote_group_timers",
+        "group_opened",
     }
 
 

@@ -164,3 +164,32 @@ def test_the_async_twin_delays_pauses_and_weighs_tenants_as_the_sync_one(
     assert early == []
     assert sorted(late) == [1, 2, 3, 4]
     assert late.index(2) < late.index(3)
+
+
+def test_a_group_opened_by_a_batch_a_promotion_or_a_requeue_while_paused_is_paused(
+    db_path: Path, clock: ManualClock
+) -> None:
+    with open_transport(f"sqlite:///{db_path}", clock=clock, max_attempts=1) as t:
+        for group in ("batch", "timer", "requeue"):
+            t.pause_group(group)
+        t.publish_many([("batch", Event(n=1), 0)])
+        t.publish("timer", Event(n=2), delay=5)
+        clock.advance(5)
+        assert t.claim("w", 30) is None  # promoted, into a paused group
+        t.resume_group("requeue")
+        t.publish("requeue", Event(n=3))
+        lease = t.claim("w", 30)
+        assert lease is not None
+        t.nack(lease)
+        assert t.claim("w", 30) is None  # out of attempts: a dead letter, its group gone
+        t.pause_group("requeue")
+        assert t.requeue(lease.seq) is True  # opens the group again, while paused
+        assert t.claim("w", 30) is None
+        assert query(db_path, "SELECT group_id FROM groups WHERE paused ORDER BY 1") == [
+            ("batch",),
+            ("requeue",),
+            ("timer",),
+        ]
+        for group in ("batch", "timer", "requeue"):
+            t.resume_group(group)
+        assert sorted(_drain(t)) == [1, 2, 3]
