@@ -169,7 +169,8 @@ def test_the_async_twin_delays_pauses_and_weighs_tenants_as_the_sync_one(
 def test_a_group_opened_by_a_batch_a_promotion_or_a_requeue_while_paused_is_paused(
     db_path: Path, clock: ManualClock
 ) -> None:
-    with open_transport(f"sqlite:///{db_path}", clock=clock, max_attempts=1) as t:
+    opened: Any = open_transport(f"sqlite:///{db_path}", clock=clock, max_attempts=1)
+    with opened as t:
         for group in ("batch", "timer", "requeue"):
             t.pause_group(group)
         t.publish_many([("batch", Event(n=1), 0)])
