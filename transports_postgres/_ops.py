@@ -575,13 +575,7 @@ class ClaimTurn(Operation[core.Claimed | None]):
 
     def body(self, now: float | None) -> Steps[core.Claimed | None]:
         claim = self.claim
-        (locked,) = yield (Stmt(sql.LOCK_DUE_GROUPS, (now,)),)
-        groups = locked.rows[0][0]
-        if groups:
-            yield (
-                Stmt(sql.PROMOTE, (groups, now, sql.PROMOTE_BATCH)),
-                Stmt(sql.DROP_EMPTY, (groups,)),
-            )
+        yield from _promote(now, sql.PROMOTE_BATCH)
         _, needs = yield (Stmt(sql.WAKE_LAPSED, (now,)), Stmt(sql.CLAIM_NEEDS, (now,)))
         if not needs.rows[0][1]:
             (result,) = yield (claim._claim(now),)
@@ -589,10 +583,14 @@ class ClaimTurn(Operation[core.Claimed | None]):
                 return None
             return (yield from _bury_and_claim(claim, result.rows[0], now))
         while True:
-            (turns,) = yield (Stmt(sql.TENANT_TURNS, (claim.min_priority,)),)
+            (turns,) = yield (Stmt(sql.TENANT_TURNS),)
             for turn in turns.rows:
-                params = (claim.min_priority, turn[0], now, claim.worker_id, claim.visibility, None)
-                (result,) = yield (Stmt(sql.CLAIM_TENANT, params),)
+                lease = (now, claim.worker_id, claim.visibility, None)
+                (result,) = yield (
+                    Stmt(sql.CLAIM_TENANT, (claim.min_priority, turn[0], *lease))
+                    if turn[0]
+                    else Stmt(sql.CLAIM_NO_TENANT, (claim.min_priority, *lease)),
+                )
                 if result.rows:
                     break
             else:
@@ -810,16 +808,23 @@ class _Read(Operation[T]):
 def _promote_due(now: float | None) -> Steps[None]:
     """Every due delayed message joins its group, a batch of groups at a time."""
     (due,) = yield (Stmt(sql.DUE_EXISTS, (now,)),)
-    while due.rows[0][0]:
-        (locked,) = yield (Stmt(sql.LOCK_DUE_GROUPS, (now,)),)
-        groups = locked.rows[0][0]
-        if not groups:
-            return
-        _, _, due = yield (
-            Stmt(sql.PROMOTE, (groups, now, None)),
-            Stmt(sql.DROP_EMPTY, (groups,)),
-            Stmt(sql.DUE_EXISTS, (now,)),
-        )
+    while due.rows[0][0] and (yield from _promote(now, None)):
+        (due,) = yield (Stmt(sql.DUE_EXISTS, (now,)),)
+
+
+def _promote(now: float | None, limit: int | None) -> Steps[bool]:
+    """The groups of the first due delayed messages made and locked (those free), and
+    their due messages (at most ``limit``) moved into them; False if none was locked."""
+    (made,) = yield (Stmt(sql.MAKE_DUE_GROUPS, (now,)),)
+    wanted = made.rows[0][0]
+    if not wanted:
+        return False
+    (taken,) = yield (Stmt(sql.TAKE_DUE_GROUPS, (wanted,)),)
+    groups = taken.rows[0][0]
+    if groups:
+        yield (Stmt(sql.PROMOTE, (groups, now, limit)),)
+    yield (Stmt(sql.DROP_EMPTY, (wanted,)),)
+    return bool(groups)
 
 
 class Stats(_Read[dt.QueueStats]):

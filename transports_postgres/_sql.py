@@ -200,9 +200,14 @@ CREATE TABLE IF NOT EXISTS {s}.timers (
         "WHERE free AND NOT paused"
     ),
     # The groups that have a tenant: empty (and never written) while no group has one,
-    # which is what lets a claim skip the tenants' bookkeeping.
+    # which is what lets a claim skip the tenants' bookkeeping. The ready ones by tenant,
+    # in round-robin order: a claim in a tenant's turn reads the front of its part.
     Statement(
         "CREATE INDEX IF NOT EXISTS groups_tenanted ON {s}.groups (tenant) WHERE tenant IS NOT NULL"
+    ),
+    Statement(
+        "CREATE INDEX IF NOT EXISTS groups_tenant_ready ON {s}.groups "
+        "(tenant, last_claimed_at, head_seq) WHERE free AND NOT paused AND tenant IS NOT NULL"
     ),
     # Each tenant's stored weight (NULL: never set, 1) and pass; '' stands for the
     # groups without a tenant (a tenant's name has one character at least).
@@ -705,8 +710,10 @@ CLAIM_READY: Final = _claim(
 )
 CLAIM_SIMPLE: Final = _claim(_SIMPLE)
 CLAIM: Final = _claim("")
-# A claim in one tenant's turn: only its groups ('' for those without a tenant).
-CLAIM_TENANT: Final = _claim("\n       AND coalesce(tenant, '') = :tenant", ("tenant",))
+# A claim in one tenant's turn: only its groups (through groups_tenant_ready), or only
+# those without a tenant (through groups_ready).
+CLAIM_TENANT: Final = _claim("\n       AND tenant = :tenant", ("tenant",))
+CLAIM_NO_TENANT: Final = _claim("\n       AND tenant IS NULL")
 # Why a claim's one-statement tries found nothing: a delayed message is due, a group has
 # a tenant.
 CLAIM_NEEDS: Final = Statement(
@@ -974,8 +981,10 @@ SELECT group_id, seq, priority, event, attempts, attempts FROM {s}.dead_letters
 RESTORE_HEAD: Final = Statement(
     f"""
 WITH g AS (
-    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth, attempt)
-    SELECT group_id, priority, seq, 1, attempts FROM {{s}}.dead_letters WHERE seq = :seq
+    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth, attempt, paused)
+    SELECT d.group_id, d.priority, d.seq, 1, d.attempts,
+           EXISTS (SELECT 1 FROM {{s}}.paused p WHERE p.group_id = d.group_id)
+      FROM {{s}}.dead_letters d WHERE d.seq = :seq
     ON CONFLICT (group_id) DO UPDATE
     SET head_seq = least({{s}}.groups.head_seq, excluded.head_seq),
         attempt = CASE WHEN excluded.head_seq < {{s}}.groups.head_seq
@@ -1093,24 +1102,33 @@ SELECT CASE WHEN current_setting('transaction_isolation') IN ('repeatable read',
 
 # --- timers, holds, pauses, tenants -----------------------------------------------------------
 
-# The groups of the first due delayed messages (at most PROMOTE_BATCH), each locked, or
-# made (empty) and locked, in group order as every locker of several groups takes them,
-# so that their messages join them in a fresh statement (PROMOTE). A delayed message is
-# only ever moved or deleted under its group's lock.
-LOCK_DUE_GROUPS: Final = Statement(
+# The groups of the first due delayed messages (at most PROMOTE_BATCH), made (empty) if
+# missing, in group order as every statement that makes several groups makes them.
+# Then, in a fresh statement, TAKE_DUE_GROUPS locks those that no one else holds (a
+# claim skips a group a worker's transaction holds, as CLAIM does), and their messages
+# join them in another (PROMOTE). A delayed message is only ever moved or deleted under
+# its group's lock.
+MAKE_DUE_GROUPS: Final = Statement(
     f"""
 WITH d AS MATERIALIZED (
     SELECT DISTINCT group_id FROM (
         SELECT group_id FROM {{s}}.timers WHERE due <= {_NOW}
          ORDER BY due, seq LIMIT {PROMOTE_BATCH}) first
-), locked AS (
+), made AS (
     INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
     SELECT group_id, 0, 0, 0 FROM d ORDER BY group_id
-    ON CONFLICT (group_id) DO UPDATE SET depth = {{s}}.groups.depth WHERE false
+    ON CONFLICT (group_id) DO NOTHING
 )
 SELECT array(SELECT group_id FROM d)
 """,
     ("now",),
+)
+TAKE_DUE_GROUPS: Final = Statement(
+    """
+SELECT array(SELECT group_id FROM {s}.groups WHERE group_id = ANY (:groups::text[])
+              ORDER BY group_id FOR NO KEY UPDATE SKIP LOCKED)
+""",
+    ("groups",),
 )
 
 # The due delayed messages of the locked groups :groups (at most :limit; NULL: all) join
@@ -1235,21 +1253,33 @@ SELECT coalesce((SELECT seq FROM k), (SELECT seq FROM t)), EXISTS (SELECT 1 FROM
 
 # A claim's tenant turn, under the lock of the one `vclock` row (claims that take turns
 # go one at a time; a queue whose groups have no tenant never takes it): every tenant
-# with a group it may serve, with its start max(pass, V), in turn order (least start;
-# ties by name, '' for no tenant first).
+# with a ready group (found by skipping through groups_tenant_ready, one probe per
+# tenant; the claim tries them in turn, so one with nothing at or above its floor is
+# passed over), with its start max(pass, V), in turn order (least start; ties by
+# name, '' for no tenant first).
 TENANT_TURNS: Final = Statement(
     """
-WITH v AS MATERIALIZED (
+WITH RECURSIVE v AS MATERIALIZED (
     SELECT v FROM {s}.vclock FOR UPDATE
+), r (tenant) AS (
+    (SELECT tenant FROM {s}.groups WHERE free AND NOT paused AND tenant IS NOT NULL
+      ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT g.tenant FROM {s}.groups g
+             WHERE g.free AND NOT g.paused AND g.tenant IS NOT NULL AND g.tenant > r.tenant
+             ORDER BY g.tenant LIMIT 1)
+      FROM r WHERE r.tenant IS NOT NULL
 ), c AS (
-    SELECT DISTINCT coalesce(tenant, '') AS tenant FROM {s}.groups
-     WHERE free AND NOT paused AND priority >= :min_priority
+    SELECT tenant FROM r WHERE tenant IS NOT NULL
+    UNION ALL
+    SELECT '' WHERE (
+        SELECT 1 FROM {s}.groups WHERE free AND NOT paused AND tenant IS NULL
+         ORDER BY last_claimed_at, head_seq LIMIT 1) IS NOT NULL
 )
 SELECT c.tenant, greatest(coalesce(t.pass, 0), v.v) AS start, coalesce(t.weight, 1)
   FROM c CROSS JOIN v LEFT JOIN {s}.tenants t ON t.tenant = c.tenant
- ORDER BY start, c.tenant COLLATE "C"
-""",
-    ("min_priority",),
+ ORDER BY start, c.tenant <> '', c.tenant COLLATE "C"
+"""
 )
 # The turn taken: V moves to the tenant's start, its pass to start + 1 / weight.
 TAKE_TURN: Final = Statement(
