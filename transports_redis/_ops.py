@@ -116,7 +116,7 @@ class Op(core.Operation[ScriptCall, Any, T]):
 
 
 class Publish(Op[int]):
-    """A publish without a key."""
+    """A publish without a key, delay or tenant."""
 
     __slots__ = ("params",)
     script = scripts.PUBLISH
@@ -131,33 +131,31 @@ class Publish(Op[int]):
         )
 
     def first(self, now: float | None) -> ScriptCall:
-        return (self.script, self.params)
+        return (self.script, (*self.params, server_time(now)))
 
     def done(self, reply: Any, now: float | None) -> int:
         return int(reply)
 
 
-class PublishKeyed(Publish):
-    """A publish with a key, remembered for ``window`` seconds: a key in use replies
-    minus the original's seq, which is returned as a `Duplicate`."""
+def _options(item: core.Item) -> tuple[Arg, Arg, Arg]:
+    """An item's delay, hold and tenant as the scripts take them."""
+    return (repr(item.delay), "1" if item.hold else "0", item.tenant or "")
 
-    __slots__ = ()
-    script = scripts.PUBLISH_KEYED
 
-    def __init__(
-        self,
-        codec: core.EventCodec[Any],
-        group_id: str,
-        event: object,
-        priority: int,
-        key: str,
-        window: float,
-    ) -> None:
-        super().__init__(codec, group_id, event, priority)  # the key is core's to check
-        self.params = (*self.params, key_member(group_id, key), repr(window))
+class PublishWith(Op[int]):
+    """A publish with a key, a delay or a tenant (``item`` checked by core): a key in
+    use replies minus the original's seq, which is returned as a `Duplicate`."""
+
+    __slots__ = ("options", "params")
+    script = scripts.PUBLISH_WITH
+
+    def __init__(self, item: core.Item, window: float) -> None:
+        member = "" if item.key is None else key_member(item.group_id, item.key)
+        self.params = (item.group_id, item.priority, item.event, member, repr(window))
+        self.options = _options(item)
 
     def first(self, now: float | None) -> ScriptCall:
-        return (self.script, (*self.params, server_time(now)))
+        return (self.script, (*self.params, server_time(now), *self.options))
 
     def done(self, reply: Any, now: float | None) -> int:
         seq = int(reply)
@@ -165,10 +163,11 @@ class PublishKeyed(Publish):
 
 
 class PublishMany(Op[list[int]]):
-    """A batch: without a key, one script; with one or more, the keyed script, which
-    also tells which items were duplicates (and of what)."""
+    """A batch: of plain items, one script; with keys only, the keyed script, which also
+    tells which items were duplicates (and of what); with a delay or tenant anywhere,
+    the script that stores each item as `PublishWith` does."""
 
-    __slots__ = ("count", "flat", "keyed", "window")
+    __slots__ = ("count", "flat", "script_", "window")
 
     def __init__(
         self,
@@ -179,28 +178,30 @@ class PublishMany(Op[list[int]]):
         encoded = codec.encode_items(items)
         self.count = len(encoded)
         self.window = repr(window)
-        flat: list[Arg] = [self.count]
-        self.keyed = False
-        for group_id, raw, priority, key in encoded:
-            if key is not None:
-                self.keyed = True
-                break
-            flat += (group_id, priority, raw)
-        if self.keyed:
-            # The items only: `first` puts the count, window and time ahead of them.
-            flat = []
-            for group_id, raw, priority, key in encoded:
-                flat += (group_id, priority, raw, "" if key is None else key_member(group_id, key))
+        flat: list[Arg] = []
+        if all(item.plain for item in encoded):
+            self.script_ = scripts.PUBLISH_MANY
+            for item in encoded:
+                flat += (item.group_id, item.priority, item.event)
+        elif all(not item.delay and item.tenant is None for item in encoded):
+            self.script_ = scripts.PUBLISH_MANY_KEYED
+            for item in encoded:
+                key = "" if item.key is None else key_member(item.group_id, item.key)
+                flat += (item.group_id, item.priority, item.event, key)
+        else:
+            self.script_ = scripts.PUBLISH_MANY_WITH
+            for item in encoded:
+                key = "" if item.key is None else key_member(item.group_id, item.key)
+                flat += (item.group_id, item.priority, item.event, key, *_options(item))
         self.flat = flat
 
     def first(self, now: float | None) -> ScriptCall:
-        if self.keyed:
-            args = [self.count, self.window, server_time(now), *self.flat]
-            return (scripts.PUBLISH_MANY_KEYED, args)
-        return (scripts.PUBLISH_MANY, self.flat)
+        if self.script_ is scripts.PUBLISH_MANY:
+            return (self.script_, [self.count, server_time(now), *self.flat])
+        return (self.script_, [self.count, self.window, server_time(now), *self.flat])
 
     def done(self, reply: Any, now: float | None) -> list[int]:
-        if not self.keyed:
+        if self.script_ is scripts.PUBLISH_MANY:
             first = int(reply)
             return list(range(first, first + self.count))
         seq = int(reply[0])
@@ -360,6 +361,17 @@ class BuryLease(_Settle[None]):
 # --- admin ---------------------------------------------------------------------------
 
 
+def promoted(now: float | None) -> core.Steps[ScriptCall, Any, str]:
+    """Steps that move the delayed messages due at ``now`` into their groups, `CHUNK` a
+    call, as a claim would; their value is the time they used, for the next steps."""
+    at = server_time(now)
+    while True:
+        reply = yield (scripts.PROMOTE_DUE, (at, CHUNK))
+        at = str(reply[0])
+        if int(reply[1]) < CHUNK:
+            return at
+
+
 class Stats(Op[dt.QueueStats]):
     """The counters the scripts keep, less the leases and parks that ended but that no
     claim has freed yet, read `CHUNK` at a time from the first that ended (each chunk at
@@ -369,7 +381,8 @@ class Stats(Op[dt.QueueStats]):
     script = scripts.STATS
 
     def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, dt.QueueStats]:
-        at, after, score = server_time(now), "", ""
+        at = yield from promoted(now)
+        after, score = "", ""
         lapsed = [0] * 10  # leased l0..l4, parked k0..k4
         counts: list[int] = []
         while True:
@@ -377,17 +390,20 @@ class Stats(Op[dt.QueueStats]):
             at, after, score = reply[0], reply[1], reply[2]
             lapsed = [a + int(b) for a, b in zip(lapsed, reply[3:13], strict=True)]
             if not counts:
-                counts = [int(x) for x in reply[13:34]]
+                counts = [int(x) for x in reply[13:45]]
             if not after:
                 break
         m, leased, parked, dead = (counts[i : i + 5] for i in range(0, 20, 5))
         keys = counts[20]
+        apart, holding = counts[21:26], counts[26:31]
         rows = []
         for p in scripts.PRIORITIES:
             in_flight, held = leased[p] - lapsed[p], parked[p] - lapsed[5 + p]
-            if m[p] or dead[p]:
-                rows.append(dt.PriorityStats(p, m[p] - in_flight - held, in_flight, held, dead[p]))
-        return core.queue_stats(rows, keys=keys)
+            delayed = apart[p] + holding[p]
+            if m[p] or dead[p] or delayed:
+                ready = m[p] - in_flight - held - holding[p]
+                rows.append(dt.PriorityStats(p, ready, in_flight, held, dead[p], delayed))
+        return core.queue_stats(rows, keys=keys, paused=counts[31])
 
 
 def _deepest(info: dt.GroupInfo) -> tuple[int, int]:
@@ -395,7 +411,7 @@ def _deepest(info: dt.GroupInfo) -> tuple[int, int]:
 
 
 def _group(row: Sequence[Any]) -> dt.GroupInfo:
-    group_id, priority, depth, head, state, until, last = row
+    group_id, priority, depth, head, state, until, last, paused, tenant = row
     if state not in _GROUP_STATES:
         raise ValueError(f"unknown group state {state!r}")
     typed: dt.GroupState = state
@@ -407,6 +423,8 @@ def _group(row: Sequence[Any]) -> dt.GroupInfo:
         state=typed,
         busy_until=number(until) if until else None,
         last_claimed_at=number(last) if last else None,
+        paused=int(paused) == 1,
+        tenant=tenant or None,
     )
 
 
@@ -421,13 +439,14 @@ class Groups(Op[list[dt.GroupInfo]]):
         self.limit = core.check_limit(limit)
 
     def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, list[dt.GroupInfo]]:
-        at, cursor = server_time(now), "0"
+        at = yield from promoted(now)
+        cursor = "0"
         kept: dict[str, dt.GroupInfo] = {}
         while True:
             reply = yield (self.script, (self.limit, at, cursor, CHUNK))
             at, cursor = reply[0], reply[1]
-            for i in range(2, len(reply), 7):
-                info = _group(reply[i : i + 7])
+            for i in range(2, len(reply), 9):
+                info = _group(reply[i : i + 9])
                 kept[info.group_id] = info
             deepest = sorted(kept.values(), key=_deepest)[: self.limit]
             if cursor == "0":
@@ -566,6 +585,113 @@ class PurgeGroup(Op[int]):
             removed += int(reply[0])
             upto, more = reply[1], bool(int(reply[2]))
         return removed
+
+
+class Cancel(Op[bool]):
+    __slots__ = ("seq",)
+    script = scripts.CANCEL
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+
+    def first(self, now: float | None) -> ScriptCall:
+        return (self.script, (self.seq, server_time(now)))
+
+    def done(self, reply: Any, now: float | None) -> bool:
+        return int(reply) == 1
+
+
+class Pause(Op[bool]):
+    __slots__ = ("params",)
+    script = scripts.PAUSE
+
+    def __init__(self, group_id: str, paused: bool) -> None:
+        self.params = (group_id, "1" if paused else "0")
+
+    def first(self, now: float | None) -> ScriptCall:
+        return (self.script, self.params)
+
+    def done(self, reply: Any, now: float | None) -> bool:
+        return int(reply) == 1
+
+
+class PausedGroups(Op[list[str]]):
+    __slots__ = ()
+    script = scripts.PAUSED_GROUPS
+
+    def first(self, now: float | None) -> ScriptCall:
+        return (self.script, ())
+
+    def done(self, reply: Any, now: float | None) -> list[str]:
+        return sorted(str(group) for group in reply)
+
+
+_MESSAGE_STATES: Final[frozenset[str]] = frozenset(
+    {"ready", "in_flight", "parked", "queued", "delayed"}
+)
+
+
+class Peek(Op[list[dt.QueuedMessage]]):
+    """The due delayed messages promoted first (as a claim would), then one script."""
+
+    __slots__ = ("group_id", "limit")
+    script = scripts.PEEK
+
+    def __init__(self, group_id: str, limit: int) -> None:
+        self.group_id, self.limit = group_id, limit
+
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, list[dt.QueuedMessage]]:
+        at = yield from promoted(now)
+        reply = yield (self.script, (self.group_id, self.limit, at))
+        out = []
+        for i in range(0, len(reply), 6):
+            seq, priority, raw, attempts, state, due = reply[i : i + 6]
+            if state not in _MESSAGE_STATES:
+                raise ValueError(f"unknown message state {state!r}")
+            typed: dt.MessageState = state
+            out.append(
+                dt.QueuedMessage(
+                    seq=int(seq),
+                    group_id=self.group_id,
+                    priority=int(priority),
+                    event=raw,
+                    attempts=int(attempts),
+                    state=typed,
+                    due_at=number(due) if due else None,
+                )
+            )
+        return out
+
+
+class SetTenantWeight(Op[None]):
+    __slots__ = ("params",)
+    script = scripts.SET_TENANT_WEIGHT
+
+    def __init__(self, tenant: str, weight: int) -> None:
+        self.params = (tenant, weight)
+
+    def first(self, now: float | None) -> ScriptCall:
+        return (self.script, self.params)
+
+    def done(self, reply: Any, now: float | None) -> None:
+        return None
+
+
+class Tenants(Op[list[dt.TenantInfo]]):
+    """The due delayed messages promoted first (they may create groups), then one script."""
+
+    __slots__ = ()
+    script = scripts.TENANTS
+
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, list[dt.TenantInfo]]:
+        yield from promoted(now)
+        reply = yield (self.script, ())
+        out = [dt.TenantInfo(None, 1, int(reply[0]))] if int(reply[0]) > 0 else []
+        named = [
+            dt.TenantInfo(str(reply[i]), int(reply[i + 1] or 1), int(reply[i + 2]))
+            for i in range(1, len(reply), 3)
+        ]
+        return out + sorted(named, key=lambda t: t.tenant or "")
 
 
 class Check(Op[list[str]]):
