@@ -84,6 +84,25 @@ def close_key(queue: str, handle: str) -> str:
     return f"{key_prefix(queue)}close:{handle}"
 
 
+def stored(group_id: str, priority: int, raw: str) -> str:
+    """A message as the scripts store it: byte 1, its priority, its group (length first),
+    then its event's JSON, so that cancel and peek find its group and priority with no
+    entry of their own (see `_scripts.owner`). The length is in bytes, as Lua counts."""
+    size = len(group_id) if group_id.isascii() else len(group_id.encode())
+    return f"\x01{priority}{size:08x}{group_id}{raw}"
+
+
+def event_text(value: str) -> str:
+    """The event's JSON in a stored message (one stored before timers is that alone)."""
+    if value[:1] != "\x01":
+        return value
+    size = int(value[2:10], 16)
+    group = value[10 : 10 + size]
+    if not group.isascii():  # fewer characters than bytes: the group is its first bytes
+        group = group.encode()[:size].decode()
+    return value[10 + len(group) :]
+
+
 def number(text: str | bytes | int) -> float:
     """A time from a script: 17 significant digits, exact."""
     return float(text)
@@ -124,11 +143,9 @@ class Publish(Op[int]):
     def __init__(
         self, codec: core.EventCodec[Any], group_id: str, event: object, priority: int
     ) -> None:
-        self.params: tuple[Arg, ...] = (
-            core.check_group_id(group_id),
-            core.check_priority(priority),
-            codec.encode(event),
-        )
+        group_id, priority = core.check_group_id(group_id), core.check_priority(priority)
+        raw = codec.encode(event)
+        self.params: tuple[Arg, ...] = (group_id, priority, stored(group_id, priority, raw))
 
     def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.params, server_time(now)))
@@ -151,7 +168,8 @@ class PublishWith(Op[int]):
 
     def __init__(self, item: core.Item, window: float) -> None:
         member = "" if item.key is None else key_member(item.group_id, item.key)
-        self.params = (item.group_id, item.priority, item.event, member, repr(window))
+        raw = stored(item.group_id, item.priority, item.event)
+        self.params = (item.group_id, item.priority, raw, member, repr(window))
         self.options = _options(item)
 
     def first(self, now: float | None) -> ScriptCall:
@@ -181,18 +199,20 @@ class PublishMany(Op[list[int]]):
         flat: list[Arg] = []
         if all(item.plain for item in encoded):
             self.script_ = scripts.PUBLISH_MANY
-            for item in encoded:
-                flat += (item.group_id, item.priority, item.event)
+            for group_id, raw, priority, *_ in encoded:
+                flat += (group_id, priority, stored(group_id, priority, raw))
         elif all(not item.delay and item.tenant is None for item in encoded):
             self.script_ = scripts.PUBLISH_MANY_KEYED
             for item in encoded:
                 key = "" if item.key is None else key_member(item.group_id, item.key)
-                flat += (item.group_id, item.priority, item.event, key)
+                raw = stored(item.group_id, item.priority, item.event)
+                flat += (item.group_id, item.priority, raw, key)
         else:
             self.script_ = scripts.PUBLISH_MANY_WITH
             for item in encoded:
                 key = "" if item.key is None else key_member(item.group_id, item.key)
-                flat += (item.group_id, item.priority, item.event, key, *_options(item))
+                raw = stored(item.group_id, item.priority, item.event)
+                flat += (item.group_id, item.priority, raw, key, *_options(item))
         self.flat = flat
 
     def first(self, now: float | None) -> ScriptCall:
@@ -266,7 +286,9 @@ class Claim(Op["core.Claimed | Idle"], core.Claiming["core.Claimed | Idle"]):
         if int(reply[0]) == 0:
             return Idle(number(reply[1]), number(reply[2]) if reply[2] else None)
         _, seq, group_id, raw, attempt, due = reply
-        return core.Claimed(int(seq), group_id, raw, self.worker_id, int(attempt), number(due))
+        return core.Claimed(
+            int(seq), group_id, event_text(raw), self.worker_id, int(attempt), number(due)
+        )
 
 
 class Unclaim(Op[bool]):
@@ -508,7 +530,7 @@ class DeadLetters(_DeadPages[list[dt.DeadLetter]]):
                     seq=int(seq),
                     group_id=group_id,
                     priority=int(prio),
-                    event=raw,
+                    event=event_text(raw),
                     attempts=int(attempts),
                     reason=reason,
                     dead_at=number(at),
@@ -654,7 +676,7 @@ class Peek(Op[list[dt.QueuedMessage]]):
                     seq=int(seq),
                     group_id=self.group_id,
                     priority=int(priority),
-                    event=raw,
+                    event=event_text(raw),
                     attempts=int(attempts),
                     state=typed,
                     due_at=number(due) if due else None,

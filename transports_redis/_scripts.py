@@ -9,7 +9,10 @@ Key layout of queue NAME (every key under the hash tag ``{NAME}``, so one queue 
 one cluster slot; group ids are hash fields and set members, never part of a key):
 
     dt:{NAME}:seq      string  the last seq handed out (INCR; never goes back)
-    dt:{NAME}:ev       hash    seq -> event JSON of each queued message
+    dt:{NAME}:ev       hash    seq -> each queued message as the client stores it: byte 1,
+                               its own priority (one digit), its group's length (8 hex
+                               digits), its group, then its event's JSON (a message
+                               stored before timers: the JSON alone; see `owner`)
     dt:{NAME}:nx       hash    seq -> next seq of the same group (the group's chain)
     dt:{NAME}:att      hash    seq -> packed (attempt, base) of a non-head message that
                                was delivered before (a requeued one moved behind the head)
@@ -27,6 +30,21 @@ one cluster slot; group ids are hash fields and set members, never part of a key
                                with it; the field is `key_member(group, key)`
     dt:{NAME}:kx       zset    the same fields, scored by when the key is forgotten
                                (its publish's time plus the window)
+    dt:{NAME}:td       hash    t<seq> -> packed delayed message waiting apart (see
+                               `TIMERS`); h<seq> -> due time of a hold-delayed one
+    dt:{NAME}:tm       zset    delayed messages waiting apart (hex seq), by due time
+    dt:{NAME}:tg       zset    the same by group, then due time, all scored 0
+    dt:{NAME}:hz0..hz4 zset    hold-delayed messages (hex seq) of each priority, by due
+    dt:{NAME}:pz       set     paused groups
+    dt:{NAME}:tq0..tq4 zset    ready groups of a tenant, by tenant then score (see
+                               `tmember`), all scored 0
+    dt:{NAME}:tc       hash    "<priority>:<tenant>" -> its ready groups
+    dt:{NAME}:tp       hash    V, the tenants' passes and the highest (see `TURNS`)
+    dt:{NAME}:tw       hash    tenant -> weight (1 unless set)
+    dt:{NAME}:tn       hash    tenant -> its groups
+
+A queue stored before the last ten existed works as it was: each is created when
+first needed, and a group record without their fields reads as the defaults.
 
 Only the keyed publishes, stats and check touch the last two (`KEYED_KEYS`): a plain
 publish sends the keys it always sent. Nothing else removes a key: an acked, dead or
@@ -35,9 +53,10 @@ at most `FORGET` keys each (per keyed item of a batch), oldest first, so that th
 left behind by a burst are gone after as many keyed publishes, while a lookup treats a
 key past its time as absent.
 
-No script's cost grows with the size of the queue except CHECK (for tests): the admin
-reads go through it in chunks of `chunk` items, one script each, and purge_group removes
-at most `chunk` items a script.
+No script's cost grows with the size of the queue except CHECK (for tests), CANCEL
+(which walks its message's group up to it) and, with tenants, a claim (with the number
+of tenants that have ready groups): the admin reads go through it in chunks of `chunk`
+items, one script each, and purge_group removes at most `chunk` items a script.
 """
 
 from __future__ import annotations
@@ -53,7 +72,7 @@ TENANT_READY_KEYS: Final = tuple(f"tq{p}" for p in PRIORITIES)
 HOLD_KEYS: Final = tuple(f"hz{p}" for p in PRIORITIES)
 QUEUE_KEYS: Final = (
     "seq", "ev", "nx", "att", "g", "busy", *READY_KEYS, *WAKE_KEYS, "dead", "deadq", "dg", "n",
-    "sg", "tm", "tg", "td", *HOLD_KEYS, "pz", *TENANT_READY_KEYS, "tc", "tp", "tw", "tn",
+    "tm", "tg", "td", *HOLD_KEYS, "pz", *TENANT_READY_KEYS, "tc", "tp", "tw", "tn",
 )  # fmt: skip
 KEYED_KEYS: Final = (*QUEUE_KEYS, "key", "kx")
 # At most this many forgotten keys are removed by a keyed publish (per keyed item).
@@ -102,6 +121,13 @@ end
 -- a group's members are one range by name
 local function gprefix(group) return string.format('%08x', #group) .. group end
 local function hex(seq) return string.format('%016x', seq) end
+-- the group and own priority of a stored message (`ev`'s value), or nil when it was
+-- stored before they were (JSON never starts with byte 1)
+local function owner(v)
+  if not v or string.byte(v, 1) ~= 1 then return nil end
+  local n = tonumber(string.sub(v, 3, 10), 16)
+  return string.sub(v, 11, 10 + n), tonumber(string.sub(v, 2, 2))
+end
 -- 8 bytes whose byte order is x's order as a number, so that a member can be sorted by
 -- a time inside a range of names
 local function sortable(x)
@@ -232,7 +258,6 @@ local function advance(group, r)
   local nxt = redis.call('HGET', K.nx, head)
   redis.call('HDEL', K.ev, head)
   redis.call('HDEL', K.nx, head)
-  redis.call('HDEL', K.sg, head)
   drop_hold(r, head)
   r.depth = r.depth - 1
   if r.depth == 0 or not nxt then
@@ -276,7 +301,6 @@ local function kill(group, r, now, how, text, last, max, on_dead)
   unlist(group, r)
   if held == 1 then
     redis.call('HDEL', K.ev, r.head)
-    redis.call('HDEL', K.sg, r.head)
     r.held, r.worker, r.due = r.head, '', 0
     save(group, r)
   else
@@ -296,8 +320,9 @@ end
 """
 
 
-# Appending, delaying and promoting. A message's `sg` entry is its own priority (one digit)
-# then its group, so that cancel finds its group and peek its priority. A delayed message
+# Appending, delaying and promoting. A message's stored value names its group and own
+# priority (see `owner`): the client builds it, so that storing costs nothing more. A
+# delayed message
 # without hold waits apart: `td` t<seq> holds (group, prio, raw, tenant, due), `tm` its hex
 # seq by due time (ties: by seq, the hex's order), `tg` gprefix(group) .. sortable(due) ..
 # hex seq, so that a group's are one range by due. A hold-delayed one is in its chain at
@@ -307,7 +332,6 @@ TIMERS: Final = r"""
 -- message `seq` at the end of its group, the group created if it has none
 local function enqueue(group, prio, raw, tenant, seq)
   redis.call('HSET', K.ev, seq, raw)
-  redis.call('HSET', K.sg, seq, prio .. group)
   local r = load(group)
   if r then
     redis.call('HSET', K.nx, r.tail, seq)
@@ -371,7 +395,6 @@ local function put(seq, group, prio, raw, tenant, due, hold)
   end
   if due == 0 then enqueue(group, prio, raw, tenant, seq); return end
   redis.call('HSET', K.ev, seq, raw)
-  redis.call('HSET', K.sg, seq, prio .. group)
   local r = load(group)
   local fresh = r == nil
   if fresh then
@@ -411,7 +434,6 @@ local function append_many(first, n, at, stride, skip, given)
       local base = at + stride * i
       local group = ARGV[base]
       redis.call('HSET', K.ev, seq, ARGV[base + 2])
-      redis.call('HSET', K.sg, seq, ARGV[base + 1] .. group)
       local r = cache[group]
       if r == nil then
         promote_group(group, given, PROMOTE)
@@ -754,7 +776,10 @@ CLAIM: Final = Script(
     + TURNS
     + r"""
 local now = clock(A.now)
-local timer = first_timer()
+-- one call tells a queue that never used timers or tenants (nor does now) from others
+local extras = redis.call('EXISTS', K.tm, K.tc, K.tp) > 0
+local timer = nil
+if extras then timer = first_timer() end
 if timer ~= nil and timer <= now then
   promote(now, PROMOTE)
   timer = first_timer()
@@ -769,6 +794,7 @@ if first ~= nil and first < now then
       bump(kind(r), -1)
       if r.worker == '' then r.due, r.hold = 0, 0; save(group, r) end
       list_ready(group, r)
+      if r.tenant ~= '' then extras = true end
     end
   end
   first = earliest()
@@ -797,7 +823,7 @@ local function plain_pick()
 end
 while true do
   local best, tenant, start, none_pass = nil, nil, nil, nil
-  local tenanted = redis.call('EXISTS', K.tc) == 1
+  local tenanted = extras and redis.call('EXISTS', K.tc) == 1
   if tenanted then
     tenant, start, none_pass = turn(floor)
     if tenant == '' then
@@ -826,7 +852,7 @@ while true do
     make_busy(best, r, first)
     if tenanted then
       account(tenant, start, none_pass)
-    elseif redis.call('EXISTS', K.tp) == 1 then
+    elseif extras and redis.call('EXISTS', K.tp) == 1 then
       local kept = redis.call('HMGET', K.tp, 'p', 'V')
       account('', math.max(tonumber(kept[1] or 0), tonumber(kept[2] or 0)))
     end
@@ -1059,7 +1085,6 @@ if not (held == 1 and r and r.held == seq) then
   if r and r.held ~= 0 then return {-2, r.held, group} end
 end
 unbury(A.seq)
-redis.call('HSET', K.sg, seq, prio .. group)
 if held == 1 and r and r.held == seq then
   redis.call('HSET', K.ev, seq, raw)
   r.held, r.base = 0, r.att
@@ -1210,7 +1235,12 @@ for i = 1, #all, 2 do
   local seq, steps = r.head, 1
   while true do
     chained[seq] = true
-    if redis.call('HEXISTS', K.ev, seq) == 1 then events = events + 1
+    local v = redis.call('HGET', K.ev, seq)
+    if v then
+      events = events + 1
+      if v and string.byte(v, 1) == 1 and owner(v) ~= group then
+        fail(group .. ': ' .. seq .. ' is stored as of another group')
+      end
     elseif not (seq == r.head and r.held ~= 0) then fail(group .. ': no event for ' .. seq) end
     if seq == r.tail then break end
     local nxt = redis.call('HGET', K.nx, seq)
@@ -1252,10 +1282,6 @@ for i = 1, #all, 2 do
   end
 end
 if redis.call('HLEN', K.ev) ~= events then fail('events outside any chain') end
-local owners = redis.call('HKEYS', K.sg)
-for _, seq in ipairs(owners) do
-  if not chained[tonumber(seq)] then fail('group of ' .. seq .. ' outside any chain') end
-end
 local timers, holds = 0, 0
 local td = redis.call('HGETALL', K.td)
 for i = 1, #td, 2 do
@@ -1353,8 +1379,8 @@ return {f17(now), promote(now, tonumber(A.chunk))}
 )
 
 # Message `seq` removed unless a worker holds it (leased, its lease not lapsed): a
-# delayed one waiting apart, or one in its group's chain (found by its `sg` entry; the
-# chain is walked up to it). A head removed lets its group go on. Reply: 1 or 0.
+# delayed one waiting apart, or one in its group's chain (its group read from its stored
+# value, see `owner`; the chain is walked up to it). A head removed lets its group go on. Reply: 1 or 0.
 CANCEL: Final = Script(
     "cancel",
     ("seq", "now"),
@@ -1369,9 +1395,8 @@ if t then
   bump('t' .. prio, -1)
   return 1
 end
-local owner = redis.call('HGET', K.sg, seq)
-if not owner then return 0 end
-local group = string.sub(owner, 2)
+local group = owner(redis.call('HGET', K.ev, seq))
+if not group then return 0 end
 local r = load(group)
 if r == nil then return 0 end
 if r.head == seq then
@@ -1398,7 +1423,6 @@ else
 end
 redis.call('HDEL', K.ev, seq)
 redis.call('HDEL', K.nx, seq)
-redis.call('HDEL', K.sg, seq)
 redis.call('HDEL', K.att, seq)
 drop_hold(r, seq)
 r.depth = r.depth - 1
@@ -1459,9 +1483,9 @@ if r then
   local seq = r.head
   if r.held ~= 0 then seq = tonumber(redis.call('HGET', K.nx, seq)) end
   while seq and shown < limit do
-    local owner = redis.call('HGET', K.sg, seq)
-    local prio = r.prio
-    if owner then prio = tonumber(string.sub(owner, 1, 1)) end
+    local v = redis.call('HGET', K.ev, seq)
+    local _, prio = owner(v)
+    prio = prio or r.prio
     local att, state, due = 0, 'queued', ''
     if seq == r.head then
       att = r.att
@@ -1480,9 +1504,7 @@ if r then
         if r.worker ~= '' then state = 'in_flight' else state = 'parked' end
       end
     end
-    for _, v in ipairs({seq, prio, redis.call('HGET', K.ev, seq), att, state, due}) do
-      out[#out + 1] = v
-    end
+    for _, x in ipairs({seq, prio, v, att, state, due}) do out[#out + 1] = x end
     shown = shown + 1
     if seq == r.tail then break end
     seq = tonumber(redis.call('HGET', K.nx, seq))

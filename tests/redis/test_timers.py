@@ -15,19 +15,23 @@ from transports_core.conformance import ManualClock
 from transports_redis import RedisTransport
 from transports_redis._scripts import PROMOTE, QUEUE_KEYS
 
-# Group records as they were stored before timers, pauses and tenants: ten fields, the
-# rest dropped; and no `sg` entries (a message's group and priority).
+# A queue as it was stored before timers, pauses and tenants: group records of ten
+# fields (the rest dropped), and messages stored as their event's JSON alone (without
+# their group and priority ahead of it).
 _OLD_RECORDS = """
 for _, group in ipairs(redis.call('HKEYS', KEYS[1])) do
   local f = {cmsgpack.unpack(redis.call('HGET', KEYS[1], group))}
   redis.call('HSET', KEYS[1], group, cmsgpack.pack(f[1], f[2], f[3], f[4], f[5], f[6], f[7],
     f[8], f[9], f[10]))
 end
-redis.call('DEL', KEYS[2])
+for _, seq in ipairs(redis.call('HKEYS', KEYS[2])) do
+  local v = redis.call('HGET', KEYS[2], seq)
+  redis.call('HSET', KEYS[2], seq, string.sub(v, 11 + tonumber(string.sub(v, 3, 10), 16)))
+end
 return 1
 """
 
-_NEW_KEYS = ("sg", "tm", "tg", "td", "hz0", "pz", "tq0", "tc", "tp", "tw", "tn")
+_NEW_KEYS = ("tm", "tg", "td", "hz0", "pz", "tq0", "tc", "tp", "tw", "tn")
 
 
 def _open(url: str, clock: ManualClock | None = None) -> RedisTransport[Event]:
@@ -49,7 +53,8 @@ def test_a_queue_stored_before_timers_works_as_it_was(
         seqs = [q.publish(f"g{i % 3}", Event(n=i)) for i in range(9)]
         lease = q.claim("w", 30)
         assert lease is not None
-    raw.eval(_OLD_RECORDS, 2, _key(queue, "g"), _key(queue, "sg"))
+    raw.eval(_OLD_RECORDS, 2, _key(queue, "g"), _key(queue, "ev"))
+    assert raw.hget(_key(queue, "ev"), str(seqs[2])) == '{"n":2}'  # as stored before
     assert not any(raw.exists(_key(queue, k)) for k in _NEW_KEYS)
     with _open(queue_url) as q:
         assert q.check() == []
@@ -68,7 +73,8 @@ def test_a_queue_stored_before_timers_works_as_it_was(
             got.append(lease.seq)
             q.ack(lease)
         assert got == [s for s in seqs[1:] if s % 3 != seqs[2] % 3]
-        # A message stored before has no `sg` entry: cancel cannot find it, and says so.
+        # A message stored before does not name its group: cancel cannot find it, and
+        # says so.
         assert q.cancel(seqs[2]) is False
         assert q.cancel(later) is True
         assert q.resume_group("g2")
@@ -167,4 +173,28 @@ def test_a_queue_without_tenants_keeps_no_turns(
         # the tenant goes first.
         assert got == ["t", "n", "n"]
         assert not any(raw.exists(_key(queue, k)) for k in ("tp", "tc", "tn"))
+        assert q.check() == []
+
+
+def test_cancel_and_peek_find_a_message_of_any_group_name(queue_url: str) -> None:
+    # A message's stored value names its group by length in bytes, as Lua counts them.
+    group = "grüße-😀"
+    with _open(queue_url) as q:
+        first = q.publish(group, Event(n=1), 2)
+        second = q.publish(group, Event(n=2), 4)
+        third = q.publish(group, Event(n=3), 1)
+        shown = q.peek(group, 10)
+        assert [(m.seq, m.priority, m.event) for m in shown] == [
+            (first, 2, '{"n":1}'),
+            (second, 4, '{"n":2}'),
+            (third, 1, '{"n":3}'),
+        ]
+        assert q.cancel(second)
+        assert not q.cancel(second)
+        lease = q.claim("w", 30)
+        assert lease is not None
+        assert (lease.group_id, lease.event.n) == (group, 1)
+        assert not q.cancel(first)  # in flight
+        q.ack(lease)
+        assert [m.seq for m in q.peek(group, 10)] == [third]
         assert q.check() == []
