@@ -729,7 +729,6 @@ class Check(Op[list[str]]):
         return [str(x) for x in reply]
 
 
-
 class Waiter:
     """What one claim that waits knows between the steps of core's `wait_plan`, which
     the runners drive with `wait_for`: its look, which claim it makes, and what a

@@ -426,7 +426,9 @@ APPEND: Final = TIMERS
 # `skip` names (a table of 0-based indexes, or nil) are left out and take no seq; each
 # group's due delayed messages join it first (`given`: the call's now argument). Used by
 # PUBLISH_MANY and PUBLISH_MANY_KEYED, ahead of their bodies.
-APPEND_MANY: Final = TIMERS + r"""
+APPEND_MANY: Final = (
+    TIMERS
+    + r"""
 local function append_many(first, n, at, stride, skip, given)
   local cache, added, seq = {}, {}, first
   for i = 0, n - 1 do
@@ -458,6 +460,7 @@ local function append_many(first, n, at, stride, skip, given)
   for p, count in pairs(added) do bump('m' .. p, count) end
 end
 """.replace("PROMOTE", str(PROMOTE))
+)
 
 # The keys' helpers, ahead of the keyed publishes' bodies. A key's field is made by the
 # caller (`_ops.key_member`): its group by length first, so that no (group, key) pair

@@ -146,7 +146,9 @@ def test_every_script_names_its_keys_and_arguments_once() -> None:
         body = script.body
         # Only the batches, whose items are variadic, read ARGV by position.
         if script not in (
-            scripts.PUBLISH_MANY, scripts.PUBLISH_MANY_KEYED, scripts.PUBLISH_MANY_WITH
+            scripts.PUBLISH_MANY,
+            scripts.PUBLISH_MANY_KEYED,
+            scripts.PUBLISH_MANY_WITH,
         ):
             assert "ARGV[" not in body, script.name
         assert "KEYS[" not in body, script.name
