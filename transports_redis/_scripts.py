@@ -1383,7 +1383,8 @@ return {f17(now), promote(now, tonumber(A.chunk))}
 
 # Message `seq` removed unless a worker holds it (leased, its lease not lapsed): a
 # delayed one waiting apart, or one in its group's chain (its group read from its stored
-# value, see `owner`; the chain is walked up to it). A head removed lets its group go on. Reply: 1 or 0.
+# value, see `owner`; the chain is walked up to it). A head removed lets its group go
+# on. Reply: 1 or 0.
 CANCEL: Final = Script(
     "cancel",
     ("seq", "now"),
