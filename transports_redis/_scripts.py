@@ -34,16 +34,17 @@ one cluster slot; group ids are hash fields and set members, never part of a key
                                `TIMERS`); h<seq> -> due time of a hold-delayed one
     dt:{NAME}:tm       zset    delayed messages waiting apart (hex seq), by due time
     dt:{NAME}:tg       zset    the same by group, then due time, all scored 0
-    dt:{NAME}:hz0..hz4 zset    hold-delayed messages (hex seq) of each priority, by due
+    dt:{NAME}:hz       zset    hold-delayed messages (hex seq), by priority then due
+                               (see `hold_score`)
     dt:{NAME}:pz       set     paused groups
-    dt:{NAME}:tq0..tq4 zset    ready groups of a tenant, by tenant then score (see
-                               `tmember`), all scored 0
+    dt:{NAME}:tq       zset    ready groups of a tenant, by priority, tenant, then score
+                               (see `tmember`), all scored 0
     dt:{NAME}:tc       hash    "<priority>:<tenant>" -> its ready groups
     dt:{NAME}:tp       hash    V, the tenants' passes and the highest (see `TURNS`)
-    dt:{NAME}:tw       hash    tenant -> weight (1 unless set)
-    dt:{NAME}:tn       hash    tenant -> its groups
+    dt:{NAME}:tw       hash    w<tenant> -> its weight (1 unless set), n<tenant> -> its
+                               groups
 
-A queue stored before the last ten existed works as it was: each is created when
+A queue stored before the last nine existed works as it was: each is created when
 first needed, and a group record without their fields reads as the defaults.
 
 Only the keyed publishes, stats and check touch the last two (`KEYED_KEYS`): a plain
@@ -62,17 +63,17 @@ items, one script each, and purge_group removes at most `chunk` items a script.
 from __future__ import annotations
 
 import hashlib
+import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Final
 
 PRIORITIES: Final = range(5)
 READY_KEYS: Final = tuple(f"r{p}" for p in PRIORITIES)
 WAKE_KEYS: Final = tuple(f"w{p}" for p in PRIORITIES)
-TENANT_READY_KEYS: Final = tuple(f"tq{p}" for p in PRIORITIES)
-HOLD_KEYS: Final = tuple(f"hz{p}" for p in PRIORITIES)
 QUEUE_KEYS: Final = (
     "seq", "ev", "nx", "att", "g", "busy", *READY_KEYS, *WAKE_KEYS, "dead", "deadq", "dg", "n",
-    "tm", "tg", "td", *HOLD_KEYS, "pz", *TENANT_READY_KEYS, "tc", "tp", "tw", "tn",
+    "tm", "tg", "td", "hz", "pz", "tq", "tc", "tp", "tw",
 )  # fmt: skip
 KEYED_KEYS: Final = (*QUEUE_KEYS, "key", "kx")
 # At most this many forgotten keys are removed by a keyed publish (per keyed item).
@@ -121,13 +122,10 @@ end
 -- a group's members are one range by name
 local function gprefix(group) return string.format('%08x', #group) .. group end
 local function hex(seq) return string.format('%016x', seq) end
--- the group and own priority of a stored message (`ev`'s value), or nil when it was
--- stored before they were (JSON never starts with byte 1)
-local function owner(v)
-  if not v or string.byte(v, 1) ~= 1 then return nil end
-  local n = tonumber(string.sub(v, 3, 10), 16)
-  return string.sub(v, 11, 10 + n), tonumber(string.sub(v, 2, 2))
-end
+-- a hold-delayed message's score in hz: its priority's band, then its due time (one
+-- band spans some 2,000 years either side of 0)
+local BAND = 2 ^ 37
+local function hold_score(prio, due) return prio * BAND + due end
 -- 8 bytes whose byte order is x's order as a number, so that a member can be sorted by
 -- a time inside a range of names
 local function sortable(x)
@@ -166,31 +164,30 @@ local function signal(upto)
     if redis.call('LLEN', k) == 0 then redis.call('RPUSH', k, '1') end
   end
 end
--- A ready group of a tenant is in tq<p>, named by its tenant then its score, so that a
--- tenant's next group is the first of its range; tc counts them by priority and tenant.
-local function tmember(group, r) return gprefix(r.tenant) .. sortable(score(r)) .. group end
+-- A ready group of a tenant is in tq, named by its priority, its tenant, then its score,
+-- so that a tenant's next group at a priority is the first of its range; tc counts them
+-- by priority and tenant.
+local function tmember(group, r)
+  return r.prio .. gprefix(r.tenant) .. sortable(score(r)) .. group
+end
 -- listed as ready (unless paused), without waking anyone
 local function list_ready(group, r)
   if r.paused == 1 then return end
   if r.tenant == '' then
     redis.call('ZADD', rkey(r.prio), f17(score(r)), group)
-  elseif redis.call('ZADD', K['tq' .. r.prio], 0, tmember(group, r)) == 1 then
+  elseif redis.call('ZADD', K.tq, 0, tmember(group, r)) == 1 then
     redis.call('HINCRBY', K.tc, r.prio .. ':' .. r.tenant, 1)
   end
 end
 -- off the ready sets; its record must be as it was when it was listed
 local function unready(group, r)
   if r.tenant == '' then return redis.call('ZREM', rkey(r.prio), group) end
-  local gone = redis.call('ZREM', K['tq' .. r.prio], tmember(group, r))
+  local gone = redis.call('ZREM', K.tq, tmember(group, r))
   if gone == 1 then
     local field = r.prio .. ':' .. r.tenant
     if redis.call('HINCRBY', K.tc, field, -1) <= 0 then redis.call('HDEL', K.tc, field) end
   end
   return gone
-end
-local function is_ready(group, r)
-  if r.tenant == '' then return redis.call('ZSCORE', rkey(r.prio), group) ~= false end
-  return redis.call('ZSCORE', K['tq' .. r.prio], tmember(group, r)) ~= false
 end
 local function make_ready(group, r)
   if r.paused == 1 then return end
@@ -200,12 +197,6 @@ end
 local function earliest()
   if redis.call('EXISTS', K.busy) == 0 then return nil end
   return tonumber(redis.call('ZRANGE', K.busy, 0, 0, 'WITHSCORES')[2])
-end
--- the due time of the earliest delayed message waiting apart, or nil
-local function first_timer()
-  local t = redis.call('ZRANGE', K.tm, 0, 0, 'WITHSCORES')
-  if t[2] then return tonumber(t[2]) end
-  return nil
 end
 -- a waiting claim sleeps until the earliest deadline: wake it when that moves earlier;
 -- `first` is that deadline when the caller knows it already (false: look it up)
@@ -225,7 +216,7 @@ end
 -- message `seq` of the group leaves: its not-before time, if it had one, goes too
 local function drop_hold(r, seq)
   if r.holds > 0 and redis.call('HDEL', K.td, 'h' .. seq) == 1 then
-    redis.call('ZREM', K['hz' .. r.prio], hex(seq))
+    redis.call('ZREM', K.hz, hex(seq))
     r.holds = r.holds - 1
   end
 end
@@ -243,13 +234,13 @@ local function new_group(group, seq, prio, tenant)
              worker = '', due = 0, last = 0, held = 0, tenant = tenant, paused = 0, hold = 0,
              holds = 0}
   if redis.call('SISMEMBER', K.pz, group) == 1 then r.paused = 1 end
-  if tenant ~= '' then redis.call('HINCRBY', K.tn, tenant, 1) end
+  if tenant ~= '' then redis.call('HINCRBY', K.tw, 'n' .. tenant, 1) end
   return r
 end
 local function forget_group(group, r)
   redis.call('HDEL', K.g, group)
-  if r.tenant ~= '' and redis.call('HINCRBY', K.tn, r.tenant, -1) <= 0 then
-    redis.call('HDEL', K.tn, r.tenant)
+  if r.tenant ~= '' and redis.call('HINCRBY', K.tw, 'n' .. r.tenant, -1) <= 0 then
+    redis.call('HDEL', K.tw, 'n' .. r.tenant)
   end
 end
 -- the head is done: the next message becomes the head, or the group is forgotten
@@ -326,9 +317,16 @@ end
 # without hold waits apart: `td` t<seq> holds (group, prio, raw, tenant, due), `tm` its hex
 # seq by due time (ties: by seq, the hex's order), `tg` gprefix(group) .. sortable(due) ..
 # hex seq, so that a group's are one range by due. A hold-delayed one is in its chain at
-# once, with `td` h<seq> its due time and hz<p> its hex seq by due (stats counts those).
-# Used by the publishes, the claim and the admin calls, ahead of their bodies.
+# once, with `td` h<seq> its due time and `hz` its hex seq by priority and due (stats
+# counts those).
+# Used by the publishes, the claim and the promotion ahead of admin reads.
 TIMERS: Final = r"""
+-- the due time of the earliest delayed message waiting apart, or nil
+local function first_timer()
+  local t = redis.call('ZRANGE', K.tm, 0, 0, 'WITHSCORES')
+  if t[2] then return tonumber(t[2]) end
+  return nil
+end
 -- message `seq` at the end of its group, the group created if it has none
 local function enqueue(group, prio, raw, tenant, seq)
   redis.call('HSET', K.ev, seq, raw)
@@ -377,6 +375,11 @@ local function promote_group(group, given, limit)
     'LIMIT', 0, limit)
   for _, member in ipairs(due) do promote_one(string.sub(member, -16)) end
 end
+"""
+
+# Storing a publish with a delay, hold or tenant: ahead of the bodies that do, after
+# `TIMERS`.
+PUT: Final = r"""
 -- a deadline a waiting claim may sleep past: wake the claims that may take `prio`
 local function wake_for(due, prio)
   local first, t = earliest(), first_timer()
@@ -404,7 +407,7 @@ local function put(seq, group, prio, raw, tenant, due, hold)
     r.tail, r.depth = seq, r.depth + 1
   end
   redis.call('HSET', K.td, 'h' .. seq, f17(due))
-  redis.call('ZADD', K['hz' .. r.prio], f17(due), hex(seq))
+  redis.call('ZADD', K.hz, f17(hold_score(r.prio, due)), hex(seq))
   r.holds = r.holds + 1
   bump('m' .. r.prio, 1)
   if fresh then
@@ -414,6 +417,17 @@ local function put(seq, group, prio, raw, tenant, due, hold)
   else
     save(group, r)
   end
+end
+"""
+
+# For the scripts that read a stored message's group and priority.
+OWNER: Final = r"""
+-- the group and own priority of a stored message (`ev`'s value), or nil when it was
+-- stored before they were (JSON never starts with byte 1)
+local function owner(v)
+  if not v or string.byte(v, 1) ~= 1 then return nil end
+  local n = tonumber(string.sub(v, 3, 10), 16)
+  return string.sub(v, 11, 10 + n), tonumber(string.sub(v, 2, 2))
 end
 """
 
@@ -521,6 +535,58 @@ end
 """
 
 
+_FUNCTION = re.compile(r"local function (\w+)\(")
+_NAME = re.compile(r"\w+")
+
+
+def shaken(code: str) -> str:
+    """``code`` without the helper functions it never calls. Lua makes a closure of every
+    ``local function`` each time a script runs, and the shared helpers are many: a script
+    carries only those its own code reaches. A helper is a ``local function`` at the
+    start of a line (with the comment lines just above it) up to its ``end`` at the start
+    of a line, or its one line when it ends there."""
+    lines = code.split("\n")
+    blocks: list[tuple[str | None, list[str]]] = []  # (helper name or None, its lines)
+    i = 0
+    while i < len(lines):
+        match = _FUNCTION.match(lines[i])
+        if match is None:
+            blocks.append((None, [lines[i]]))
+            i += 1
+            continue
+        notes: list[str] = []
+        while blocks and blocks[-1][0] is None and blocks[-1][1][0].startswith("--"):
+            notes = blocks.pop()[1] + notes
+        end = i
+        if not lines[i].rstrip().endswith(" end"):
+            while lines[end] != "end":
+                end += 1
+        blocks.append((match.group(1), notes + lines[i : end + 1]))
+        i = end + 1
+    helpers = {name: text for name, text in blocks if name is not None}
+    wanted: set[str] = set()
+    todo = [line for name, text in blocks if name is None for line in text]
+    while todo:
+        for word in _NAME.findall(todo.pop()):
+            if word in helpers and word not in wanted:
+                wanted.add(word)
+                todo += helpers[word]
+    return "\n".join(
+        line for name, text in blocks if name is None or name in wanted for line in text
+    )
+
+
+def used_keys(code: str) -> set[str]:
+    """The key suffixes ``code`` reads: ``K.<name>``, and the ready and wake-up lists of
+    every priority where it builds their names."""
+    used = set(re.findall(r"\bK\.(\w+)", code))
+    if "K['r' .." in code:
+        used.update(READY_KEYS)
+    if "K['w' .." in code:
+        used.update(WAKE_KEYS)
+    return used
+
+
 @dataclass(frozen=True)
 class Script:
     """One operation's Lua: the argument names it declares, its body, and the key suffixes
@@ -540,16 +606,15 @@ class Script:
     writes: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        bind = [
-            f"local K = {{{', '.join(f'{k} = KEYS[{i}]' for i, k in enumerate(self.keys, 1))}}}"
-        ]
+        code = shaken(HELPERS + self.body)
+        keys = tuple(k for k in self.keys if k in used_keys(code))
+        object.__setattr__(self, "keys", keys)
+        bind = [f"local K = {{{', '.join(f'{k} = KEYS[{i}]' for i, k in enumerate(keys, 1))}}}"]
         bind.append(
             f"local A = {{{', '.join(f'{a} = ARGV[{i}]' for i, a in enumerate(self.args, 1))}}}"
         )
         shebang = f"#!lua flags={self.flags}" if self.flags else "#!lua"
-        source = "\n".join(
-            [shebang, f"-- durable-transports: {self.name}", *bind, HELPERS, self.body]
-        )
+        source = "\n".join([shebang, f"-- durable-transports: {self.name}", *bind, code])
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "sha", hashlib.sha1(source.encode()).hexdigest())
         object.__setattr__(self, "writes", "no-writes" not in self.flags)
@@ -574,6 +639,7 @@ PUBLISH_WITH: Final = Script(
     "publish_with",
     ("group", "prio", "raw", "member", "window", "now", "delay", "hold", "tenant"),
     APPEND
+    + PUT
     + KEY_HELPERS
     + r"""
 local now = clock(A.now)
@@ -608,17 +674,18 @@ return first
 )
 
 
-def _many_keyed(name: str, stride: int, store: str) -> Script:
+def _many_keyed(name: str, stride: int, store: str, helpers: str = "") -> Script:
     """A batch with keys: ARGV after `count`, `window` and `now` is `stride` arguments
     per item, the first four group, prio, raw, key field ('' for no key). An item whose
     key is in use (in the store, or by an earlier item of the batch) is left out; the
     others take consecutive seqs from the reply's first number, which the left-out items
     follow as (index from 0, the original's seq) pairs. ``store`` stores the items that
-    are not left out, from `first`."""
+    are not left out, from `first`, with ``helpers`` ahead of the body."""
     return Script(
         name,
         ("count", "window", "now"),
         APPEND_MANY
+        + helpers
         + KEY_HELPERS
         + r"""
 local n = tonumber(A.count)
@@ -677,7 +744,8 @@ PUBLISH_MANY_KEYED: Final = _many_keyed(
 PUBLISH_MANY_WITH: Final = _many_keyed(
     "publish_many_with",
     7,
-    r"""
+    helpers=PUT,
+    store=r"""
 for i = 0, n - 1 do
   if not skip[i] then
     local at = 4 + 7 * i
@@ -742,7 +810,7 @@ end
 local function account(tenant, start, none_pass)
   if none_pass then redis.call('HSET', K.tp, 'p', none_pass) end
   local w = 1
-  if tenant ~= '' then w = tonumber(redis.call('HGET', K.tw, tenant) or 1) end
+  if tenant ~= '' then w = tonumber(redis.call('HGET', K.tw, 'w' .. tenant) or 1) end
   local pass = start + 1 / w
   redis.call('HSET', K.tp, 'V', f17(start), 'p' .. tenant, f17(pass))
   local hi = tonumber(redis.call('HGET', K.tp, 'hi') or 0)
@@ -757,11 +825,13 @@ local function tenant_pick(tenant, floor)
   local p0 = gprefix(tenant)
   local best = nil
   for p = floor, 4 do
-    local m = redis.call('ZRANGEBYLEX', K['tq' .. p], '[' .. p0, '[' .. p0 .. TOP, 'LIMIT', 0, 1)[1]
-    if m and (best == nil or m < best) then best = m end
+    local from = p .. p0
+    local m = redis.call('ZRANGEBYLEX', K.tq, '[' .. from, '[' .. from .. TOP, 'LIMIT', 0, 1)[1]
+    -- past the priority digit, members compare by score, then group
+    if m and (best == nil or string.sub(m, 2) < string.sub(best, 2)) then best = m end
   end
   if best == nil then return nil end
-  return string.sub(best, #p0 + 9)
+  return string.sub(best, 2 + #p0 + 8)
 end
 """
 
@@ -775,17 +845,27 @@ end
 CLAIM: Final = Script(
     "claim",
     ("worker", "vis", "floor", "now", "max", "on_dead", "cascade", "sweep"),
-    TIMERS
-    + TURNS
+    r"""
+-- The helpers of timers and tenants, made only by a claim that needs them: Lua makes a
+-- closure of every function each time a script runs, needed or not.
+local function extra_helpers()
+"""
+    + textwrap.indent(TIMERS + TURNS, "  ")
     + r"""
+  return {promote = promote, first_timer = first_timer, turn = turn, account = account,
+          tenant_pick = tenant_pick}
+end
 local now = clock(A.now)
 -- one call tells a queue that never used timers or tenants (nor does now) from others
 local extras = redis.call('EXISTS', K.tm, K.tc, K.tp) > 0
-local timer = nil
-if extras then timer = first_timer() end
+local X, timer = nil, nil
+if extras then
+  X = extra_helpers()
+  timer = X.first_timer()
+end
 if timer ~= nil and timer <= now then
-  promote(now, PROMOTE)
-  timer = first_timer()
+  X.promote(now, PROMOTE)
+  timer = X.first_timer()
 end
 local first = earliest()
 if first ~= nil and first < now then
@@ -797,7 +877,7 @@ if first ~= nil and first < now then
       bump(kind(r), -1)
       if r.worker == '' then r.due, r.hold = 0, 0; save(group, r) end
       list_ready(group, r)
-      if r.tenant ~= '' then extras = true end
+      if r.tenant ~= '' and not extras then extras, X = true, extra_helpers() end
     end
   end
   first = earliest()
@@ -828,11 +908,11 @@ while true do
   local best, tenant, start, none_pass = nil, nil, nil, nil
   local tenanted = extras and redis.call('EXISTS', K.tc) == 1
   if tenanted then
-    tenant, start, none_pass = turn(floor)
+    tenant, start, none_pass = X.turn(floor)
     if tenant == '' then
       best = plain_pick()
     elseif tenant then
-      best = tenant_pick(tenant, floor)
+      best = X.tenant_pick(tenant, floor)
     end
   else
     best = plain_pick()
@@ -854,14 +934,18 @@ while true do
     save(best, r)
     make_busy(best, r, first)
     if tenanted then
-      account(tenant, start, none_pass)
+      X.account(tenant, start, none_pass)
     elseif extras and redis.call('EXISTS', K.tp) == 1 then
       local kept = redis.call('HMGET', K.tp, 'p', 'V')
-      account('', math.max(tonumber(kept[1] or 0), tonumber(kept[2] or 0)))
+      X.account('', math.max(tonumber(kept[1] or 0), tonumber(kept[2] or 0)))
     end
     if A.cascade == '1' then
+      -- the highest priority with a ready group: of those without a tenant, and of
+      -- a tenant's (the last member of tq, by its priority digit)
+      local top = redis.call('ZRANGE', K.tq, -1, -1)[1]
+      if top then top = tonumber(string.sub(top, 1, 1)) else top = -1 end
       for p = 4, 0, -1 do
-        if redis.call('EXISTS', rkey(p), K['tq' .. p]) > 0 then signal(p); break end
+        if p <= top or redis.call('EXISTS', rkey(p)) == 1 then signal(p); break end
       end
     end
     return {1, r.head, best, redis.call('HGET', K.ev, r.head), r.att, f17(r.due)}
@@ -997,7 +1081,10 @@ if A.after == '' then
   out[#out + 1] = redis.call('ZCOUNT', K.kx, '(' .. f17(now), '+inf')
   for i = 21, 25 do out[#out + 1] = counts[i] or 0 end
   -- hold-delayed messages not due yet: queued in their chains, counted as delayed
-  for p = 0, 4 do out[#out + 1] = redis.call('ZCOUNT', K['hz' .. p], '(' .. f17(now), '+inf') end
+  for p = 0, 4 do
+    out[#out + 1] = redis.call('ZCOUNT', K.hz, '(' .. f17(hold_score(p, now)),
+      f17(hold_score(p, BAND / 2)))
+  end
   out[#out + 1] = redis.call('SCARD', K.pz)
 end
 return out
@@ -1078,6 +1165,10 @@ REQUEUE: Final = Script(
     "requeue",
     ("seq",),
     r"""
+local function is_ready(group, r)
+  if r.tenant == '' then return redis.call('ZSCORE', rkey(r.prio), group) ~= false end
+  return redis.call('ZSCORE', K.tq, tmember(group, r)) ~= false
+end
 local seq = tonumber(A.seq)
 local packed = redis.call('HGET', K.dead, A.seq)
 if not packed then return {0} end
@@ -1223,7 +1314,8 @@ return {removed, f17(upto), more}
 CHECK: Final = Script(
     "check",
     (),
-    r"""
+    OWNER
+    + r"""
 local bad = {}
 local function fail(msg) bad[#bad + 1] = msg end
 local all = redis.call('HGETALL', K.g)
@@ -1259,7 +1351,7 @@ for i = 1, #all, 2 do
     end
   end
   if r.tenant ~= '' then
-    if redis.call('ZSCORE', K['tq' .. r.prio], tmember(group, r)) then places = places + 1 end
+    if redis.call('ZSCORE', K.tq, tmember(group, r)) then places = places + 1 end
     tenanted[r.tenant] = (tenanted[r.tenant] or 0) + 1
   end
   local busy = redis.call('ZSCORE', K.busy, group)
@@ -1307,20 +1399,20 @@ end
 if redis.call('ZCARD', K.tm) ~= timers or redis.call('ZCARD', K.tg) ~= timers then
   fail('delayed messages and their indexes')
 end
-local hz = 0
-for p = 0, 4 do hz = hz + redis.call('ZCARD', K['hz' .. p]) end
-if hz ~= holds then fail('hold-delayed messages and their index') end
-local ready_tenanted = 0
-for p = 0, 4 do ready_tenanted = ready_tenanted + redis.call('ZCARD', K['tq' .. p]) end
+if redis.call('ZCARD', K.hz) ~= holds then fail('hold-delayed messages and their index') end
+local ready_tenanted = redis.call('ZCARD', K.tq)
 local tc = 0
 for _, v in ipairs(redis.call('HVALS', K.tc)) do tc = tc + tonumber(v) end
 if tc ~= ready_tenanted then
   fail('tenants ready: ' .. tc .. ' counted, ' .. ready_tenanted .. ' listed')
 end
-local tn = redis.call('HGETALL', K.tn)
-for i = 1, #tn, 2 do
-  if tonumber(tn[i + 1]) ~= (tenanted[tn[i]] or 0) then fail('groups of tenant ' .. tn[i]) end
-  tenanted[tn[i]] = nil
+local tw = redis.call('HGETALL', K.tw)
+for i = 1, #tw, 2 do
+  local name = string.sub(tw[i], 2)
+  if string.sub(tw[i], 1, 1) == 'n' then
+    if tonumber(tw[i + 1]) ~= (tenanted[name] or 0) then fail('groups of tenant ' .. name) end
+    tenanted[name] = nil
+  end
 end
 if next(tenanted) ~= nil then fail('tenant groups not counted') end
 if redis.call('HLEN', K.nx) ~= links then fail('links outside any chain') end
@@ -1388,7 +1480,8 @@ return {f17(now), promote(now, tonumber(A.chunk))}
 CANCEL: Final = Script(
     "cancel",
     ("seq", "now"),
-    r"""
+    OWNER
+    + r"""
 local seq = tonumber(A.seq)
 local t = redis.call('HGET', K.td, 't' .. seq)
 if t then
@@ -1478,7 +1571,8 @@ PAUSED_GROUPS: Final = Script(
 PEEK: Final = Script(
     "peek",
     ("group", "limit", "now"),
-    r"""
+    OWNER
+    + r"""
 local now = clock(A.now)
 local limit = tonumber(A.limit)
 local out, shown = {}, 0
@@ -1532,7 +1626,7 @@ return out
 SET_TENANT_WEIGHT: Final = Script(
     "set_tenant_weight",
     ("tenant", "weight"),
-    "redis.call('HSET', K.tw, A.tenant, A.weight)\nreturn 1",
+    "redis.call('HSET', K.tw, 'w' .. A.tenant, A.weight)\nreturn 1",
 )
 
 # Reply: the groups without a tenant, then per named tenant with groups or a weight:
@@ -1541,17 +1635,17 @@ TENANTS: Final = Script(
     "tenants",
     (),
     r"""
-local counts, named = {}, 0
-local tn = redis.call('HGETALL', K.tn)
-for i = 1, #tn, 2 do
-  counts[tn[i]] = tonumber(tn[i + 1])
-  named = named + tonumber(tn[i + 1])
-end
-local weights = {}
+local counts, named, weights = {}, 0, {}
 local tw = redis.call('HGETALL', K.tw)
 for i = 1, #tw, 2 do
-  weights[tw[i]] = tw[i + 1]
-  counts[tw[i]] = counts[tw[i]] or 0
+  local name = string.sub(tw[i], 2)
+  if string.sub(tw[i], 1, 1) == 'n' then
+    counts[name] = tonumber(tw[i + 1])
+    named = named + tonumber(tw[i + 1])
+  else
+    weights[name] = tw[i + 1]
+    counts[name] = counts[name] or 0
+  end
 end
 local out = {redis.call('HLEN', K.g) - named}
 for name, n in pairs(counts) do

@@ -31,7 +31,7 @@ end
 return 1
 """
 
-_NEW_KEYS = ("tm", "tg", "td", "hz0", "pz", "tq0", "tc", "tp", "tw", "tn")
+_NEW_KEYS = ("tm", "tg", "td", "hz", "pz", "tq", "tc", "tp", "tw")
 
 
 def _open(url: str, clock: ManualClock | None = None) -> RedisTransport[Event]:
@@ -129,7 +129,7 @@ def test_a_paused_group_leaves_the_ready_sets(
         assert q.pause_group("b")
         assert not q.pause_group("a")
         assert raw.zcard(_key(queue, "r0")) == 0
-        assert raw.zcard(_key(queue, "tq0")) == 0
+        assert raw.zcard(_key(queue, "tq")) == 0
         assert q.claim("w", 30) is None
         assert q.check() == []
         # Created while paused: a group drained and published again stays paused.
@@ -159,7 +159,7 @@ def test_a_queue_without_tenants_keeps_no_turns(
             q.publish(f"g{i % 4}", Event(n=i))
         while (lease := q.claim("w", 30)) is not None:
             q.ack(lease)
-        assert not any(raw.exists(_key(queue, k)) for k in ("tp", "tc", "tn", "tw"))
+        assert not any(raw.exists(_key(queue, k)) for k in ("tp", "tc", "tw"))
         # Once every tenant's group is served and the groups without one are served
         # again, the turns are dropped: claims write nothing about them any more.
         q.publish("t", Event(n=1), tenant="x")
@@ -172,7 +172,7 @@ def test_a_queue_without_tenants_keeps_no_turns(
         # The groups without a tenant were served last (their pass is ahead of V), so
         # the tenant goes first.
         assert got == ["t", "n", "n"]
-        assert not any(raw.exists(_key(queue, k)) for k in ("tp", "tc", "tn"))
+        assert not any(raw.exists(_key(queue, k)) for k in ("tp", "tc", "tw"))
         assert q.check() == []
 
 
