@@ -85,6 +85,12 @@ PROMOTE: Final = 100
 # free the rest), so that no claim runs long after a crowd of them ended at once.
 SWEEP: Final = 250
 
+# A group record `packed` unpacked as `r` (see `load`), in the scripts that read one.
+UNPACK_GROUP: Final = """local r = {}
+  r.head, r.tail, r.depth, r.prio, r.att, r.base, r.worker, r.due, r.last, r.held,
+    r.tenant, r.paused, r.hold, r.holds = cmsgpack.unpack(packed)
+  r.tenant, r.paused, r.hold, r.holds = r.tenant or '', r.paused or 0, r.hold or 0, r.holds or 0"""
+
 # Shared by every script. Numbers handed to redis.call go through f17: Lua would format
 # them with 14 significant digits, which moves a lease's end by up to a tenth of a ms.
 HELPERS: Final = r"""
@@ -101,17 +107,11 @@ end
 -- tenant ('' none), paused (1 while paused), hold (1 while its head is a hold-delayed
 -- message not yet freed: `due` is then its due time), holds (its hold-delayed messages).
 -- A record stored before the last four existed unpacks them as nil: the defaults.
-local function unpack_group(packed)
-  local r = {}
-  r.head, r.tail, r.depth, r.prio, r.att, r.base, r.worker, r.due, r.last, r.held,
-    r.tenant, r.paused, r.hold, r.holds = cmsgpack.unpack(packed)
-  r.tenant, r.paused, r.hold, r.holds = r.tenant or '', r.paused or 0, r.hold or 0, r.holds or 0
-  return r
-end
 local function load(group)
   local packed = redis.call('HGET', K.g, group)
   if not packed then return nil end
-  return unpack_group(packed)
+  UNPACK_GROUP
+  return r
 end
 local function save(group, r)
   redis.call('HSET', K.g, group, cmsgpack.pack(
@@ -220,14 +220,6 @@ local function drop_hold(r, seq)
     r.holds = r.holds - 1
   end
 end
--- the head's not-before time, when it has one: the group is then held until it
-local function hold_head(r)
-  r.hold = 0
-  if r.holds > 0 then
-    local due = redis.call('HGET', K.td, 'h' .. r.head)
-    if due then r.hold, r.due = 1, tonumber(due) end
-  end
-end
 -- a group that is created: its tenant, and paused if its id is
 local function new_group(group, seq, prio, tenant)
   local r = {head = seq, tail = seq, depth = 1, prio = tonumber(prio), att = 0, base = 0,
@@ -264,7 +256,12 @@ local function advance(group, r)
     r.att, r.base = 0, 0
   end
   r.worker, r.due, r.held = '', 0, 0
-  hold_head(r)
+  -- the head's not-before time, when it has one: the group is then held until it
+  r.hold = 0
+  if r.holds > 0 then
+    local due = redis.call('HGET', K.td, 'h' .. r.head)
+    if due then r.hold, r.due = 1, tonumber(due) end
+  end
   save(group, r)
   return r
 end
@@ -308,7 +305,7 @@ local function unbury(seq)
   bump('d' .. d[2], -1)
   return d
 end
-"""
+""".replace("UNPACK_GROUP", UNPACK_GROUP)
 
 
 # Appending, delaying and promoting. A message's stored value names its group and own
@@ -377,9 +374,15 @@ local function promote_group(group, given, limit)
 end
 """
 
-# Storing a publish with a delay, hold or tenant: ahead of the bodies that do, after
-# `TIMERS`.
-PUT: Final = r"""
+# Storing a publish with a delay or hold: ahead of the bodies that do, after `TIMERS`.
+# Made by `put_helpers` only when a publish has a delay: Lua makes a closure of every
+# function each time a script runs, needed or not.
+PUT: Final = (
+    r"""
+local function put_helpers()
+"""
+    + textwrap.indent(
+        r"""
 -- a deadline a waiting claim may sleep past: wake the claims that may take `prio`
 local function wake_for(due, prio)
   local first, t = earliest(), first_timer()
@@ -418,7 +421,14 @@ local function put(seq, group, prio, raw, tenant, due, hold)
     save(group, r)
   end
 end
+""",
+        "  ",
+    )
+    + r"""
+  return {put = put}
+end
 """
+)
 
 # For the scripts that read a stored message's group and priority.
 OWNER: Final = r"""
@@ -650,9 +660,12 @@ if A.member ~= '' then
 end
 promote_group(A.group, now, PROMOTE)
 local seq = redis.call('INCR', K.seq)
-local delay, due = tonumber(A.delay), 0
-if delay > 0 then due = now + delay end
-put(seq, A.group, A.prio, A.raw, A.tenant, due, A.hold)
+local delay = tonumber(A.delay)
+if delay > 0 then
+  put_helpers().put(seq, A.group, A.prio, A.raw, A.tenant, now + delay, A.hold)
+else
+  enqueue(A.group, A.prio, A.raw, A.tenant, seq)
+end
 if A.member ~= '' then remember(A.member, seq, now + tonumber(A.window)) end
 return seq
 """.replace("FORGET", str(FORGET)).replace("PROMOTE", str(PROMOTE)),
@@ -746,13 +759,18 @@ PUBLISH_MANY_WITH: Final = _many_keyed(
     7,
     helpers=PUT,
     store=r"""
+local helpers = nil
 for i = 0, n - 1 do
   if not skip[i] then
     local at = 4 + 7 * i
-    local group, delay, due = ARGV[at], tonumber(ARGV[at + 4]), 0
-    if delay > 0 then due = now + delay end
+    local group, delay, seq = ARGV[at], tonumber(ARGV[at + 4]), first + ord[i]
     promote_group(group, now, PROMOTE)
-    put(first + ord[i], group, ARGV[at + 1], ARGV[at + 2], ARGV[at + 6], due, ARGV[at + 5])
+    if delay > 0 then
+      helpers = helpers or put_helpers()
+      helpers.put(seq, group, ARGV[at + 1], ARGV[at + 2], ARGV[at + 6], now + delay, ARGV[at + 5])
+    else
+      enqueue(group, ARGV[at + 1], ARGV[at + 2], ARGV[at + 6], seq)
+    end
   end
 end""",
 )
@@ -883,39 +901,31 @@ if first ~= nil and first < now then
   first = earliest()
 end
 local floor, max = tonumber(A.floor), tonumber(A.max)
--- the ready group without a tenant whose last claim is oldest
-local function plain_pick()
-  -- EXISTS first: most queues use one or two priorities, and ZRANGE costs ten times more
-  local ready = {}
-  for p = floor, 4 do
-    if redis.call('EXISTS', rkey(p)) == 1 then ready[#ready + 1] = rkey(p) end
-  end
-  local best = nil
-  if #ready == 1 then
-    best = redis.call('ZRANGE', ready[1], 0, 0)[1]
-  elseif #ready > 1 then
-    local best_score = nil
-    for _, k in ipairs(ready) do
-      local top = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
-      if best == nil or tonumber(top[2]) < best_score then
-        best, best_score = top[1], tonumber(top[2])
-      end
-    end
-  end
-  return best
-end
 while true do
   local best, tenant, start, none_pass = nil, nil, nil, nil
   local tenanted = extras and redis.call('EXISTS', K.tc) == 1
   if tenanted then
     tenant, start, none_pass = X.turn(floor)
-    if tenant == '' then
-      best = plain_pick()
-    elseif tenant then
-      best = X.tenant_pick(tenant, floor)
+    if tenant and tenant ~= '' then best = X.tenant_pick(tenant, floor) end
+  end
+  if not tenanted or tenant == '' then
+    -- the ready group without a tenant whose last claim is oldest; EXISTS first: most
+    -- queues use one or two priorities, and ZRANGE costs ten times more
+    local ready = {}
+    for p = floor, 4 do
+      if redis.call('EXISTS', rkey(p)) == 1 then ready[#ready + 1] = rkey(p) end
     end
-  else
-    best = plain_pick()
+    if #ready == 1 then
+      best = redis.call('ZRANGE', ready[1], 0, 0)[1]
+    elseif #ready > 1 then
+      local best_score = nil
+      for _, k in ipairs(ready) do
+        local top = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+        if best == nil or tonumber(top[2]) < best_score then
+          best, best_score = top[1], tonumber(top[2])
+        end
+      end
+    end
   end
   if best == nil then
     local next_due = first
@@ -1106,7 +1116,8 @@ local scan = redis.call('HSCAN', K.g, A.cursor, 'COUNT', A.chunk)
 local all = scan[2]
 local rows = {}
 for i = 1, #all, 2 do
-  local r = unpack_group(all[i + 1])
+  local packed = all[i + 1]
+  UNPACK_GROUP
   r.group, r.state, r.until_ = all[i], 'ready', ''
   if r.held ~= 0 then r.state, r.depth = 'held', r.depth - 1
   elseif r.due >= now and r.worker ~= '' then r.state, r.until_ = 'in_flight', f17(r.due)
@@ -1128,7 +1139,7 @@ for i = 1, math.min(#rows, tonumber(A.limit)) do
   end
 end
 return out
-""",
+""".replace("UNPACK_GROUP", UNPACK_GROUP),
     flags="no-writes",
 )
 
