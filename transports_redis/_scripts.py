@@ -864,26 +864,38 @@ CLAIM: Final = Script(
     "claim",
     ("worker", "vis", "floor", "now", "max", "on_dead", "cascade", "sweep"),
     r"""
--- The helpers of timers and tenants, made only by a claim that needs them: Lua makes a
--- closure of every function each time a script runs, needed or not.
-local function extra_helpers()
+-- The helpers of timers and of tenants, each made only by a claim that needs them: Lua
+-- makes a closure of every function each time a script runs, needed or not.
+local function timer_helpers()
 """
-    + textwrap.indent(TIMERS + TURNS, "  ")
+    + textwrap.indent(TIMERS, "  ")
     + r"""
-  return {promote = promote, first_timer = first_timer, turn = turn, account = account,
-          tenant_pick = tenant_pick}
+  return {promote = promote}
+end
+local function tenant_helpers()
+"""
+    + textwrap.indent(TURNS, "  ")
+    + r"""
+  return {turn = turn, account = account, tenant_pick = tenant_pick}
 end
 local now = clock(A.now)
--- one call tells a queue that never used timers or tenants (nor does now) from others
-local extras = redis.call('EXISTS', K.tm, K.tc, K.tp) > 0
-local X, timer = nil, nil
-if extras then
-  X = extra_helpers()
-  timer = X.first_timer()
+-- One call tells a queue that never used timers or tenants (nor does now) from others;
+-- with delayed messages waiting, a second reads the earliest, and whether tenants are
+-- about follows from the first's count.
+local extras = redis.call('EXISTS', K.tm, K.tc, K.tp)
+local timer, tenants, X = nil, extras > 0, nil
+local function next_timer()
+  local t = redis.call('ZRANGE', K.tm, 0, 0, 'WITHSCORES')
+  if t[2] then return tonumber(t[2]) end
+  return nil
+end
+if extras > 0 then
+  timer = next_timer()
+  if timer ~= nil then tenants = extras > 1 end
 end
 if timer ~= nil and timer <= now then
-  X.promote(now, PROMOTE)
-  timer = X.first_timer()
+  timer_helpers().promote(now, PROMOTE)
+  timer, tenants = next_timer(), true  -- a promoted message may have made a tenant's group
 end
 local first = earliest()
 if first ~= nil and first < now then
@@ -895,7 +907,7 @@ if first ~= nil and first < now then
       bump(kind(r), -1)
       if r.worker == '' then r.due, r.hold = 0, 0; save(group, r) end
       list_ready(group, r)
-      if r.tenant ~= '' and not extras then extras, X = true, extra_helpers() end
+      if r.tenant ~= '' then tenants = true end
     end
   end
   first = earliest()
@@ -903,8 +915,9 @@ end
 local floor, max = tonumber(A.floor), tonumber(A.max)
 while true do
   local best, tenant, start, none_pass = nil, nil, nil, nil
-  local tenanted = extras and redis.call('EXISTS', K.tc) == 1
+  local tenanted = tenants and redis.call('EXISTS', K.tc) == 1
   if tenanted then
+    X = X or tenant_helpers()
     tenant, start, none_pass = X.turn(floor)
     if tenant and tenant ~= '' then best = X.tenant_pick(tenant, floor) end
   end
@@ -945,7 +958,8 @@ while true do
     make_busy(best, r, first)
     if tenanted then
       X.account(tenant, start, none_pass)
-    elseif extras and redis.call('EXISTS', K.tp) == 1 then
+    elseif tenants and redis.call('EXISTS', K.tp) == 1 then
+      X = X or tenant_helpers()
       local kept = redis.call('HMGET', K.tp, 'p', 'V')
       X.account('', math.max(tonumber(kept[1] or 0), tonumber(kept[2] or 0)))
     end
