@@ -23,9 +23,12 @@ from transports_core import Transport, open_transport
 from transports_core.conformance import (
     ADMIN,
     CLOCK,
+    CONTROL,
     DURABLE,
     MULTI_HANDLE,
     MULTIPROCESS,
+    TENANTS,
+    TIMERS,
     WITHIN,
     AsyncJoinFactory,
     BlockingTransport,
@@ -41,7 +44,7 @@ class _File:
     # The async suite makes its join_session of join_async_session: each test class
     # below overrides only the one its suite asks for.
     capabilities: ClassVar[Iterable[str]] = frozenset(
-        {ADMIN, CLOCK, DURABLE, MULTI_HANDLE, MULTIPROCESS, WITHIN}
+        {ADMIN, CLOCK, CONTROL, DURABLE, MULTI_HANDLE, MULTIPROCESS, TENANTS, TIMERS, WITHIN}
     )
 
     @pytest.fixture
@@ -85,7 +88,7 @@ class TestSqliteFile(_File, UrlSuite):
 class TestSqliteMemory(TransportSuite):
     # One in-memory database per connection: every "handle" is the one transport, which
     # is neither durable nor reachable from another process.
-    capabilities = frozenset({ADMIN, CLOCK})
+    capabilities = frozenset({ADMIN, CLOCK, CONTROL, TENANTS, TIMERS})
 
     @pytest.fixture
     def make_transport(self, clock: ManualClock) -> Iterator[TransportFactory]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import keys
+from bench import keys, timers
 from tests.core.broken_backends import MemoryStore
 from transports_core import Backend, register_backend
 
@@ -140,3 +140,27 @@ def test_keys_benchmark_prints_both_pairs_and_their_ratios(
     # Every keyed publish used a fresh key: each stored a message; the run purged them all.
     assert len(store.keys) == 10 + 50 + 2 * 100
     assert store.messages == {}
+
+
+def test_timers_benchmark_prints_claim_costs_and_wake_latencies(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # In process on the in-memory backend, which keeps delayed messages as every backend
+    # with timers must; a waiting claim there rechecks five times a second.
+    store = MemoryStore(time.time)
+    register_backend("benchtimers", Backend(open=lambda url, event_type, options: store.open()))
+    try:
+        assert timers.main(["--quick", "--url", "benchtimers://queue", "--due-in", "0.3"]) == 0
+    finally:
+        register_backend("benchtimers", None)
+    lines = capsys.readouterr().out.splitlines()
+    figures = {" ".join(line.split()[:-1]): float(line.split()[-1]) for line in lines[1:]}
+    assert list(figures)[1:4] == [
+        "claim p50, no delayed messages (us)",
+        "claim p50, 2,000 delayed (us)",
+        "with / without (target <= 1.3)",
+    ]
+    assert all(value > 0 for value in figures.values()), figures
+    # A due message cannot wake a claim before it is due, nor (here) much after.
+    assert 0 < figures["wake for a due message, median (ms)"] < 1000
+    assert (store.messages, store.timers) == ({}, {}), "the run left messages behind"

@@ -21,9 +21,9 @@ import click
 
 from ._backends import backends
 from ._conformance import conformance
-from ._output import error_line, scrub, supply_url
+from ._output import SuppliesUrl, error_line, scrub
 from ._publish import publish
-from .admin import dead, inspect, purge
+from .admin import cancel, dead, group, inspect, purge
 from .bench import bench
 from .check import check
 from .dashboard import dashboard
@@ -47,15 +47,7 @@ class _Failed(Exception):
         self.debug = debug
 
 
-class _Group(click.Group):
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        name, command, rest = super().resolve_command(ctx, args)
-        if command is not None and name is not None:
-            rest = supply_url(command, name, rest)
-        return name, command, rest
-
+class _Group(SuppliesUrl):
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -89,11 +81,13 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 cli.add_command(backends)
 cli.add_command(bench)
+cli.add_command(cancel)
 cli.add_command(check)
 cli.add_command(conformance)
 cli.add_command(dashboard)
 cli.add_command(dead)
 cli.add_command(demo)
+cli.add_command(group)
 cli.add_command(inspect)
 cli.add_command(publish)
 cli.add_command(purge)

@@ -122,6 +122,19 @@ def url_argument(*, required: bool = True) -> Callable[[FC], FC]:
     return click.argument("url", required=required, metavar=metavar, callback=_remember_url)
 
 
+class SuppliesUrl(click.Group):
+    """A command group whose subcommands take their URL from ``TRANSPORTS_URL`` when the
+    command line gives none (see `supply_url`)."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None and name is not None:
+            rest = supply_url(command, name, rest)
+        return name, command, rest
+
+
 def supply_url(command: click.Command, name: str, args: list[str]) -> list[str]:
     """``args`` of ``command`` with ``TRANSPORTS_URL`` put in the URL's place when the
     command line has none there (the positional argument in that place does not contain

@@ -9,8 +9,11 @@ from ._admin import (
     GroupInfo,
     GroupState,
     HeldGroup,
+    MessageState,
     PriorityStats,
+    QueuedMessage,
     QueueStats,
+    TenantInfo,
     TransportAdmin,
 )
 from ._base import AsyncWithin, Within
@@ -21,6 +24,7 @@ from ._errors import (
     RequeueRefused,
     TransportError,
     UnknownBackend,
+    Unsupported,
 )
 from ._models import Duplicate, Event, Lease, Message
 from ._protocol import AsyncTransport, Transport
@@ -50,14 +54,18 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "Message",
+    "MessageState",
     "OutcomeUnknown",
     "PriorityStats",
     "QueueStats",
+    "QueuedMessage",
     "RequeueRefused",
+    "TenantInfo",
     "Transport",
     "TransportAdmin",
     "TransportError",
     "UnknownBackend",
+    "Unsupported",
     "Within",
     "known_schemes",
     "open_async_transport",

@@ -32,8 +32,11 @@ __all__ = [
     "GroupInfo",
     "GroupState",
     "HeldGroup",
+    "MessageState",
     "PriorityStats",
     "QueueStats",
+    "QueuedMessage",
+    "TenantInfo",
     "TransportAdmin",
     "buried_reason",
     "dead_letter",
@@ -73,6 +76,8 @@ class PriorityStats:
     ``in_flight``: leased to a worker whose lease has not lapsed.
     ``parked``: nacked with a delay that has not elapsed.
     ``dead``: dead letters (see `DeadLetter`), by the priority they were published with.
+    ``delayed``: published with a delay that has not passed (``hold`` or not); they
+    count nowhere else until due.
     """
 
     priority: int
@@ -80,13 +85,15 @@ class PriorityStats:
     in_flight: int
     parked: int
     dead: int
+    delayed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
     """Totals over the whole queue, and the same counts per priority (ascending; only the
     priorities that have messages or dead letters). ``keys``: the idempotency keys the
-    queue remembers (some may be past the window and not yet forgotten)."""
+    queue remembers (some may be past the window and not yet forgotten). ``paused``: the
+    groups paused (see `TransportAdmin.pause_group`), with messages or not."""
 
     ready: int
     in_flight: int
@@ -94,9 +101,13 @@ class QueueStats:
     dead: int
     by_priority: tuple[PriorityStats, ...]
     keys: int = 0
+    delayed: int = 0
+    paused: int = 0
 
 
-def queue_stats(by_priority: Iterable[PriorityStats], keys: int = 0) -> QueueStats:
+def queue_stats(
+    by_priority: Iterable[PriorityStats], keys: int = 0, paused: int = 0
+) -> QueueStats:
     """The `QueueStats` of a queue whose counts per priority are ``by_priority``
     (ascending by priority): the totals are their sums."""
     rows = tuple(by_priority)
@@ -107,6 +118,8 @@ def queue_stats(by_priority: Iterable[PriorityStats], keys: int = 0) -> QueueSta
         dead=sum(p.dead for p in rows),
         by_priority=rows,
         keys=keys,
+        delayed=sum(p.delayed for p in rows),
+        paused=paused,
     )
 
 
@@ -120,6 +133,8 @@ class GroupInfo:
     ``held`` by a dead letter (``on_dead="hold"``).
     ``busy_until``: when the head's lease or park ends; None when ready or held.
     ``last_claimed_at``: epoch seconds of its last claim; None if never claimed.
+    ``paused``: paused by `TransportAdmin.pause_group` (its head delivers nothing more).
+    ``tenant``: the tenant it was created with, None for none.
     """
 
     group_id: str
@@ -129,9 +144,19 @@ class GroupInfo:
     state: GroupState
     busy_until: float | None
     last_claimed_at: float | None
+    paused: bool = False
+    tenant: str | None = None
 
 
-def group_info(row: Sequence[Any], now: float, *, parked: str, held: float) -> GroupInfo:
+def group_info(
+    row: Sequence[Any],
+    now: float,
+    *,
+    parked: str,
+    held: float,
+    paused: bool = False,
+    tenant: str | None = None,
+) -> GroupInfo:
     """The `GroupInfo` of a stored group row at ``now``, for a backend that keeps a group's
     head lease as a holder and an expiry: ``row`` is ``(group_id, priority, head_seq,
     last_claimed_at, locked_by, lock_expiry, depth)``. The backend's markers say the rest:
@@ -155,6 +180,8 @@ def group_info(row: Sequence[Any], now: float, *, parked: str, held: float) -> G
         state=state,
         busy_until=lock_expiry if state in ("parked", "in_flight") else None,
         last_claimed_at=last_claimed_at or None,
+        paused=paused,
+        tenant=tenant,
     )
 
 
@@ -202,6 +229,41 @@ def held_group(row: Sequence[Any]) -> HeldGroup:
     return HeldGroup(group_id=group_id, seq=seq, waiting=waiting, since=dead_at)
 
 
+MessageState = Literal["ready", "in_flight", "parked", "queued", "delayed"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedMessage:
+    """A message of a group as `TransportAdmin.peek` shows it, without claiming it.
+
+    ``event``: the stored JSON text. ``attempts``: its deliveries so far.
+    ``state``: ``ready``, ``in_flight`` or ``parked`` for the group's head; ``queued``
+    behind it; ``delayed`` while a delayed publish is not due (``hold`` or not).
+    ``due_at``: when it may next be delivered (epoch seconds, store's clock): a delayed
+    message's due time, a parked head's end of park, an in-flight head's lease expiry;
+    None when nothing but its turn keeps it.
+    """
+
+    seq: int
+    group_id: str
+    priority: int
+    event: str
+    attempts: int
+    state: MessageState
+    due_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class TenantInfo:
+    """A tenant as `TransportAdmin.tenants` reports it: its ``weight`` (1 unless set) and
+    how many groups with messages it has. ``tenant`` None stands for the groups
+    published without one."""
+
+    tenant: str | None
+    weight: int
+    groups: int
+
+
 @runtime_checkable
 class TransportAdmin(Protocol):
     """Inspecting and repairing a queue, for operators and tools.
@@ -216,6 +278,25 @@ class TransportAdmin(Protocol):
     * ``requeue`` and ``discard`` return False when there is no dead letter ``seq``.
     * ``purge_group`` removes a group's messages, leased ones included (their holders
       get `LeaseLost`), and its dead letters; it returns how many it removed.
+    * ``cancel`` removes one message that is not in flight (queued, parked, or delayed)
+      and returns whether it did; a message leased to a worker (its lease not lapsed) is
+      left alone. A group whose head it removes goes on with its next message.
+    * ``pause_group`` stops new deliveries from a group, whether it has messages or not,
+      until ``resume_group``; a lease in flight finishes normally. A pause is stored: it
+      outlasts the handle, and the group's draining. Both return whether they changed
+      anything.
+    * ``peek`` lists a group's next messages, in the order it will deliver them: its
+      FIFO from the head, then the delayed messages not yet due that do not hold it, by
+      due time. It changes nothing.
+    * Tenants share claims by weight. Each tenant keeps a *pass* and the queue a
+      *virtual time* V, both 0 at first. A claim looks at the tenants that have a group
+      it may serve (ready, not paused, at or above its priority floor), takes the one
+      whose ``max(pass, V)`` is least (ties: by name, groups without a tenant first),
+      sets V to that value and the tenant's pass to it plus ``1 / weight``, and serves
+      that tenant's groups round-robin. So while two tenants both have groups to serve,
+      their shares of any run of claims are within one claim of their weights' ratio,
+      whatever the number of groups each has; a tenant that was idle comes back at V,
+      with no backlog of turns to catch up on.
     """
 
     def stats(self) -> QueueStats:
@@ -247,6 +328,34 @@ class TransportAdmin(Protocol):
         """Delete every message and dead letter of ``group_id``."""
         ...
 
+    def cancel(self, seq: int) -> bool:
+        """Delete message ``seq`` unless it is in flight."""
+        ...
+
+    def pause_group(self, group_id: str) -> bool:
+        """Deliver nothing more from ``group_id`` until it is resumed."""
+        ...
+
+    def resume_group(self, group_id: str) -> bool:
+        """Let a paused group deliver again."""
+        ...
+
+    def paused_groups(self) -> list[str]:
+        """The paused groups, sorted."""
+        ...
+
+    def peek(self, group_id: str, limit: int = 10) -> list[QueuedMessage]:
+        """The next ``limit`` messages of ``group_id``, without claiming them."""
+        ...
+
+    def set_tenant_weight(self, tenant: str, weight: int) -> None:
+        """Store ``tenant``'s weight (an int from 1 to 1000; 1 unless set)."""
+        ...
+
+    def tenants(self) -> list[TenantInfo]:
+        """Tenants with groups or a stored weight, by name (None first)."""
+        ...
+
 
 @runtime_checkable
 class AsyncTransportAdmin(Protocol):
@@ -265,3 +374,17 @@ class AsyncTransportAdmin(Protocol):
     async def discard(self, seq: int) -> bool: ...
 
     async def purge_group(self, group_id: str) -> int: ...
+
+    async def cancel(self, seq: int) -> bool: ...
+
+    async def pause_group(self, group_id: str) -> bool: ...
+
+    async def resume_group(self, group_id: str) -> bool: ...
+
+    async def paused_groups(self) -> list[str]: ...
+
+    async def peek(self, group_id: str, limit: int = 10) -> list[QueuedMessage]: ...
+
+    async def set_tenant_weight(self, tenant: str, weight: int) -> None: ...
+
+    async def tenants(self) -> list[TenantInfo]: ...

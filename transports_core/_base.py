@@ -22,18 +22,23 @@ from operator import is_
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from ._admin import DeadLetter, GroupInfo, HeldGroup, QueueStats
-from ._codec import EventCodec
+from ._admin import DeadLetter, GroupInfo, HeldGroup, QueuedMessage, QueueStats, TenantInfo
+from ._codec import EventCodec, Item
 from ._errors import LeaseLost, TransportError
 from ._models import Lease, Message
 from ._seam import Operation
 from ._validate import (
     DEDUP_WINDOW,
-    check_key,
+    check_group_id,
     check_lease,
+    check_limit,
     check_priority,
+    check_seq,
+    check_tenant,
     check_visibility,
+    check_weight,
     check_worker_id,
+    no_options,
 )
 
 try:
@@ -126,16 +131,11 @@ class Operations(Protocol):
         /,
     ) -> Operation[Any, Any, int]: ...
 
-    def PublishKeyed(
-        self,
-        codec: EventCodec[Any],
-        group_id: str,
-        event: object,
-        priority: int,
-        key: str,
-        window: float,
-        /,
-    ) -> Operation[Any, Any, int]: ...
+    def PublishWith(self, item: Item, window: float, /) -> Operation[Any, Any, int]:
+        """A publish with any of a key, a delay or a tenant: ``item`` is checked and
+        encoded already (see `EventCodec.encode_item`); ``window`` is the queue's
+        ``dedup_window``."""
+        ...
 
     def PublishMany(
         self,
@@ -168,6 +168,22 @@ class Operations(Protocol):
     def Discard(self, seq: int, /) -> Operation[Any, Any, bool]: ...
 
     def PurgeGroup(self, group_id: str, /) -> Operation[Any, Any, int]: ...
+
+    # The builders below take arguments that core checked already.
+
+    def Cancel(self, seq: int, /) -> Operation[Any, Any, bool]: ...
+
+    def Pause(self, group_id: str, paused: bool, /) -> Operation[Any, Any, bool]:
+        """``pause_group`` (``paused`` True) or ``resume_group``."""
+        ...
+
+    def PausedGroups(self) -> Operation[Any, Any, list[str]]: ...
+
+    def Peek(self, group_id: str, limit: int, /) -> Operation[Any, Any, list[QueuedMessage]]: ...
+
+    def SetTenantWeight(self, tenant: str, weight: int, /) -> Operation[Any, Any, None]: ...
+
+    def Tenants(self) -> Operation[Any, Any, list[TenantInfo]]: ...
 
 
 class ReuseLast(Generic[P, T]):
@@ -250,13 +266,19 @@ def publishing(
     event: E,
     priority: int,
     key: str | None,
+    delay: float,
+    hold: bool,
+    tenant: str | None,
     window: float,
 ) -> Operation[Any, Any, int]:
-    """A publish's operation: with a key, the backend's keyed one (the key checked here,
-    for every backend), else its plain one, which costs what it did before keys."""
-    if key is None:
+    """A publish's operation: the backend's plain one, which costs what it did before
+    keys, delays and tenants, unless one of them is given; then ``PublishWith``, the
+    arguments checked here for every backend."""
+    if key is None and no_options(delay, hold, tenant):
         return ops.Publish(codec, group_id, event, priority)
-    return ops.PublishKeyed(codec, group_id, event, priority, check_key(key), window)
+    return ops.PublishWith(
+        codec.encode_item(group_id, event, priority, key, delay, hold, tenant), window
+    )
 
 
 class Writes(Generic[E]):
@@ -274,9 +296,30 @@ class Writes(Generic[E]):
         """Run ``op`` and return its value."""
         raise NotImplementedError
 
-    def publish(self, group_id: str, event: E, priority: int = 0, *, key: str | None = None) -> int:
+    def publish(
+        self,
+        group_id: str,
+        event: E,
+        priority: int = 0,
+        *,
+        key: str | None = None,
+        delay: float = 0,
+        hold: bool = False,
+        tenant: str | None = None,
+    ) -> int:
         return self._run(
-            publishing(self._ops, self._codec, group_id, event, priority, key, self._dedup_window)
+            publishing(
+                self._ops,
+                self._codec,
+                group_id,
+                event,
+                priority,
+                key,
+                delay,
+                hold,
+                tenant,
+                self._dedup_window,
+            )
         )
 
     def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
@@ -382,6 +425,27 @@ class TransportBase(Writes[E], Closing):
     def purge_group(self, group_id: str) -> int:
         return self._run(self._ops.PurgeGroup(group_id))
 
+    def cancel(self, seq: int) -> bool:
+        return self._run(self._ops.Cancel(check_seq(seq)))
+
+    def pause_group(self, group_id: str) -> bool:
+        return self._run(self._ops.Pause(check_group_id(group_id), True))
+
+    def resume_group(self, group_id: str) -> bool:
+        return self._run(self._ops.Pause(check_group_id(group_id), False))
+
+    def paused_groups(self) -> list[str]:
+        return self._run(self._ops.PausedGroups())
+
+    def peek(self, group_id: str, limit: int = 10) -> list[QueuedMessage]:
+        return self._run(self._ops.Peek(check_group_id(group_id), check_limit(limit)))
+
+    def set_tenant_weight(self, tenant: str, weight: int) -> None:
+        self._run(self._ops.SetTenantWeight(check_tenant(tenant), check_weight(weight)))
+
+    def tenants(self) -> list[TenantInfo]:
+        return self._run(self._ops.Tenants())
+
 
 class AsyncWrites(Generic[E]):
     """`Writes` as coroutines, over an awaitable ``_run(op)``."""
@@ -397,10 +461,29 @@ class AsyncWrites(Generic[E]):
         raise NotImplementedError
 
     async def publish(
-        self, group_id: str, event: E, priority: int = 0, *, key: str | None = None
+        self,
+        group_id: str,
+        event: E,
+        priority: int = 0,
+        *,
+        key: str | None = None,
+        delay: float = 0,
+        hold: bool = False,
+        tenant: str | None = None,
     ) -> int:
         return await self._run(
-            publishing(self._ops, self._codec, group_id, event, priority, key, self._dedup_window)
+            publishing(
+                self._ops,
+                self._codec,
+                group_id,
+                event,
+                priority,
+                key,
+                delay,
+                hold,
+                tenant,
+                self._dedup_window,
+            )
         )
 
     async def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
@@ -474,3 +557,24 @@ class AsyncTransportBase(AsyncWrites[E], AsyncClosing):
 
     async def purge_group(self, group_id: str) -> int:
         return await self._run(self._ops.PurgeGroup(group_id))
+
+    async def cancel(self, seq: int) -> bool:
+        return await self._run(self._ops.Cancel(check_seq(seq)))
+
+    async def pause_group(self, group_id: str) -> bool:
+        return await self._run(self._ops.Pause(check_group_id(group_id), True))
+
+    async def resume_group(self, group_id: str) -> bool:
+        return await self._run(self._ops.Pause(check_group_id(group_id), False))
+
+    async def paused_groups(self) -> list[str]:
+        return await self._run(self._ops.PausedGroups())
+
+    async def peek(self, group_id: str, limit: int = 10) -> list[QueuedMessage]:
+        return await self._run(self._ops.Peek(check_group_id(group_id), check_limit(limit)))
+
+    async def set_tenant_weight(self, tenant: str, weight: int) -> None:
+        await self._run(self._ops.SetTenantWeight(check_tenant(tenant), check_weight(weight)))
+
+    async def tenants(self) -> list[TenantInfo]:
+        return await self._run(self._ops.Tenants())

@@ -21,13 +21,17 @@ from ._validate import (
     MAX_KEY,
     MAX_PRIORITY,
     check_group_id,
+    check_hold,
     check_item,
     check_items,
     check_key,
     check_priority,
+    check_publish_delay,
+    check_tenant,
+    no_options,
 )
 
-__all__ = ["Claimed", "EventCodec"]
+__all__ = ["Claimed", "EventCodec", "Item"]
 
 E = TypeVar("E")
 
@@ -129,12 +133,9 @@ class EventCodec(Generic[E]):
         except PydanticSerializationError as exc:
             raise _unserialisable(event, exc) from exc
 
-    def encode_items(
-        self, items: Iterable[tuple[str, E, int] | Message[E]]
-    ) -> list[tuple[str, str, int, str | None]]:
-        """Check and encode ``publish_many`` items as ``(group_id, raw, priority, key)``,
-        naming the index of a bad one."""
-        encoded: list[tuple[str, str, int, str | None]] = []
+    def encode_items(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[Item]:
+        """Check and encode ``publish_many`` items, naming the index of a bad one."""
+        encoded: list[Item] = []
         append = encoded.append
         model, to_json = self._model, self._to_json
         for index, item in enumerate(check_items(items)):
@@ -142,7 +143,7 @@ class EventCodec(Generic[E]):
             if type(item) is tuple and len(item) == 3:
                 group_id, event, priority = item
                 key = None
-            elif type(item) is Message:
+            elif type(item) is Message and no_options(item.delay, item.hold, item.tenant):
                 group_id, event, priority, key = item.group_id, item.event, item.priority, item.key
             else:
                 group_id = None
@@ -155,23 +156,37 @@ class EventCodec(Generic[E]):
                 and (key is None or (type(key) is str and 0 < len(key) <= MAX_KEY))
             ):
                 try:
-                    append((group_id, to_json(event).decode(), priority, key))
+                    raw = to_json(event).decode()
                 except PydanticSerializationError as exc:
                     raise TypeError(f"items[{index}]: {_unserialisable(event, exc)}") from exc
+                append(Item(group_id, raw, priority, key, 0.0, False, None))
                 continue
-            fields = check_item(index, item)
             try:
-                append(
-                    (
-                        check_group_id(fields[0]),
-                        self.encode(fields[1]),
-                        check_priority(fields[2]),
-                        None if fields[3] is None else check_key(fields[3]),
-                    )
-                )
+                append(self.encode_item(*check_item(index, item)))
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"items[{index}]: {exc}") from exc
         return encoded
+
+    def encode_item(
+        self,
+        group_id: object,
+        event: object,
+        priority: object,
+        key: object = None,
+        delay: object = 0,
+        hold: object = False,
+        tenant: object = None,
+    ) -> Item:
+        """Check and encode one publish's arguments (see `Item`)."""
+        return Item(
+            check_group_id(group_id),
+            self.encode(event),
+            check_priority(priority),
+            None if key is None else check_key(key),
+            check_publish_delay(delay),
+            check_hold(hold),
+            None if tenant is None else check_tenant(tenant),
+        )
 
     def lease(
         self, seq: int, group_id: str, raw: str, worker_id: str, attempt: int, expires_at: float
@@ -183,6 +198,25 @@ class EventCodec(Generic[E]):
             poison = Lease(seq, group_id, raw, worker_id, attempt, expires_at)
             raise EventDecodeError(poison, _first_error(exc)) from exc
         return Lease(seq, group_id, event, worker_id, attempt, expires_at)
+
+
+class Item(NamedTuple):
+    """One publish, checked and encoded: what a backend stores. ``event`` is the JSON
+    text; ``delay`` is 0 for a message due at once, and ``hold`` then means nothing;
+    ``key`` and ``tenant`` are None when not given."""
+
+    group_id: str
+    event: str
+    priority: int
+    key: str | None
+    delay: float
+    hold: bool
+    tenant: str | None
+
+    @property
+    def plain(self) -> bool:
+        """No key, delay or tenant: a publish as it was before they existed."""
+        return self.key is None and not self.delay and self.tenant is None
 
 
 class Claimed(NamedTuple):

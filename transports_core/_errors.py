@@ -4,6 +4,8 @@
     ├── LeaseLost                ack/nack/extend/bury on a lease that is no longer current
     ├── EventDecodeError         a stored event no longer decodes as the event type
     ├── RequeueRefused           requeue of a dead letter whose group a worker holds
+    ├── Unsupported              the backend cannot do what was asked (a delayed publish,
+    │                            tenants, group control) and says which feature
     ├── OutcomeUnknown           the connection broke before the server said whether a
     │                            change was made (a networked backend)
     └── UnknownBackend           no backend is registered for a URL scheme
@@ -25,6 +27,7 @@ __all__ = [
     "RequeueRefused",
     "TransportError",
     "UnknownBackend",
+    "Unsupported",
 ]
 
 
@@ -85,6 +88,16 @@ class RequeueRefused(TransportError):
         self.group_id = group_id
         self.holder = holder
         self.held_by = held_by
+
+
+class Unsupported(TransportError):
+    """The backend does not offer ``feature`` (say ``"delayed publish"``): it refuses the
+    call before writing anything. Its documentation says which features it offers."""
+
+    def __init__(self, feature: str, backend: str) -> None:
+        super().__init__(f"the {backend} backend does not support {feature}")
+        self.feature = feature
+        self.backend = backend
 
 
 class OutcomeUnknown(TransportError):

@@ -54,12 +54,19 @@ class Message(Generic[E_co]):
     """One item of ``publish_many``: what ``publish`` takes as arguments, as a value.
 
     ``key``, when given, makes the publish idempotent within its group: see `Duplicate`.
+    ``delay`` (seconds) keeps the message back until it is due; by default it then joins
+    its group's FIFO as if published at that moment, and with ``hold`` it keeps its place
+    and holds its group until due (see `Transport.publish`). ``tenant`` names the tenant
+    of a group this item creates.
     """
 
     group_id: str
     event: E_co
     priority: int = 0
     key: str | None = None
+    delay: float = 0
+    hold: bool = False
+    tenant: str | None = None
 
 
 class Duplicate(int):

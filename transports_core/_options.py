@@ -112,20 +112,23 @@ def build_backend(
     parse: Callable[[str, Mapping[str, object]], Parsed],
     transport: Callable[[Parsed, Any], Transport[Any]],
     async_transport: Callable[[Parsed, Any], AsyncTransport[Any]] | None = None,
+    *,
+    features: Iterable[str] = (),
 ) -> Backend:
     """The `Backend` of a backend whose transports are built from one options value:
     ``parse(url, options)`` checks the URL and the keyword options and returns it, and
     ``transport(parsed, event_type)`` (``async_transport`` for the async twin, if any)
-    opens the transport."""
+    opens the transport. ``features``: see `Backend.features`."""
 
     def open_sync(url: str, event_type: object, options: Mapping[str, object]) -> Any:
         return transport(parse(url, options), event_type)
 
+    offered = frozenset(features)
     if async_transport is None:
-        return Backend(open=open_sync)
+        return Backend(open=open_sync, features=offered)
     opens_async = async_transport
 
     def open_async(url: str, event_type: object, options: Mapping[str, object]) -> Any:
         return opens_async(parse(url, options), event_type)
 
-    return Backend(open=open_sync, open_async=open_async)
+    return Backend(open=open_sync, open_async=open_async, features=offered)

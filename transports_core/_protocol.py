@@ -35,6 +35,10 @@ class Transport(Protocol[E]):
     * **Round-robin.** ``claim`` serves the ready group whose last claim is oldest; groups
       never claimed come first, in the order of their oldest message. A group that drains
       (its last message acked) is forgotten: when it comes back it counts as never claimed.
+      With tenants (see ``publish``), a claim first picks the tenant by weighted
+      round-robin among the tenants that have a ready group, then that tenant's group as
+      above.
+    * **Paused groups** (see `TransportAdmin.pause_group`) deliver nothing until resumed.
     * **Priority floor.** ``claim(min_priority=p)`` only serves groups whose priority is at
       least ``p``; priority filters, it does not reorder. A group's priority is set by the
       publish that creates it; once the group drains, the next publish sets it afresh.
@@ -51,7 +55,17 @@ class Transport(Protocol[E]):
       anything is written.
     """
 
-    def publish(self, group_id: str, event: E, priority: int = 0, *, key: str | None = None) -> int:
+    def publish(
+        self,
+        group_id: str,
+        event: E,
+        priority: int = 0,
+        *,
+        key: str | None = None,
+        delay: float = 0,
+        hold: bool = False,
+        tenant: str | None = None,
+    ) -> int:
         """Append ``event`` to ``group_id``; return its sequence number.
 
         ``priority`` (0-4) applies only when this publish creates the group.
@@ -63,6 +77,18 @@ class Transport(Protocol[E]):
         is still queued, in flight, acked, dead or purged. Publishes of one key racing from
         several processes or hosts store exactly one message. A key older than the window
         is forgotten: its next use publishes anew.
+
+        With a ``delay`` (seconds, up to a year), the message is not delivered before it
+        is due, on the store's clock. By default it does not hold its group: the group's
+        other messages flow on, and when it is due it joins the group's FIFO as if it were
+        published at that moment (messages due at the same moment keep seq order). With
+        ``hold=True`` it keeps its place in publish order, and once it is the group's head
+        it holds the group until it is due, as a parked message does.
+
+        ``tenant`` (1-255 characters) sets the group's tenant when this publish creates
+        the group, as ``priority`` does; claims share out among tenants by their weights
+        (see `TransportAdmin.set_tenant_weight`). Groups published without a tenant make
+        up one tenant of their own, of weight 1.
         """
         ...
 
@@ -135,7 +161,15 @@ class AsyncTransport(Protocol[E]):
     """`Transport` as coroutines, with the same contract, used with ``async with``."""
 
     async def publish(
-        self, group_id: str, event: E, priority: int = 0, *, key: str | None = None
+        self,
+        group_id: str,
+        event: E,
+        priority: int = 0,
+        *,
+        key: str | None = None,
+        delay: float = 0,
+        hold: bool = False,
+        tenant: str | None = None,
     ) -> int: ...
 
     async def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]: ...

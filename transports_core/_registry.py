@@ -13,7 +13,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, Final, Protocol, TypeVar, overload
 from urllib.parse import urlsplit, urlunsplit
 
 from ._errors import UnknownBackend
@@ -54,10 +54,25 @@ class Backend:
 
     Each callable receives the full URL, the event type, and the keyword options exactly as
     the caller passed them; it validates both the URL's query and the options itself.
+    ``features`` names the optional parts of the contract its transports offer, among
+    `FEATURES` (``timers``, ``tenants``, ``group-control``); those it does not name, its
+    transports refuse with `Unsupported`. The conformance suite at a URL reads them.
     """
 
     open: Opener
     open_async: AsyncOpener | None = None
+    features: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = set(self.features) - FEATURES
+        if unknown:
+            raise ValueError(
+                f"unknown backend features {sorted(unknown)}; known: {', '.join(sorted(FEATURES))}"
+            )
+
+
+# The optional parts of the contract a backend may offer (see `Backend.features`).
+FEATURES: Final = frozenset({"timers", "tenants", "group-control"})
 
 
 _registered: dict[str, Backend] = {}

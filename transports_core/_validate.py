@@ -18,6 +18,11 @@ from ._models import Lease, Message
 MAX_PRIORITY = 4
 # The longest idempotency key, in characters.
 MAX_KEY = 255
+# The longest publish delay: a year (a leap year's days), in seconds.
+MAX_PUBLISH_DELAY = 366 * 86_400.0
+# The longest tenant name, in characters, and the range of a tenant's weight.
+MAX_TENANT = 255
+MAX_WEIGHT = 1000
 # How long a queue remembers an idempotency key unless its `dedup_window` says otherwise.
 DEDUP_WINDOW = 86_400.0
 # Worker ids with this prefix belong to the backends: each keeps its own markers (a parked
@@ -44,6 +49,24 @@ def check_key(key: object) -> str:
     if not key or len(key) > MAX_KEY:
         raise ValueError(f"key must be 1 to {MAX_KEY} characters long, got {key!r:.200}")
     return key
+
+
+def check_tenant(tenant: object) -> str:
+    """A tenant name: a non-empty str of at most `MAX_TENANT` characters."""
+    if not isinstance(tenant, str):
+        raise TypeError(f"tenant must be a str or None, got {tenant!r:.200}")
+    if not tenant or len(tenant) > MAX_TENANT:
+        raise ValueError(f"tenant must be 1 to {MAX_TENANT} characters long, got {tenant!r:.200}")
+    return tenant
+
+
+def check_weight(weight: object) -> int:
+    """A tenant's weight: an int from 1 to `MAX_WEIGHT`."""
+    if isinstance(weight, bool) or not isinstance(weight, int):
+        raise TypeError(f"weight must be an int from 1 to {MAX_WEIGHT}, got {weight!r}")
+    if not 1 <= weight <= MAX_WEIGHT:
+        raise ValueError(f"weight must be from 1 to {MAX_WEIGHT}, got {weight!r}")
+    return weight
 
 
 def check_priority(priority: object, name: str = "priority") -> int:
@@ -100,6 +123,29 @@ def check_visibility(visibility: object) -> float:
 def check_delay(delay: object) -> float:
     """A nack's delay: finite seconds >= 0."""
     return check_seconds(delay, "delay", zero=True)
+
+
+def check_publish_delay(delay: object) -> float:
+    """A publish's delay: finite seconds from 0 to `MAX_PUBLISH_DELAY` (a year)."""
+    seconds = check_seconds(delay, "delay", zero=True)
+    if seconds > MAX_PUBLISH_DELAY:
+        raise ValueError(
+            f"delay must be at most {MAX_PUBLISH_DELAY:.0f} seconds (a year), got {delay!r}"
+        )
+    return seconds
+
+
+def check_hold(hold: object) -> bool:
+    """A publish's ``hold``: a bool."""
+    if not isinstance(hold, bool):
+        raise TypeError(f"hold must be a bool, got {hold!r:.200}")
+    return hold
+
+
+def no_options(delay: object, hold: object, tenant: object) -> bool:
+    """True when a publish's ``delay``, ``hold`` and ``tenant`` are their defaults
+    exactly (a number 0, False, None), so it needs none of their checks or costs."""
+    return tenant is None and hold is False and type(delay) in (int, float) and not delay
 
 
 def check_wait(wait: object) -> float:
@@ -159,17 +205,25 @@ def check_items(items: object) -> Iterable[object]:
     return items
 
 
-def check_item(index: int, item: object) -> tuple[object, object, object, object]:
+def check_item(index: int, item: object) -> tuple[object, ...]:
     """Item ``index`` of ``publish_many``, if it is a `Message` or a 3-tuple, as
-    ``(group_id, event, priority, key)``."""
+    ``(group_id, event, priority, key, delay, hold, tenant)`` (the fields of `Message`)."""
     if isinstance(item, Message):
-        return (item.group_id, item.event, item.priority, item.key)
+        return (
+            item.group_id,
+            item.event,
+            item.priority,
+            item.key,
+            item.delay,
+            item.hold,
+            item.tenant,
+        )
     if not isinstance(item, tuple) or len(item) != 3:
         raise TypeError(
             f"items[{index}] must be a Message or a (group_id, event, priority) tuple, "
             f"got {item!r:.200}"
         )
-    return (*item, None)
+    return (*item, None, 0, False, None)
 
 
 def check_seq(seq: object) -> int:

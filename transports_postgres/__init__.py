@@ -5,7 +5,7 @@ Registered under the URL schemes ``postgresql`` and ``postgres``, sync and async
 
 from __future__ import annotations
 
-from transports_core.backend import build_backend
+from transports_core.backend import FEATURES, build_backend
 
 from . import _url
 from ._async import AsyncPostgresTransport
@@ -15,4 +15,6 @@ from ._url import PostgresOptions
 __all__ = ["AsyncPostgresTransport", "PostgresOptions", "PostgresTransport", "backend"]
 
 
-backend = build_backend(_url.parse_url, PostgresTransport, AsyncPostgresTransport)
+backend = build_backend(
+    _url.parse_url, PostgresTransport, AsyncPostgresTransport, features=FEATURES
+)

@@ -206,46 +206,108 @@ class Publish(Operation[int]):
         self.params = (self.group_id, priority, codec.encode(event))
 
     def first(self, now: float | None) -> Batch:
-        return (Stmt(sql.LOCK_GROUP, self.params[:2]), Stmt(sql.APPEND, self.params))
-
-    def done(self, results: list[Result], now: float | None) -> int:
-        seq: int = results[1].rows[0][0]
-        return seq
-
-
-class PublishKeyed(Operation[int]):
-    """A publish with an idempotency key: lock the group, then offer the key with a new
-    seq, store the message only if the key takes it, and forget a few expired keys
-    (`sql.KEYED_APPEND`): one round trip. A `Duplicate` of the original seq otherwise."""
-
-    __slots__ = ("lock", "params")
-    call = "publish"
-
-    def __init__(
-        self,
-        codec: core.EventCodec[Any],
-        group_id: str,
-        event: object,
-        priority: int,
-        key: str,
-        window: float,
-    ) -> None:
-        group_id = core.check_group_id(group_id)
-        priority = core.check_priority(priority)
-        raw = codec.encode(event)  # the key is core's to check
-        self.lock = (group_id, priority)
-        self.params = (group_id, key, window, priority, raw)
-
-    def first(self, now: float | None) -> Batch:
-        group_id, key, window, priority, raw = self.params
+        group_id, priority, raw = self.params
         return (
-            Stmt(sql.LOCK_GROUP, self.lock),
-            Stmt(sql.KEYED_APPEND, (group_id, key, now, window, priority, raw)),
+            Stmt(sql.LOCK_GROUP, (group_id, priority)),
+            Stmt(sql.APPEND, (group_id, now, priority, raw)),
         )
 
-    def done(self, results: list[Result], now: float | None) -> int:
-        seq, stored, _ = results[1].rows[0]
+    def done(self, results: list[Result], now: float | None) -> int | More:
+        seq, _, due = results[1].rows[0]
+        if due:  # delayed messages of the group came due: they join it first
+            group_id, priority, raw = self.params
+            return More(PublishWith(core.Item(group_id, raw, priority, None, 0, False, None), 0))
+        return int(seq)
+
+
+class PublishWith(Operation[int]):
+    """A publish with any of a key, a delay, a hold or a tenant (``item``, checked and
+    encoded by core). With a key alone: lock the group, then offer the key with a new
+    seq and store the message only if the key takes it (`sql.KEYED_APPEND`): one round
+    trip, unless delayed messages of the group are due. Otherwise, and then: lock the
+    group, let its due delayed messages join it (`sql.PROMOTE`), and store this one
+    (`sql.STORE_WITH`). A `Duplicate` of the original seq when the key is known."""
+
+    __slots__ = ("item", "window")
+    call = "publish"
+
+    def __init__(self, item: core.Item, window: float) -> None:
+        self.item, self.window = item, window
+
+    def first(self, now: float | None) -> Batch | None:
+        item = self.item
+        if item.delay or item.tenant is not None or item.key is None:
+            return None
+        return (
+            Stmt(sql.LOCK_GROUP, (item.group_id, item.priority)),
+            Stmt(
+                sql.KEYED_APPEND,
+                (item.group_id, now, item.key, self.window, item.priority, item.event),
+            ),
+        )
+
+    def done(self, results: list[Result], now: float | None) -> int | More:
+        seq, stored, _, due = results[1].rows[0]
+        if due:
+            return MORE
         return int(seq) if stored else dt.Duplicate(seq)
+
+    def body(self, now: float | None) -> Steps[int]:
+        groups = [self.item.group_id]
+        results = yield _storing(groups, [self.item], self.window, now)
+        return _stored(results[2])
+
+
+def _store(item: core.Item, window: float, now: float | None) -> Stmt:
+    return Stmt(
+        sql.STORE_WITH,
+        (
+            item.group_id,
+            item.key,
+            now,
+            window,
+            item.priority,
+            item.tenant,
+            item.event,
+            float(item.delay),
+            bool(item.hold),
+        ),
+    )
+
+
+def _storing(
+    groups: list[str], items: Sequence[core.Item], window: float, now: float | None
+) -> Batch:
+    """Lock ``groups`` in order, let their due delayed messages join them, store ``items``
+    one by one, and drop the groups left empty: one round trip."""
+    return (
+        Stmt(sql.LOCK_GROUP_LIST, (groups,)),
+        Stmt(sql.PROMOTE, (groups, now, None)),
+        *(_store(item, window, now) for item in items),
+        Stmt(sql.DROP_EMPTY, (groups,)),
+    )
+
+
+def _stored(result: Result) -> int:
+    seq, stored, _ = result.rows[0]
+    return int(seq) if stored else dt.Duplicate(seq)
+
+
+class PublishManyWith(Operation[list[int]]):
+    """A batch with a delay, a hold or a tenant somewhere: every item stored as
+    `PublishWith` stores one, under the locks of all the batch's groups, in one round
+    trip and one transaction."""
+
+    __slots__ = ("items", "window")
+    call = "publish_many"
+
+    def __init__(self, items: list[core.Item], window: float) -> None:
+        self.items, self.window = items, window
+
+    def body(self, now: float | None) -> Steps[list[int]]:
+        groups = sorted({item.group_id for item in self.items})
+        results = yield _storing(groups, self.items, self.window, now)
+        return [_stored(result) for result in results[2:-1]]
 
 
 class PublishMany(Operation[list[int]]):
@@ -256,11 +318,11 @@ class PublishMany(Operation[list[int]]):
     __slots__ = ("appended", "locked")
     call = "publish_many"
 
-    def __init__(self, encoded: list[tuple[str, str, int, str | None]]) -> None:
+    def __init__(self, encoded: list[core.Item]) -> None:
         # Each group of the batch: its priority (its first message's), its count, and the
         # place of its first message (1-based).
         seen: dict[str, list[int]] = {}
-        for place, (group_id, _, priority, _) in enumerate(encoded, 1):
+        for place, (group_id, _, priority, *_) in enumerate(encoded, 1):
             found = seen.get(group_id)
             if found is None:
                 seen[group_id] = [priority, 1, place]
@@ -283,10 +345,14 @@ class PublishMany(Operation[list[int]]):
     def first(self, now: float | None) -> Batch:
         if not self.locked[0]:
             return ()
-        return (Stmt(sql.LOCK_GROUPS, self.locked), Stmt(sql.APPEND_MANY, self.appended))
+        return (
+            Stmt(sql.LOCK_GROUPS, self.locked),
+            Stmt(sql.PROMOTE, (self.locked[0], now, None)),
+            Stmt(sql.APPEND_MANY, self.appended),
+        )
 
     def done(self, results: list[Result], now: float | None) -> list[int]:
-        return list(results[1].rows[0][0]) if results else []
+        return list(results[2].rows[0][0]) if results else []
 
 
 class PublishKeyedMany(Operation[list[int]]):
@@ -300,7 +366,7 @@ class PublishKeyedMany(Operation[list[int]]):
     __slots__ = ("appended", "firsts", "locked", "repeats")
     call = "publish_many"
 
-    def __init__(self, encoded: list[tuple[str, str, int, str | None]], window: float) -> None:
+    def __init__(self, encoded: list[core.Item], window: float) -> None:
         # Each group's priority (its first message's), count of messages sent, and the
         # place (1-based, among those sent) of its first.
         groups_seen: dict[str, list[int]] = {}
@@ -309,9 +375,9 @@ class PublishKeyedMany(Operation[list[int]]):
         # and less one (so that 0 stays unambiguous).
         firsts: dict[tuple[str, str], int] = {}
         places: list[int] = []
-        sent: list[tuple[str, str, int, str | None]] = []
+        sent: list[core.Item] = []
         for item in encoded:
-            group_id, _, priority, key = item
+            group_id, _, priority, key, *_ = item
             if key is not None:
                 first = firsts.setdefault((group_id, key), len(sent))
                 if first != len(sent):
@@ -339,10 +405,14 @@ class PublishKeyedMany(Operation[list[int]]):
         events, group_ids, priorities, keys, window = self.appended
         groups, _, counts = self.locked
         params = (group_ids, keys, events, priorities, now, window, groups, self.firsts, counts)
-        return (Stmt(sql.LOCK_GROUPS, self.locked), Stmt(sql.APPEND_MANY_NEW_KEYS, params))
+        return (
+            Stmt(sql.LOCK_GROUPS, self.locked),
+            Stmt(sql.PROMOTE, (groups, now, None)),
+            Stmt(sql.APPEND_MANY_NEW_KEYS, params),
+        )
 
     def done(self, results: list[Result], now: float | None) -> list[int] | More:
-        seen, seqs, _ = results[1].rows[0]
+        seen, seqs, _ = results[2].rows[0]
         if seen:
             return More(PublishKnownKeys(self))
         return self.answer(seqs, seqs)
@@ -372,11 +442,12 @@ class PublishKnownKeys(Operation[list[int]]):
         events, group_ids, priorities, keys, window = self.batch.appended
         return (
             Stmt(sql.LOCK_GROUPS, self.batch.locked),
+            Stmt(sql.PROMOTE, (self.batch.locked[0], now, None)),
             Stmt(sql.APPEND_MANY_KEYED, (events, group_ids, priorities, keys, now, window)),
         )
 
     def done(self, results: list[Result], now: float | None) -> list[int]:
-        drawn, kept, _ = results[1].rows[0]
+        drawn, kept, _ = results[2].rows[0]
         return self.batch.answer(drawn, kept)
 
 
@@ -384,11 +455,13 @@ def publish_many(
     codec: core.EventCodec[Any],
     items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
     window: float,
-) -> PublishMany | PublishKeyedMany:
+) -> PublishMany | PublishKeyedMany | PublishManyWith:
     """The operation of one publish_many: a plain `PublishMany` unless an item has a key."""
     encoded = codec.encode_items(items)
+    if any(item.delay or item.tenant is not None for item in encoded):
+        return PublishManyWith(encoded, window)
     for item in encoded:
-        if item[3] is not None:
+        if item.key is not None:
             return PublishKeyedMany(encoded, window)
     return PublishMany(encoded)
 
@@ -450,37 +523,99 @@ class ClaimRest(Operation[core.Claimed | None]):
         self.claim, self.row = claim, row
 
     def first(self, now: float | None) -> Batch | None:
-        # Found nothing: wake and claim again, one round trip, one transaction.
+        # Found nothing: wake and claim again, one round trip, one transaction, unless a
+        # delayed message is due or a group has a tenant (`ClaimTurn`).
         if self.row is None:
-            return (Stmt(sql.WAKE_LAPSED, (now,)), self.claim._claim(now))
+            return (
+                Stmt(sql.WAKE_LAPSED, (now,)),
+                self.claim._claim(now, sql.CLAIM_SIMPLE),
+                Stmt(sql.CLAIM_NEEDS, (now,)),
+            )
         return None
 
     def done(self, results: list[Result], now: float | None) -> core.Claimed | More | None:
-        rows = results[-1].rows
+        rows = results[1].rows
         if not rows:
-            return None
+            due, tenanted = results[2].rows[0]
+            return More(ClaimTurn(self.claim)) if due or tenanted else None
         if self.claim._due(rows[0]):
             return More(ClaimRest(self.claim, rows[0]))
         return self.claim._claimed(rows[0])
 
     def body(self, now: float | None) -> Steps[core.Claimed | None]:
-        claim, row = self.claim, self.row
-        assert row is not None  # `first` took the other case
-        while claim._due(row):
-            assert claim.max_attempts is not None
-            seq, group_id, _, attempt, _, base, before = row
-            delivered = attempt - 1
-            last: Literal["lapsed", "nacked"] = (
-                "nacked" if before is None or before == sql.PARKED else "lapsed"
-            )
-            reason = core.exhausted_reason(delivered - base, claim.max_attempts, last)
-            fence = (group_id, seq, claim.worker_id, attempt)
-            yield from _bury(fence, delivered, reason, claim.on_dead, now)
+        assert self.row is not None  # `first` took the other case
+        return (yield from _bury_and_claim(self.claim, self.row, now))
+
+
+def _bury_and_claim(
+    claim: Claim, row: Sequence[Any], now: float | None
+) -> Steps[core.Claimed | None]:
+    """Bury the head ``row`` leased while it is due for burial and claim again."""
+    while claim._due(row):
+        yield from _bury_and_claim_once(claim, row, now)
+        (result,) = yield (claim._claim(now),)
+        if not result.rows:
+            return None
+        row = result.rows[0]
+    return claim._claimed(row)
+
+
+class ClaimTurn(Operation[core.Claimed | None]):
+    """A claim while delayed messages are due or groups have tenants, in one transaction:
+    the first due delayed messages join their groups (`sql.LOCK_DUE_GROUPS`, then
+    `sql.PROMOTE`), and then, with tenants, the tenant whose turn it is is chosen under
+    the lock of the virtual time (`sql.TENANT_TURNS`) and one of its groups claimed, the
+    turn recorded (`sql.TAKE_TURN`); without, a claim as `ClaimRest`'s."""
+
+    __slots__ = ("claim",)
+    call = "claim"
+
+    def __init__(self, claim: Claim) -> None:
+        self.claim = claim
+
+    def body(self, now: float | None) -> Steps[core.Claimed | None]:
+        claim = self.claim
+        yield from _promote(now, sql.PROMOTE_BATCH)
+        _, needs = yield (Stmt(sql.WAKE_LAPSED, (now,)), Stmt(sql.CLAIM_NEEDS, (now,)))
+        if not needs.rows[0][1]:
             (result,) = yield (claim._claim(now),)
             if not result.rows:
                 return None
+            return (yield from _bury_and_claim(claim, result.rows[0], now))
+        while True:
+            (turns,) = yield (Stmt(sql.TENANT_TURNS),)
+            for turn in turns.rows:
+                lease = (now, claim.worker_id, claim.visibility, None)
+                (result,) = yield (
+                    Stmt(sql.CLAIM_TENANT, (claim.min_priority, turn[0], *lease))
+                    if turn[0]
+                    else Stmt(sql.CLAIM_NO_TENANT, (claim.min_priority, *lease)),
+                )
+                if result.rows:
+                    break
+            else:
+                return None
             row = result.rows[0]
-        return claim._claimed(row)
+            if claim._due(row):  # buried: no turn taken, the tenants are looked at again
+                yield from _bury_and_claim_once(claim, row, now)
+                continue
+            tenant, start, weight = turn
+            yield (Stmt(sql.TAKE_TURN, (start, tenant, weight)),)
+            return claim._claimed(row)
+
+
+def _bury_and_claim_once(claim: Claim, row: Sequence[Any], now: float | None) -> Steps[None]:
+    """Bury the head ``row`` leased, which is due for burial."""
+    assert claim.max_attempts is not None
+    seq, group_id, _, attempt, _, base, before = row
+    delivered = attempt - 1
+    last: Literal["lapsed", "nacked"] = (
+        "nacked" if before is None or before in (sql.PARKED, sql.DELAYED) else "lapsed"
+    )
+    reason = core.exhausted_reason(delivered - base, claim.max_attempts, last)
+    yield from _bury(
+        (group_id, seq, claim.worker_id, attempt), delivered, reason, claim.on_dead, now
+    )
 
 
 def _bury(
@@ -496,7 +631,7 @@ def _bury(
     if on_dead == "hold":
         yield (Stmt(sql.HOLD_GROUP, (*fence, sql.PARKED, attempts)),)
     else:
-        yield (Stmt(sql.ACK, fence),)
+        yield (Stmt(sql.ACK, (*fence, now)),)
     return True
 
 
@@ -579,7 +714,7 @@ class Ack(_Settle[None]):
     call = "ack"
 
     def first(self, now: float | None) -> Batch:
-        return (Stmt(sql.ACK_AT_ONCE, self.fence),)
+        return (Stmt(sql.ACK_AT_ONCE, (*self.fence, now)),)
 
     def done(self, results: list[Result], now: float | None) -> More | None:
         removed, _, held = results[0].rows[0]
@@ -589,7 +724,10 @@ class Ack(_Settle[None]):
         return None
 
     def body(self, now: float | None) -> Steps[None]:
-        _, removed = yield (Stmt(sql.LOCK_LEASE, self.fence), Stmt(sql.ACK, self.fence))
+        _, removed = yield (
+            Stmt(sql.LOCK_LEASE, self.fence),
+            Stmt(sql.ACK, (*self.fence, now)),
+        )
         self.held(removed.rows[0][0] == 1)
 
 
@@ -654,10 +792,39 @@ class BuryLease(_Settle[None]):
 
 
 class _Read(Operation[T]):
+    """An admin read: due delayed messages join their groups first (in a transaction of
+    their own, and only when one is due), then the read runs in one snapshot."""
+
     __slots__ = ()
     call = "admin"
     writes = False
     begin = sql.BEGIN_READ
+
+    def steps(self, now: float | None) -> Steps[T]:
+        yield from transaction(sql.BEGIN, _promote_due(now))
+        return (yield from transaction(self.begin, self.body(now)))
+
+
+def _promote_due(now: float | None) -> Steps[None]:
+    """Every due delayed message joins its group, a batch of groups at a time."""
+    (due,) = yield (Stmt(sql.DUE_EXISTS, (now,)),)
+    while due.rows[0][0] and (yield from _promote(now, None)):
+        (due,) = yield (Stmt(sql.DUE_EXISTS, (now,)),)
+
+
+def _promote(now: float | None, limit: int | None) -> Steps[bool]:
+    """The groups of the first due delayed messages made and locked (those free), and
+    their due messages (at most ``limit``) moved into them; False if none was locked."""
+    (made,) = yield (Stmt(sql.MAKE_DUE_GROUPS, (now,)),)
+    wanted = made.rows[0][0]
+    if not wanted:
+        return False
+    (taken,) = yield (Stmt(sql.TAKE_DUE_GROUPS, (wanted,)),)
+    groups = taken.rows[0][0]
+    if groups:
+        yield (Stmt(sql.PROMOTE, (groups, now, limit)),)
+    yield (Stmt(sql.DROP_EMPTY, (wanted,)),)
+    return bool(groups)
 
 
 class Stats(_Read[dt.QueueStats]):
@@ -665,21 +832,33 @@ class Stats(_Read[dt.QueueStats]):
     call = "stats"
 
     def body(self, now: float | None) -> Steps[dt.QueueStats]:
-        live, dead_rows, keys = yield (
+        live, dead_rows, keys, timers, held, paused = yield (
             Stmt(sql.MESSAGE_COUNTS, (sql.PARKED, now)),
             Stmt(sql.DEAD_COUNTS),
             Stmt(sql.KEY_COUNT, (now,)),
+            Stmt(sql.TIMER_COUNTS),
+            Stmt(sql.HELD_COUNTS, (now,)),
+            Stmt(sql.PAUSED_COUNT),
         )
+        delayed: dict[int, int] = {}
+        for p, n in (*timers.rows, *held.rows):
+            delayed[p] = delayed.get(p, 0) + int(n)
+        # A held message not due is counted delayed, not ready.
+        holding = {p: int(n) for p, n in held.rows}
         counts = {
-            p: (int(ready), int(leased), int(parked)) for p, ready, leased, parked in live.rows
+            p: (int(ready) - holding.get(p, 0), int(leased), int(parked))
+            for p, ready, leased, parked in live.rows
         }
         dead = {p: int(n) for p, n in dead_rows.rows}
         return core.queue_stats(
             (
-                dt.PriorityStats(p, *counts.get(p, (0, 0, 0)), dead=dead.get(p, 0))
-                for p in sorted(counts.keys() | dead.keys())
+                dt.PriorityStats(
+                    p, *counts.get(p, (0, 0, 0)), dead=dead.get(p, 0), delayed=delayed.get(p, 0)
+                )
+                for p in sorted(counts.keys() | dead.keys() | delayed.keys())
             ),
             keys=int(keys.rows[0][0]),
+            paused=int(paused.rows[0][0]),
         )
 
 
@@ -691,9 +870,17 @@ class Groups(_Read[list[dt.GroupInfo]]):
         self.limit = core.check_limit(limit)
 
     def body(self, now: float | None) -> Steps[list[dt.GroupInfo]]:
-        clock, rows = yield (Stmt(sql.SERVER_NOW, (now,)), Stmt(sql.DEEPEST_GROUPS, (self.limit,)))
+        clock, rows = yield (
+            Stmt(sql.SERVER_NOW, (now,)),
+            Stmt(sql.DEEPEST_GROUPS, (sql.PARKED, self.limit)),
+        )
         at = clock.rows[0][0]
-        return [core.group_info(row, at, parked=sql.PARKED, held=sql.HELD) for row in rows.rows]
+        return [
+            core.group_info(
+                row[:7], at, parked=sql.PARKED, held=sql.HELD, paused=row[7], tenant=row[8]
+            )
+            for row in rows.rows
+        ]
 
 
 class DeadLetters(_Read[list[dt.DeadLetter]]):
@@ -731,10 +918,10 @@ class _DeadLetterOp(Operation[bool]):
         if not found.rows:
             return False
         group_id, _, held = found.rows[0]
-        yield from self.act(group_id, bool(held))
+        yield from self.act(group_id, bool(held), now)
         return True
 
-    def act(self, group_id: str, held: bool) -> Steps[None]:
+    def act(self, group_id: str, held: bool, now: float | None) -> Steps[None]:
         raise NotImplementedError
 
 
@@ -742,7 +929,7 @@ class Requeue(_DeadLetterOp):
     __slots__ = ()
     call = "requeue"
 
-    def act(self, group_id: str, held: bool) -> Steps[None]:
+    def act(self, group_id: str, held: bool, now: float | None) -> Steps[None]:
         seq = self.seq
         if held:
             yield (Stmt(sql.UNHOLD_GROUP, (group_id, seq)), Stmt(sql.FORGET_DEAD_LETTER, (seq,)))
@@ -765,11 +952,11 @@ class Discard(_DeadLetterOp):
     __slots__ = ()
     call = "discard"
 
-    def act(self, group_id: str, held: bool) -> Steps[None]:
+    def act(self, group_id: str, held: bool, now: float | None) -> Steps[None]:
         seq = self.seq
         if held:  # its row in `messages` goes too, which frees the group
             yield (Stmt(sql.LOCK_GROUP_ROW, (group_id,)),)
-            yield (Stmt(sql.DROP_HELD_HEAD, (group_id, seq)),)
+            yield (Stmt(sql.DROP_HELD_HEAD, (group_id, seq, now)),)
         yield (Stmt(sql.FORGET_DEAD_LETTER, (seq,)),)
 
 
@@ -783,13 +970,117 @@ class PurgeGroup(Operation[int]):
     def body(self, now: float | None) -> Steps[int]:
         g = (self.group_id,)
         yield (Stmt(sql.LOCK_GROUP_DEAD_LETTERS, g), Stmt(sql.LOCK_GROUP_ROW, g))
-        _, messages, dead = yield (
+        _, messages, dead, timers = yield (
             Stmt(sql.DROP_GROUP, g),
             Stmt(sql.PURGE_MESSAGES, g),
             Stmt(sql.PURGE_DEAD_LETTERS, g),
+            Stmt(sql.PURGE_TIMERS, g),
         )
         # A held dead letter is in both tables; count it once.
-        return len({row[0] for row in messages.rows} | {row[0] for row in dead.rows})
+        removed = {row[0] for row in messages.rows} | {row[0] for row in dead.rows}
+        return len(removed) + len(timers.rows)
+
+
+class Cancel(Operation[bool]):
+    """A delayed message is deleted by its seq; a message in a group is found, its group
+    locked, and it is removed unless a worker's lease on it is running (a head: its
+    group goes on with the next message)."""
+
+    __slots__ = ("seq",)
+    call = "cancel"
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+
+    def body(self, now: float | None) -> Steps[bool]:
+        seq = self.seq
+        (timer,) = yield (Stmt(sql.CANCEL_TIMER, (seq,)),)
+        if timer.rowcount == 1:
+            return True
+        (found,) = yield (Stmt(sql.FIND_MESSAGE, (seq,)),)
+        if not found.rows:
+            return False
+        group_id = found.rows[0][0]
+        _, state = yield (
+            Stmt(sql.LOCK_GROUP_ROW, (group_id,)),
+            Stmt(sql.CANCEL_STATE, (now, group_id, seq)),
+        )
+        if not state.rows:
+            return False
+        place, head, leased = state.rows[0]
+        if leased:
+            return False
+        if head:
+            (removed,) = yield (Stmt(sql.CANCEL_HEAD, (group_id, seq, now)),)
+            return bool(removed.rows[0][0] == 1)
+        yield (Stmt(sql.CANCEL_QUEUED, (group_id, place)),)
+        return True
+
+
+class Pause(Operation[bool]):
+    """Store (or forget) a group's pause and copy it onto its row, locked first."""
+
+    __slots__ = ("group_id", "paused")
+    call = "pause"
+
+    def __init__(self, group_id: str, paused: bool) -> None:
+        self.group_id, self.paused = group_id, paused
+
+    def body(self, now: float | None) -> Steps[bool]:
+        g = self.group_id
+        _, changed, _ = yield (
+            Stmt(sql.LOCK_GROUP, (g, 0)),
+            Stmt(sql.PAUSE if self.paused else sql.RESUME, (g,)),
+            Stmt(sql.DROP_EMPTY, ([g],)),
+        )
+        return bool(changed.rows[0][0] == 1)
+
+
+class PausedGroups(_Read[list[str]]):
+    __slots__ = ()
+    call = "paused_groups"
+
+    def steps(self, now: float | None) -> Steps[list[str]]:
+        return transaction(self.begin, self.body(now))
+
+    def body(self, now: float | None) -> Steps[list[str]]:
+        (result,) = yield (Stmt(sql.LIST_PAUSED),)
+        return [row[0] for row in result.rows]
+
+
+class Peek(_Read[list[dt.QueuedMessage]]):
+    __slots__ = ("group_id", "limit")
+    call = "peek"
+
+    def __init__(self, group_id: str, limit: int) -> None:
+        self.group_id, self.limit = group_id, limit
+
+    def body(self, now: float | None) -> Steps[list[dt.QueuedMessage]]:
+        (result,) = yield (Stmt(sql.PEEK, (now, self.group_id, self.limit)),)
+        return [dt.QueuedMessage(*row) for row in result.rows[: self.limit]]
+
+
+class SetTenantWeight(Operation[None]):
+    __slots__ = ("tenant", "weight")
+    call = "set_tenant_weight"
+
+    def __init__(self, tenant: str, weight: int) -> None:
+        self.tenant, self.weight = tenant, weight
+
+    def first(self, now: float | None) -> Batch:
+        return (Stmt(sql.SET_WEIGHT, (self.tenant, self.weight)),)
+
+    def done(self, results: list[Result], now: float | None) -> None:
+        return None
+
+
+class Tenants(_Read[list[dt.TenantInfo]]):
+    __slots__ = ()
+    call = "tenants"
+
+    def body(self, now: float | None) -> Steps[list[dt.TenantInfo]]:
+        (result,) = yield (Stmt(sql.LIST_TENANTS),)
+        return [dt.TenantInfo(name, int(weight), int(n)) for name, weight, n in result.rows]
 
 
 # --- within: the caller's transaction ------------------------------------------------------
@@ -926,7 +1217,7 @@ class Operations:
         items: Iterable[tuple[str, Any, int] | dt.Message[Any]],
         window: float,
         /,
-    ) -> PublishMany | PublishKeyedMany:
+    ) -> PublishMany | PublishKeyedMany | PublishManyWith:
         return publish_many(codec, items, window)
 
     def Nack(self, lease: dt.Lease[Any], delay: float, /) -> Nack:
@@ -937,7 +1228,7 @@ class Operations:
 
     # The others take no option: the module's own classes.
     Publish = Publish
-    PublishKeyed = PublishKeyed
+    PublishWith = PublishWith
     Ack = Ack
     BuryLease = BuryLease
     Stats = Stats
@@ -947,3 +1238,9 @@ class Operations:
     Requeue = Requeue
     Discard = Discard
     PurgeGroup = PurgeGroup
+    Cancel = Cancel
+    Pause = Pause
+    PausedGroups = PausedGroups
+    Peek = Peek
+    SetTenantWeight = SetTenantWeight
+    Tenants = Tenants

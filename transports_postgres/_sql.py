@@ -21,10 +21,11 @@ from transports_core.backend import RESERVED_PREFIX
 
 # Stored in `meta`: a schema with another version is refused (or, one day, migrated).
 # 2: the free groups' index is on the `free` column (1 had no released queues).
-# 3: the `keys` table of idempotency keys (a store at 2 is upgraded in place: `UPGRADE`).
-SCHEMA_VERSION: Final = 3
+# 3: the `keys` table of idempotency keys.
+# 4: timers, holds, pauses and tenants (a store at 3 is upgraded in place: `UPGRADE`).
+SCHEMA_VERSION: Final = 4
 # The one older version a store may be at and still be opened: it is upgraded first.
-UPGRADES_FROM: Final = 2
+UPGRADES_FROM: Final = 3
 # Written beside the version, so that a schema holding someone else's `meta` is refused too.
 OWNER: Final = "durable-transports"
 
@@ -76,6 +77,11 @@ def quote_literal(text: str) -> str:
 
 # The holder of a parked head, where a worker's id would be: inside core's reserved prefix.
 PARKED: Final = RESERVED_PREFIX + "parked__"
+# The holder of a head published with ``hold=True`` that is not due yet: it holds its
+# group as a park does, and is told apart from a nack's park by admin reads.
+DELAYED: Final = RESERVED_PREFIX + "delayed__"
+# At most this many delayed messages join their groups per claim (in due order).
+PROMOTE_BATCH: Final = 100
 # A held dead letter's lock_expiry: later than any clock, so its group is never ready.
 HELD: Final = float("inf")
 
@@ -145,6 +151,82 @@ CREATE TABLE IF NOT EXISTS {s}.keys (
     Statement("CREATE INDEX IF NOT EXISTS keys_expiry ON {s}.keys (expires_at)"),
 )
 
+# What version 4 added, written so that it runs on a new schema and on one at version 3.
+TIMERS_SCHEMA: Final = (
+    # Delayed messages without hold, outside their groups until due: a claim reads the
+    # front of timers_due and nothing else; a publish looks up its own group's due ones
+    # through timers_group. `seq` is the seq the publish returned, kept for good.
+    Statement(
+        """
+CREATE TABLE IF NOT EXISTS {s}.timers (
+    seq      bigint   PRIMARY KEY,
+    group_id text     NOT NULL,
+    priority smallint NOT NULL,
+    tenant   text,
+    event    text     NOT NULL,
+    due      float8   NOT NULL
+)"""
+    ),
+    Statement("CREATE INDEX IF NOT EXISTS timers_due ON {s}.timers (due, seq)"),
+    Statement("CREATE INDEX IF NOT EXISTS timers_group ON {s}.timers (group_id, due, seq)"),
+    # `seq` in `messages` is the message's place in its group's FIFO. It is the seq its
+    # publish returned, except for a delayed message that joined a group with messages:
+    # it takes a place drawn from `seqs` when it joins (after everything there), and
+    # `id` keeps its own seq until it becomes the head, when it is moved back under its
+    # own seq (nothing is left before it then), so a head's place is always its seq.
+    # `not_before`: a publish with hold=True, not deliverable before then.
+    Statement(
+        "ALTER TABLE {s}.messages ADD COLUMN IF NOT EXISTS id bigint, "
+        "ADD COLUMN IF NOT EXISTS not_before float8"
+    ),
+    Statement(
+        "CREATE INDEX IF NOT EXISTS messages_held ON {s}.messages (group_id) "
+        "WHERE not_before IS NOT NULL"
+    ),
+    Statement(
+        "CREATE INDEX IF NOT EXISTS messages_moved ON {s}.messages (id) WHERE id IS NOT NULL"
+    ),
+    # A pause is stored apart from the group, whose row goes when it drains; the row's
+    # `paused` copies it (set by pause and resume, and when a group is made), so that
+    # claims skip paused groups through their index at no cost.
+    Statement("CREATE TABLE IF NOT EXISTS {s}.paused (group_id text PRIMARY KEY)"),
+    Statement(
+        "ALTER TABLE {s}.groups ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false, "
+        "ADD COLUMN IF NOT EXISTS tenant text"
+    ),
+    Statement("DROP INDEX IF EXISTS {s}.groups_ready"),
+    Statement(
+        "CREATE INDEX groups_ready ON {s}.groups (last_claimed_at, head_seq) "
+        "WHERE free AND NOT paused"
+    ),
+    # The groups that have a tenant: empty (and never written) while no group has one,
+    # which is what lets a claim skip the tenants' bookkeeping. The ready ones by tenant,
+    # in round-robin order: a claim in a tenant's turn reads the front of its part.
+    Statement(
+        "CREATE INDEX IF NOT EXISTS groups_tenanted ON {s}.groups (tenant) WHERE tenant IS NOT NULL"
+    ),
+    Statement(
+        "CREATE INDEX IF NOT EXISTS groups_tenant_ready ON {s}.groups "
+        "(tenant, last_claimed_at, head_seq) WHERE free AND NOT paused AND tenant IS NOT NULL"
+    ),
+    # Each tenant's stored weight (NULL: never set, 1) and pass; '' stands for the
+    # groups without a tenant (a tenant's name has one character at least).
+    Statement(
+        """
+CREATE TABLE IF NOT EXISTS {s}.tenants (
+    tenant text    PRIMARY KEY,
+    weight integer,
+    pass   float8  NOT NULL DEFAULT 0
+)"""
+    ),
+    # The virtual time V: one row, locked by a claim that takes a tenant's turn.
+    Statement(
+        "CREATE TABLE IF NOT EXISTS {s}.vclock "
+        "(one boolean PRIMARY KEY DEFAULT true CHECK (one), v float8 NOT NULL)"
+    ),
+    Statement("INSERT INTO {s}.vclock (v) VALUES (0) ON CONFLICT DO NOTHING"),
+)
+
 SCHEMA: Final = (
     Statement("CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)"),
     Statement(
@@ -194,8 +276,7 @@ CREATE TABLE {s}.groups (
 )"""
     ),
     # The free groups in round-robin order (0: never claimed, so first): a claim reads the
-    # front of this index and nothing else.
-    Statement("CREATE INDEX groups_ready ON {s}.groups (last_claimed_at, head_seq) WHERE free"),
+    # front of this index and nothing else (made in TIMERS_SCHEMA, paused groups left out).
     # The busy groups by when they come free: the wake-up and a waiting claim's timer.
     Statement("CREATE INDEX groups_busy ON {s}.groups (busy_until) WHERE busy_until IS NOT NULL"),
     Statement(
@@ -226,12 +307,13 @@ CREATE TABLE {s}.dead_letters (
         "autovacuum_vacuum_insert_scale_factor = 0.05)"
     ),
     *KEYS_SCHEMA,
+    *TIMERS_SCHEMA,
 )
 
 # A store at UPGRADES_FROM brought to SCHEMA_VERSION, additively, in the transaction of
 # its opener that holds SETUP_LOCK: the version moves only with the tables it names.
 UPGRADE: Final = (
-    *KEYS_SCHEMA,
+    *TIMERS_SCHEMA,
     Statement("UPDATE {s}.meta SET value = :version WHERE key = 'version'", ("version",)),
 )
 
@@ -265,9 +347,10 @@ UNREGISTER_WAITER: Final = Statement("DELETE FROM {s}.waiters WHERE pid = :pid",
 # scan of the table.)
 NEXT_DUE: Final = Statement(
     f"""
-SELECT (SELECT min(busy_until) FROM {{s}}.groups
-         WHERE busy_until IS NOT NULL AND busy_until < 'Infinity') - {_NOW},
-       (SELECT 1 FROM {{s}}.groups WHERE free AND priority >= :min_priority
+SELECT least((SELECT min(busy_until) FROM {{s}}.groups
+               WHERE busy_until IS NOT NULL AND busy_until < 'Infinity'),
+              (SELECT min(due) FROM {{s}}.timers)) - {_NOW},
+       (SELECT 1 FROM {{s}}.groups WHERE free AND NOT paused AND priority >= :min_priority
          ORDER BY last_claimed_at, head_seq LIMIT 1) IS NOT NULL
 """,
     ("now", "min_priority"),
@@ -287,27 +370,42 @@ ON CONFLICT (group_id) DO UPDATE SET depth = {s}.groups.depth WHERE false
 
 # A published message (CTE `m`, its seq) counted into its locked group: a group that was
 # empty (new) gets it as its head.
-_COUNT_IN = """UPDATE {s}.groups g
+# A group made now takes the stored pause of its name (read only then).
+_PAUSED_NOW = "EXISTS (SELECT 1 FROM {s}.paused p WHERE p.group_id = :group_id)"
+_COUNT_IN = f"""UPDATE {{s}}.groups g
        SET depth = g.depth + 1,
-           head_seq = CASE WHEN g.depth = 0 THEN m.seq ELSE g.head_seq END
+           head_seq = CASE WHEN g.depth = 0 THEN m.seq ELSE g.head_seq END,
+           paused = CASE WHEN g.depth = 0 THEN {_PAUSED_NOW} ELSE g.paused END
       FROM m
      WHERE g.group_id = :group_id"""
+
+# Whether the group has delayed messages that are due: they join it before anything is
+# appended, so a publish that finds some stores nothing and goes on in `PublishWith`
+# (a one-time filter: the publish's own cost is one probe of timers_group).
+_DUE_HERE = f"""due AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM {{s}}.timers
+                    WHERE group_id = :group_id AND due <= {_NOW}) AS found
+)"""
+_FOUND = "(SELECT found FROM due)"
 
 # In a fresh statement, under the lock: draw the seq, store the message, count it in; a
 # group that was empty (new) gets it as its head, and a blocked claim is woken.
 APPEND: Final = Statement(
     f"""
-WITH m AS (
+WITH {_DUE_HERE}, m AS (
     INSERT INTO {{s}}.messages (group_id, seq, priority, event)
-    VALUES (:group_id, nextval('{{s}}.seqs'), :priority, :event)
+    SELECT :group_id, nextval('{{s}}.seqs'), :priority, :event WHERE NOT {_FOUND}
     RETURNING seq
 ), g AS (
     {_COUNT_IN}
     RETURNING m.seq, g.depth
+), dropped AS (
+    DELETE FROM {{s}}.groups WHERE group_id = :group_id AND depth = 0 AND {_FOUND}
 )
-SELECT seq, CASE WHEN depth = 1 AND {_ANY_WAITER} THEN {_NOTIFY} END FROM g
+SELECT (SELECT seq FROM g),
+       (SELECT {_NOTIFY} FROM g WHERE depth = 1 AND {_ANY_WAITER}), {_FOUND}
 """,
-    ("group_id", "priority", "event"),
+    ("group_id", "now", "priority", "event"),
 )
 
 # publish_many, first: lock every group of the batch, in group order (so two batches never
@@ -339,11 +437,12 @@ _STORE_BATCH = """INSERT INTO {s}.messages (group_id, seq, priority, event)
 def _new_heads(gate: str = "") -> str:
     # Each new group of the batch (head_seq 0) given the seq of its first message
     # (:firsts, its place in the batch) as its head (see APPEND_MANY), if ``gate``.
-    return f"""INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
-    SELECT f.g, 0, s.seqs[f.i], 0
+    return f"""INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth, paused)
+    SELECT f.g, 0, s.seqs[f.i], 0,
+           EXISTS (SELECT 1 FROM {{s}}.paused p WHERE p.group_id = f.g)
       FROM s, unnest(:groups::text[], :firsts::integer[]) AS f (g, i)
      WHERE {gate}(SELECT head_seq FROM {{s}}.groups WHERE group_id = f.g) = 0
-    ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq
+    ON CONFLICT (group_id) DO UPDATE SET head_seq = excluded.head_seq, paused = excluded.paused
     RETURNING 1"""
 
 
@@ -417,8 +516,8 @@ _FORGET_KEYS = f"""
 # drawn seq is then never used, a gap like a rollback's.
 KEYED_APPEND: Final = Statement(
     f"""
-WITH t AS MATERIALIZED (
-    SELECT nextval('{{s}}.seqs') AS seq
+WITH {_DUE_HERE}, t AS MATERIALIZED (
+    SELECT nextval('{{s}}.seqs') AS seq WHERE NOT {_FOUND}
 ), k AS (
     INSERT INTO {{s}}.keys AS k (group_id, key, seq, expires_at)
     SELECT :group_id, :key, t.seq, {_NOW} + :window FROM t{_KEY_UPSERT}
@@ -435,11 +534,10 @@ WITH t AS MATERIALIZED (
     DELETE FROM {{s}}.groups
      WHERE group_id = :group_id AND depth = 0 AND NOT EXISTS (SELECT 1 FROM new){_FORGET_KEYS}
 )
-SELECT k.seq, EXISTS (SELECT 1 FROM new),
-       (SELECT {_NOTIFY} FROM g WHERE g.depth = 1 AND {_ANY_WAITER})
-  FROM k
+SELECT (SELECT seq FROM k), EXISTS (SELECT 1 FROM new),
+       (SELECT {_NOTIFY} FROM g WHERE g.depth = 1 AND {_ANY_WAITER}), {_FOUND}
 """,
-    ("group_id", "key", "now", "window", "priority", "event"),
+    ("group_id", "now", "key", "window", "priority", "event"),
 )
 
 # A publish_many with keys, after LOCK_GROUPS, which counted every message sent in (the
@@ -474,13 +572,16 @@ WITH s AS (
            (SELECT head_seq = 0 FROM {{s}}.groups WHERE group_id = kept.g) AS fresh
       FROM kept GROUP BY kept.g
 ), fixed AS (
-    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
-    SELECT g, 0, coalesce(head, 0), dups FROM per
+    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth, paused)
+    SELECT g, 0, coalesce(head, 0), dups,
+           EXISTS (SELECT 1 FROM {{s}}.paused p WHERE p.group_id = per.g) FROM per
      WHERE (fresh AND head IS NOT NULL) OR (dups > 0 AND NOT fresh)
     ON CONFLICT (group_id) DO UPDATE
     SET depth = {{s}}.groups.depth - excluded.depth,
         head_seq = CASE WHEN {{s}}.groups.head_seq = 0 THEN excluded.head_seq
-                        ELSE {{s}}.groups.head_seq END
+                        ELSE {{s}}.groups.head_seq END,
+        paused = CASE WHEN {{s}}.groups.head_seq = 0 THEN excluded.paused
+                      ELSE {{s}}.groups.paused END
 ), dropped AS (
     DELETE FROM {{s}}.groups
      WHERE group_id IN (SELECT g FROM per WHERE fresh AND head IS NULL){_FORGET_KEYS}
@@ -567,7 +668,7 @@ UPDATE {{s}}.groups SET busy_until = NULL
 )
 
 
-def _claim(guard: str) -> Statement:
+def _claim(guard: str, names: tuple[str, ...] = ()) -> Statement:
     # The oldest-served free group at or above the floor, locked, or skipped if another
     # claimer holds it: exclusivity is the row lock, never a unique violation or an
     # advisory lock. Its head is leased and the group goes to the back of the round-robin.
@@ -577,7 +678,7 @@ def _claim(guard: str) -> Statement:
         f"""
 WITH c AS (
     SELECT group_id, locked_by FROM {{s}}.groups
-     WHERE free AND priority >= :min_priority{guard}
+     WHERE free AND NOT paused AND priority >= :min_priority{guard}
      ORDER BY last_claimed_at, head_seq
      LIMIT 1
      FOR NO KEY UPDATE SKIP LOCKED
@@ -589,7 +690,7 @@ UPDATE {{s}}.groups g
  WHERE g.group_id = c.group_id AND m.group_id = g.group_id AND m.seq = g.head_seq
 RETURNING g.head_seq, g.group_id, m.event, g.attempt, g.lock_expiry, m.base, c.locked_by
 """,
-        ("min_priority", "now", "worker_id", "visibility", "lease_commit"),
+        ("min_priority", *names, "now", "worker_id", "visibility", "lease_commit"),
     )
 
 
@@ -597,10 +698,31 @@ RETURNING g.head_seq, g.group_id, m.event, g.attempt, g.lock_expiry, m.base, c.l
 # be woken (the first entry of groups_busy), since a woken group may come before every
 # free one in the round-robin. Finding nothing, the claim wakes the lapsed groups, then
 # runs CLAIM.
+# A claim needs more than one statement while a delayed message is due (it joins its
+# group first) or a group has a tenant (the tenants take turns): both are one probe of
+# an index that is empty while no such message or group exists.
+_SIMPLE = f"""
+       AND coalesce((SELECT min(due) FROM {{s}}.timers), 'Infinity') > {_NOW}
+       AND NOT EXISTS (SELECT 1 FROM {{s}}.groups WHERE tenant IS NOT NULL)"""
 CLAIM_READY: Final = _claim(
     f"\n       AND coalesce((SELECT min(busy_until) FROM {{s}}.groups), 'Infinity') >= {_NOW}"
+    + _SIMPLE
 )
+CLAIM_SIMPLE: Final = _claim(_SIMPLE)
 CLAIM: Final = _claim("")
+# A claim in one tenant's turn: only its groups (through groups_tenant_ready), or only
+# those without a tenant (through groups_ready).
+CLAIM_TENANT: Final = _claim("\n       AND tenant = :tenant", ("tenant",))
+CLAIM_NO_TENANT: Final = _claim("\n       AND tenant IS NULL")
+# Why a claim's one-statement tries found nothing: a delayed message is due, a group has
+# a tenant.
+CLAIM_NEEDS: Final = Statement(
+    f"""
+SELECT coalesce((SELECT min(due) FROM {{s}}.timers), 'Infinity') <= {_NOW},
+       EXISTS (SELECT 1 FROM {{s}}.groups WHERE tenant IS NOT NULL)
+""",
+    ("now",),
+)
 
 # --- settle -------------------------------------------------------------------------------------
 
@@ -619,8 +741,18 @@ LOCK_LEASE: Final = Statement(f"SELECT 1 FROM {{s}}.groups WHERE {_FENCE} FOR UP
 
 
 # An acked head's group moves to its next message (`nxt`), free, with the deliveries it had.
-_TO_NEXT = """SET head_seq = nxt.seq, attempt = nxt.attempt, depth = g.depth - 1,
-           locked_by = NULL, lock_expiry = NULL, busy_until = NULL"""
+# A next head published with hold=True and not due yet holds its group as a park does,
+# until it is due (see DELAYED).
+_HELD_UNTIL = f"CASE WHEN nxt.not_before > {_NOW} THEN nxt.not_before END"
+_TO_NEXT = f"""SET head_seq = coalesce(nxt.id, nxt.seq), attempt = nxt.attempt,
+           depth = g.depth - 1,
+           locked_by = CASE WHEN nxt.not_before > {_NOW} THEN '{DELAYED}' END,
+           lock_expiry = {_HELD_UNTIL}, busy_until = {_HELD_UNTIL}"""
+# A next head that joined its group when due (under a later place) moves back under its
+# own seq: nothing is left before it (see TIMERS_SCHEMA).
+_MOVE_BACK = """UPDATE {s}.messages m SET seq = nxt.id, id = NULL
+      FROM nxt
+     WHERE nxt.id IS NOT NULL AND m.group_id = :group_id AND m.seq = nxt.seq"""
 
 
 def _remove_head(holds: str, names: tuple[str, ...]) -> Statement:
@@ -637,14 +769,16 @@ WITH lease AS (
      WHERE group_id = :group_id AND seq = :seq AND EXISTS (SELECT 1 FROM lease)
     RETURNING seq
 ), nxt AS (
-    SELECT seq, attempt FROM {{s}}.messages
+    SELECT seq, attempt, id, not_before FROM {{s}}.messages
      WHERE group_id = :group_id AND seq > :seq AND EXISTS (SELECT 1 FROM lease)
      ORDER BY seq LIMIT 1
 ), moved AS (
     UPDATE {{s}}.groups g {_TO_NEXT}
       FROM nxt
      WHERE g.group_id = :group_id
-    RETURNING 1
+    RETURNING g.busy_until IS NULL AS ready
+), back AS (
+    {_MOVE_BACK}
 ), dropped AS (
     DELETE FROM {{s}}.groups
      WHERE group_id = :group_id AND EXISTS (SELECT 1 FROM lease)
@@ -655,7 +789,7 @@ SELECT (SELECT count(*) FROM gone),
        (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM moved) AND {_ANY_WAITER}),
        (SELECT count(*) FROM dropped)
 """,
-        names,
+        (*names, "now"),
     )
 
 
@@ -672,7 +806,7 @@ ACK: Final = _remove_head(_FENCE, FENCE_NAMES)
 ACK_AT_ONCE: Final = Statement(
     f"""
 WITH nxt AS (
-    SELECT seq, attempt FROM {{s}}.messages
+    SELECT seq, attempt, id, not_before FROM {{s}}.messages
      WHERE group_id = :group_id AND seq > :seq
      ORDER BY seq LIMIT 1
 ), moved AS (
@@ -680,6 +814,8 @@ WITH nxt AS (
       FROM nxt
      WHERE {_G_FENCE}
     RETURNING 1
+), back AS (
+    {_MOVE_BACK} AND EXISTS (SELECT 1 FROM moved)
 ), dropped AS (
     DELETE FROM {{s}}.groups
      WHERE {_FENCE} AND depth = 1 AND NOT EXISTS (SELECT 1 FROM nxt)
@@ -694,7 +830,7 @@ SELECT g.n, (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM moved) AND {_ANY_WAITE
        CASE WHEN g.n = 0 THEN EXISTS (SELECT 1 FROM {{s}}.groups WHERE {_FENCE}) END
   FROM (SELECT count(*) AS n FROM gone) g
 """,
-    FENCE_NAMES,
+    (*FENCE_NAMES, "now"),
 )
 
 # A nack with a delay parks the head until then, holding the group.
@@ -811,10 +947,10 @@ SELECT d.group_id, d.attempts,
 # Who holds the group, locked: a worker's lease (lapsed ones included: they can still be
 # acked, which would act on the new head) or a held dead letter. A park is fine.
 GROUP_HOLDER: Final = Statement(
-    """
-SELECT locked_by, head_seq, lock_expiry = 'Infinity' FROM {s}.groups
+    f"""
+SELECT locked_by, head_seq, lock_expiry = 'Infinity' FROM {{s}}.groups
  WHERE group_id = :group_id
-   AND (locked_by <> :parked OR lock_expiry = 'Infinity')
+   AND (locked_by NOT IN (:parked, '{DELAYED}') OR lock_expiry = 'Infinity')
    FOR UPDATE
 """,
     ("group_id", "parked"),
@@ -845,8 +981,10 @@ SELECT group_id, seq, priority, event, attempts, attempts FROM {s}.dead_letters
 RESTORE_HEAD: Final = Statement(
     f"""
 WITH g AS (
-    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth, attempt)
-    SELECT group_id, priority, seq, 1, attempts FROM {{s}}.dead_letters WHERE seq = :seq
+    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth, attempt, paused)
+    SELECT d.group_id, d.priority, d.seq, 1, d.attempts,
+           EXISTS (SELECT 1 FROM {{s}}.paused p WHERE p.group_id = d.group_id)
+      FROM {{s}}.dead_letters d WHERE d.seq = :seq
     ON CONFLICT (group_id) DO UPDATE
     SET head_seq = least({{s}}.groups.head_seq, excluded.head_seq),
         attempt = CASE WHEN excluded.head_seq < {{s}}.groups.head_seq
@@ -867,8 +1005,9 @@ FORGET_DEAD_LETTER: Final = Statement("DELETE FROM {s}.dead_letters WHERE seq = 
 MESSAGE_COUNTS: Final = Statement(
     f"""
 SELECT priority,
-       sum(depth - (locked_by IS NOT NULL AND lock_expiry >= t.now)::int)::bigint,
-       count(*) FILTER (WHERE locked_by <> :parked AND lock_expiry >= t.now),
+       sum(depth - (locked_by IS NOT NULL AND locked_by <> '{DELAYED}'
+                    AND lock_expiry >= t.now)::int)::bigint,
+       count(*) FILTER (WHERE locked_by NOT IN (:parked, '{DELAYED}') AND lock_expiry >= t.now),
        count(*) FILTER (WHERE locked_by = :parked AND lock_expiry >= t.now
                           AND lock_expiry < 'Infinity')
   FROM {{s}}.groups, (SELECT {_NOW} AS now) t
@@ -882,13 +1021,16 @@ DEAD_COUNTS: Final = Statement("SELECT priority, count(*) FROM {s}.dead_letters 
 KEY_COUNT: Final = Statement(f"SELECT count(*) FROM {{s}}.keys WHERE expires_at > {_NOW}", ("now",))
 SERVER_NOW: Final = Statement(f"SELECT {_NOW}", ("now",))
 DEEPEST_GROUPS: Final = Statement(
-    """
-SELECT group_id, priority, head_seq, last_claimed_at, locked_by, lock_expiry, depth
-  FROM {s}.groups
+    f"""
+SELECT group_id, priority, head_seq, last_claimed_at,
+       CASE WHEN locked_by = '{DELAYED}' THEN :parked ELSE locked_by END, lock_expiry, depth,
+       paused, tenant
+  FROM {{s}}.groups
+ WHERE depth > 0
  ORDER BY depth DESC, head_seq
  LIMIT :limit
 """,
-    ("limit",),
+    ("parked", "limit"),
 )
 LIST_DEAD_LETTERS: Final = Statement(
     """
@@ -916,7 +1058,11 @@ LOCK_GROUP_DEAD_LETTERS: Final = Statement(
     ("group_id",),
 )
 PURGE_MESSAGES: Final = Statement(
-    "DELETE FROM {s}.messages WHERE group_id = :group_id RETURNING seq", ("group_id",)
+    "DELETE FROM {s}.messages WHERE group_id = :group_id RETURNING coalesce(id, seq)",
+    ("group_id",),
+)
+PURGE_TIMERS: Final = Statement(
+    "DELETE FROM {s}.timers WHERE group_id = :group_id RETURNING seq", ("group_id",)
 )
 PURGE_DEAD_LETTERS: Final = Statement(
     "DELETE FROM {s}.dead_letters WHERE group_id = :group_id RETURNING seq", ("group_id",)
@@ -952,4 +1098,333 @@ NOTIFY_IF_SNAPSHOT: Final = Statement(
 SELECT CASE WHEN current_setting('transaction_isolation') IN ('repeatable read', 'serializable')
             THEN {_NOTIFY} END
 """
+)
+
+# --- timers, holds, pauses, tenants -----------------------------------------------------------
+
+# The groups of the first due delayed messages (at most PROMOTE_BATCH), made (empty) if
+# missing, in group order as every statement that makes several groups makes them.
+# Then, in a fresh statement, TAKE_DUE_GROUPS locks those that no one else holds (a
+# claim skips a group a worker's transaction holds, as CLAIM does), and their messages
+# join them in another (PROMOTE). A delayed message is only ever moved or deleted under
+# its group's lock.
+MAKE_DUE_GROUPS: Final = Statement(
+    f"""
+WITH d AS MATERIALIZED (
+    SELECT DISTINCT group_id FROM (
+        SELECT group_id FROM {{s}}.timers WHERE due <= {_NOW}
+         ORDER BY due, seq LIMIT {PROMOTE_BATCH}) first
+), made AS (
+    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
+    SELECT group_id, 0, 0, 0 FROM d ORDER BY group_id
+    ON CONFLICT (group_id) DO NOTHING
+)
+SELECT array(SELECT group_id FROM d)
+""",
+    ("now",),
+)
+TAKE_DUE_GROUPS: Final = Statement(
+    """
+SELECT array(SELECT group_id FROM {s}.groups WHERE group_id = ANY (:groups::text[])
+              ORDER BY group_id FOR NO KEY UPDATE SKIP LOCKED)
+""",
+    ("groups",),
+)
+
+# The due delayed messages of the locked groups :groups (at most :limit; NULL: all) join
+# the end of their groups in (due, seq) order, as if published when due: each takes a
+# place drawn now, except the first of a group with no messages (new, depth 0), which
+# becomes its head under its own seq, and sets the group's priority and tenant as a
+# publish that made it would. A group made for nothing (its messages joined it before)
+# is left to DROP_EMPTY. A blocked claim is woken.
+PROMOTE: Final = Statement(
+    f"""
+WITH t AS (
+    DELETE FROM {{s}}.timers
+     WHERE seq = ANY (ARRAY(
+        SELECT seq FROM {{s}}.timers
+         WHERE group_id = ANY (:groups::text[]) AND due <= {_NOW}
+         ORDER BY due, seq LIMIT :limit))
+    RETURNING seq, group_id, priority, tenant, event, due
+), r AS MATERIALIZED (
+    SELECT t.*, row_number() OVER (ORDER BY due, seq) AS n,
+           row_number() OVER (PARTITION BY group_id ORDER BY due, seq) AS k,
+           (SELECT depth FROM {{s}}.groups g WHERE g.group_id = t.group_id) AS depth
+      FROM t
+), s AS (
+    SELECT array_agg(x ORDER BY x) AS places
+      FROM (SELECT nextval('{{s}}.seqs') AS x FROM r) drawn
+), p AS MATERIALIZED (
+    SELECT r.*, CASE WHEN r.depth = 0 AND r.k = 1 THEN r.seq ELSE s.places[r.n] END AS at
+      FROM r, s
+), m AS (
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event, id)
+    SELECT group_id, at, priority, event, CASE WHEN at <> seq THEN seq END FROM p
+), c AS (
+    SELECT group_id, count(*) AS n, min(at) FILTER (WHERE k = 1) AS head,
+           min(priority) FILTER (WHERE k = 1) AS priority,
+           min(tenant) FILTER (WHERE k = 1) AS tenant
+      FROM p GROUP BY group_id
+), g AS (
+    UPDATE {{s}}.groups g
+       SET depth = g.depth + c.n,
+           head_seq = CASE WHEN g.depth = 0 THEN c.head ELSE g.head_seq END,
+           priority = CASE WHEN g.depth = 0 THEN c.priority ELSE g.priority END,
+           tenant = CASE WHEN g.depth = 0 THEN c.tenant ELSE g.tenant END,
+           paused = CASE WHEN g.depth = 0
+                         THEN EXISTS (SELECT 1 FROM {{s}}.paused x WHERE x.group_id = g.group_id)
+                         ELSE g.paused END
+      FROM c
+     WHERE g.group_id = c.group_id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM p),
+       (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM g) AND {_ANY_WAITER})
+""",
+    ("groups", "now", "limit"),
+)
+
+# Every group of a batch locked (made empty if new), in group order, adding nothing.
+LOCK_GROUP_LIST: Final = Statement(
+    """
+INSERT INTO {s}.groups (group_id, priority, head_seq, depth)
+SELECT g, 0, 0, 0 FROM unnest(:groups::text[]) AS b (g) ORDER BY g
+ON CONFLICT (group_id) DO UPDATE SET depth = {s}.groups.depth WHERE false
+""",
+    ("groups",),
+)
+# A locked group left with no message (made for a delayed message or a duplicate) goes.
+DROP_EMPTY: Final = Statement(
+    "DELETE FROM {s}.groups WHERE group_id = ANY (:groups::text[]) AND depth = 0",
+    ("groups",),
+)
+
+# A publish with any of a key, a delay, a hold or a tenant, in a fresh statement under
+# its group's lock, after the group's due delayed messages have joined it (PROMOTE). The
+# seq is drawn and offered with the key (if any) as KEYED_APPEND does; a message the
+# key takes is stored as a delayed message (:due without :hold), or appended to its group
+# with its not-before time (:hold). A group this makes (depth 0) takes the publish's
+# priority, tenant and stored pause; a held head not due holds it as a park (DELAYED).
+# The group row, made by the lock, is never dropped here: DROP_EMPTY runs after the
+# batch. A blocked claim is woken: its deadline may be this message's due time.
+STORE_WITH: Final = Statement(
+    f"""
+WITH t AS MATERIALIZED (
+    SELECT nextval('{{s}}.seqs') AS seq
+), k AS (
+    INSERT INTO {{s}}.keys AS k (group_id, key, seq, expires_at)
+    SELECT :group_id, :key, t.seq, {_NOW} + :window FROM t
+     WHERE :key::text IS NOT NULL{_KEY_UPSERT}
+), new AS MATERIALIZED (
+    SELECT t.seq FROM t
+     WHERE :key::text IS NULL OR t.seq IN (SELECT k.seq FROM k)
+), tm AS (
+    INSERT INTO {{s}}.timers (seq, group_id, priority, tenant, event, due)
+    SELECT new.seq, :group_id, :priority, :tenant, :event, {_NOW} + :delay FROM new
+     WHERE :delay::float8 > 0 AND NOT :hold::boolean
+), m AS (
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event, not_before)
+    SELECT :group_id, new.seq, :priority, :event,
+           CASE WHEN :delay::float8 > 0 THEN {_NOW} + :delay END FROM new
+     WHERE :delay::float8 = 0 OR :hold::boolean
+    RETURNING seq, not_before
+), g AS (
+    UPDATE {{s}}.groups g
+       SET depth = g.depth + 1,
+           head_seq = CASE WHEN g.depth = 0 THEN m.seq ELSE g.head_seq END,
+           priority = CASE WHEN g.depth = 0 THEN :priority ELSE g.priority END,
+           tenant = CASE WHEN g.depth = 0 THEN :tenant ELSE g.tenant END,
+           paused = CASE WHEN g.depth = 0 THEN {_PAUSED_NOW} ELSE g.paused END,
+           locked_by = CASE WHEN g.depth = 0 AND m.not_before IS NOT NULL
+                            THEN '{DELAYED}' ELSE g.locked_by END,
+           lock_expiry = CASE WHEN g.depth = 0 THEN m.not_before ELSE g.lock_expiry END,
+           busy_until = CASE WHEN g.depth = 0 THEN m.not_before ELSE g.busy_until END
+      FROM m
+     WHERE g.group_id = :group_id
+    RETURNING 1{_FORGET_KEYS}
+)
+SELECT coalesce((SELECT seq FROM k), (SELECT seq FROM t)), EXISTS (SELECT 1 FROM new),
+       (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM new) AND {_ANY_WAITER})
+""",
+    ("group_id", "key", "now", "window", "priority", "tenant", "event", "delay", "hold"),
+)
+
+# --- tenants ------------------------------------------------------------------------------------
+
+# A claim's tenant turn, under the lock of the one `vclock` row (claims that take turns
+# go one at a time; a queue whose groups have no tenant never takes it): every tenant
+# with a ready group (found by skipping through groups_tenant_ready, one probe per
+# tenant; the claim tries them in turn, so one with nothing at or above its floor is
+# passed over), with its start max(pass, V), in turn order (least start; ties by
+# name, '' for no tenant first).
+TENANT_TURNS: Final = Statement(
+    """
+WITH RECURSIVE v AS MATERIALIZED (
+    SELECT v FROM {s}.vclock FOR UPDATE
+), r (tenant) AS (
+    (SELECT tenant FROM {s}.groups WHERE free AND NOT paused AND tenant IS NOT NULL
+      ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT g.tenant FROM {s}.groups g
+             WHERE g.free AND NOT g.paused AND g.tenant IS NOT NULL AND g.tenant > r.tenant
+             ORDER BY g.tenant LIMIT 1)
+      FROM r WHERE r.tenant IS NOT NULL
+), c AS (
+    SELECT tenant FROM r WHERE tenant IS NOT NULL
+    UNION ALL
+    SELECT '' WHERE (
+        SELECT 1 FROM {s}.groups WHERE free AND NOT paused AND tenant IS NULL
+         ORDER BY last_claimed_at, head_seq LIMIT 1) IS NOT NULL
+)
+SELECT c.tenant, greatest(coalesce(t.pass, 0), v.v) AS start, coalesce(t.weight, 1)
+  FROM c CROSS JOIN v LEFT JOIN {s}.tenants t ON t.tenant = c.tenant
+ ORDER BY start, c.tenant <> '', c.tenant COLLATE "C"
+"""
+)
+# The turn taken: V moves to the tenant's start, its pass to start + 1 / weight.
+TAKE_TURN: Final = Statement(
+    """
+WITH v AS (UPDATE {s}.vclock SET v = :start)
+INSERT INTO {s}.tenants (tenant, pass) VALUES (:tenant, :start + 1::float8 / :weight)
+ON CONFLICT (tenant) DO UPDATE SET pass = excluded.pass
+""",
+    ("start", "tenant", "weight"),
+)
+SET_WEIGHT: Final = Statement(
+    """
+INSERT INTO {s}.tenants (tenant, weight) VALUES (:tenant, :weight)
+ON CONFLICT (tenant) DO UPDATE SET weight = excluded.weight
+""",
+    ("tenant", "weight"),
+)
+# Tenants with groups or a stored weight, None ('') first, then by name.
+LIST_TENANTS: Final = Statement(
+    """
+SELECT nullif(n.tenant, ''), coalesce(t.weight, 1), coalesce(c.n, 0)
+  FROM (SELECT coalesce(tenant, '') AS tenant FROM {s}.groups WHERE depth > 0
+        UNION SELECT tenant FROM {s}.tenants WHERE weight IS NOT NULL) n
+  LEFT JOIN {s}.tenants t ON t.tenant = n.tenant
+  LEFT JOIN (SELECT coalesce(tenant, '') AS tenant, count(*) AS n FROM {s}.groups
+              WHERE depth > 0 GROUP BY 1) c ON c.tenant = n.tenant
+ ORDER BY n.tenant <> '', n.tenant COLLATE "C"
+""",
+)
+
+# --- pause --------------------------------------------------------------------------------------
+
+# A pause is stored, then copied onto the group's row, locked first (LOCK_GROUP: a publish
+# making the group now finishes first, or reads the stored pause when it makes it).
+PAUSE: Final = Statement(
+    """
+WITH p AS (
+    INSERT INTO {s}.paused (group_id) VALUES (:group_id) ON CONFLICT DO NOTHING
+    RETURNING 1
+), g AS (
+    UPDATE {s}.groups SET paused = true WHERE group_id = :group_id AND depth > 0
+)
+SELECT count(*) FROM p
+""",
+    ("group_id",),
+)
+RESUME: Final = Statement(
+    f"""
+WITH p AS (
+    DELETE FROM {{s}}.paused WHERE group_id = :group_id RETURNING 1
+), g AS (
+    UPDATE {{s}}.groups SET paused = false WHERE group_id = :group_id AND depth > 0
+    RETURNING free
+)
+SELECT (SELECT count(*) FROM p),
+       (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM g WHERE free) AND {_ANY_WAITER})
+""",
+    ("group_id",),
+)
+LIST_PAUSED: Final = Statement('SELECT group_id FROM {s}.paused ORDER BY group_id COLLATE "C"')
+PAUSED_COUNT: Final = Statement("SELECT count(*) FROM {s}.paused")
+
+# Whether a delayed message is due (read only: an admin read promotes only then).
+DUE_EXISTS: Final = Statement(
+    f"SELECT EXISTS (SELECT 1 FROM {{s}}.timers WHERE due <= {_NOW})", ("now",)
+)
+
+# --- cancel and peek ----------------------------------------------------------------------------
+
+# A delayed message is cancelled by its key; a message in a group is found by its seq
+# (a moved one by `id`), and its group locked, before anything is removed.
+CANCEL_TIMER: Final = Statement("DELETE FROM {s}.timers WHERE seq = :seq", ("seq",))
+FIND_MESSAGE: Final = Statement(
+    """
+SELECT group_id FROM {s}.messages WHERE seq = :seq AND coalesce(id, seq) = :seq
+UNION ALL
+SELECT group_id FROM {s}.messages WHERE id = :seq
+""",
+    ("seq",),
+)
+# The message as the locked group has it: whether it is the head, and whether a worker's
+# lease on it is running (such a message is not cancelled).
+CANCEL_STATE: Final = Statement(
+    f"""
+SELECT m.seq, g.head_seq = coalesce(m.id, m.seq),
+       g.head_seq = coalesce(m.id, m.seq)
+           AND g.locked_by IS NOT NULL AND g.locked_by NOT IN ('{PARKED}', '{DELAYED}')
+           AND g.lock_expiry >= {_NOW}
+  FROM {{s}}.messages m JOIN {{s}}.groups g ON g.group_id = m.group_id
+ WHERE m.group_id = :group_id AND (m.seq = :seq OR m.id = :seq)
+""",
+    ("now", "group_id", "seq"),
+)
+# A message behind the head (at place :place) leaves its group.
+CANCEL_QUEUED: Final = Statement(
+    """
+WITH gone AS (
+    DELETE FROM {s}.messages WHERE group_id = :group_id AND seq = :place RETURNING 1
+)
+UPDATE {s}.groups SET depth = depth - (SELECT count(*) FROM gone) WHERE group_id = :group_id
+""",
+    ("group_id", "place"),
+)
+# A head that is not leased leaves its group, which goes on with its next message.
+CANCEL_HEAD: Final = _remove_head(
+    "group_id = :group_id AND head_seq = :seq AND lock_expiry IS DISTINCT FROM 'Infinity'",
+    ("group_id", "seq"),
+)
+
+# A group's FIFO from its head, with each message's state at :now, then its delayed
+# messages not due, by (due, seq).
+PEEK: Final = Statement(
+    f"""
+WITH n AS (SELECT {_NOW} AS now)
+(SELECT coalesce(m.id, m.seq), m.group_id, m.priority, m.event,
+        CASE WHEN m.seq = g.head_seq THEN g.attempt ELSE m.attempt END,
+        CASE WHEN m.not_before > n.now THEN 'delayed'
+             WHEN m.seq <> g.head_seq THEN 'queued'
+             WHEN g.locked_by IS NULL OR g.lock_expiry < n.now THEN 'ready'
+             WHEN g.locked_by = '{PARKED}' THEN 'parked'
+             ELSE 'in_flight' END,
+        CASE WHEN m.not_before > n.now THEN m.not_before
+             WHEN m.seq = g.head_seq AND g.locked_by IS NOT NULL AND g.lock_expiry >= n.now
+                  AND g.lock_expiry < 'Infinity' THEN g.lock_expiry END
+   FROM {{s}}.messages m JOIN {{s}}.groups g ON g.group_id = m.group_id, n
+  WHERE m.group_id = :group_id
+  ORDER BY m.seq LIMIT :limit)
+UNION ALL
+(SELECT seq, group_id, priority, event, 0, 'delayed', due FROM {{s}}.timers
+  WHERE group_id = :group_id ORDER BY due, seq LIMIT :limit)
+""",
+    ("now", "group_id", "limit"),
+)
+
+# --- admin counts -------------------------------------------------------------------------------
+
+# Delayed messages not due, by priority: those outside their groups (by their own), and
+# those with hold in them (by their group's).
+TIMER_COUNTS: Final = Statement("SELECT priority, count(*) FROM {s}.timers GROUP BY priority")
+HELD_COUNTS: Final = Statement(
+    f"""
+SELECT g.priority, count(*)
+  FROM {{s}}.messages m JOIN {{s}}.groups g ON g.group_id = m.group_id
+ WHERE m.not_before IS NOT NULL AND m.not_before > {_NOW}
+ GROUP BY g.priority
+""",
+    ("now",),
 )

@@ -5,7 +5,7 @@ Registered under the URL schemes ``redis``, ``rediss`` (TLS) and ``unix``, sync 
 
 from __future__ import annotations
 
-from transports_core.backend import build_backend
+from transports_core.backend import FEATURES, build_backend
 
 from . import _url
 from ._async import AsyncRedisTransport
@@ -15,4 +15,4 @@ from ._url import RedisOptions
 __all__ = ["AsyncRedisTransport", "RedisOptions", "RedisTransport", "backend"]
 
 
-backend = build_backend(_url.parse_url, RedisTransport, AsyncRedisTransport)
+backend = build_backend(_url.parse_url, RedisTransport, AsyncRedisTransport, features=FEATURES)

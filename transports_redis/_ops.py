@@ -84,6 +84,25 @@ def close_key(queue: str, handle: str) -> str:
     return f"{key_prefix(queue)}close:{handle}"
 
 
+def stored(group_id: str, priority: int, raw: str) -> str:
+    """A message as the scripts store it: byte 1, its priority, its group (length first),
+    then its event's JSON, so that cancel and peek find its group and priority with no
+    entry of their own (see `_scripts.owner`). The length is in bytes, as Lua counts."""
+    size = len(group_id) if group_id.isascii() else len(group_id.encode())
+    return f"\x01{priority}{size:08x}{group_id}{raw}"
+
+
+def event_text(value: str) -> str:
+    """The event's JSON in a stored message (one stored before timers is that alone)."""
+    if value[:1] != "\x01":
+        return value
+    size = int(value[2:10], 16)
+    group = value[10 : 10 + size]
+    if not group.isascii():  # fewer characters than bytes: the group is its first bytes
+        group = group.encode()[:size].decode()
+    return value[10 + len(group) :]
+
+
 def number(text: str | bytes | int) -> float:
     """A time from a script: 17 significant digits, exact."""
     return float(text)
@@ -116,7 +135,7 @@ class Op(core.Operation[ScriptCall, Any, T]):
 
 
 class Publish(Op[int]):
-    """A publish without a key."""
+    """A publish without a key, delay or tenant."""
 
     __slots__ = ("params",)
     script = scripts.PUBLISH
@@ -124,40 +143,37 @@ class Publish(Op[int]):
     def __init__(
         self, codec: core.EventCodec[Any], group_id: str, event: object, priority: int
     ) -> None:
-        self.params: tuple[Arg, ...] = (
-            core.check_group_id(group_id),
-            core.check_priority(priority),
-            codec.encode(event),
-        )
+        group_id, priority = core.check_group_id(group_id), core.check_priority(priority)
+        raw = codec.encode(event)
+        self.params: tuple[Arg, ...] = (group_id, priority, stored(group_id, priority, raw))
 
     def first(self, now: float | None) -> ScriptCall:
-        return (self.script, self.params)
+        return (self.script, (*self.params, server_time(now)))
 
     def done(self, reply: Any, now: float | None) -> int:
         return int(reply)
 
 
-class PublishKeyed(Publish):
-    """A publish with a key, remembered for ``window`` seconds: a key in use replies
-    minus the original's seq, which is returned as a `Duplicate`."""
+def _options(item: core.Item) -> tuple[Arg, Arg, Arg]:
+    """An item's delay, hold and tenant as the scripts take them."""
+    return (repr(item.delay), "1" if item.hold else "0", item.tenant or "")
 
-    __slots__ = ()
-    script = scripts.PUBLISH_KEYED
 
-    def __init__(
-        self,
-        codec: core.EventCodec[Any],
-        group_id: str,
-        event: object,
-        priority: int,
-        key: str,
-        window: float,
-    ) -> None:
-        super().__init__(codec, group_id, event, priority)  # the key is core's to check
-        self.params = (*self.params, key_member(group_id, key), repr(window))
+class PublishWith(Op[int]):
+    """A publish with a key, a delay or a tenant (``item`` checked by core): a key in
+    use replies minus the original's seq, which is returned as a `Duplicate`."""
+
+    __slots__ = ("options", "params")
+    script = scripts.PUBLISH_WITH
+
+    def __init__(self, item: core.Item, window: float) -> None:
+        member = "" if item.key is None else key_member(item.group_id, item.key)
+        raw = stored(item.group_id, item.priority, item.event)
+        self.params = (item.group_id, item.priority, raw, member, repr(window))
+        self.options = _options(item)
 
     def first(self, now: float | None) -> ScriptCall:
-        return (self.script, (*self.params, server_time(now)))
+        return (self.script, (*self.params, server_time(now), *self.options))
 
     def done(self, reply: Any, now: float | None) -> int:
         seq = int(reply)
@@ -165,10 +181,11 @@ class PublishKeyed(Publish):
 
 
 class PublishMany(Op[list[int]]):
-    """A batch: without a key, one script; with one or more, the keyed script, which
-    also tells which items were duplicates (and of what)."""
+    """A batch: of plain items, one script; with keys only, the keyed script, which also
+    tells which items were duplicates (and of what); with a delay or tenant anywhere,
+    the script that stores each item as `PublishWith` does."""
 
-    __slots__ = ("count", "flat", "keyed", "window")
+    __slots__ = ("count", "flat", "script_", "window")
 
     def __init__(
         self,
@@ -179,28 +196,32 @@ class PublishMany(Op[list[int]]):
         encoded = codec.encode_items(items)
         self.count = len(encoded)
         self.window = repr(window)
-        flat: list[Arg] = [self.count]
-        self.keyed = False
-        for group_id, raw, priority, key in encoded:
-            if key is not None:
-                self.keyed = True
-                break
-            flat += (group_id, priority, raw)
-        if self.keyed:
-            # The items only: `first` puts the count, window and time ahead of them.
-            flat = []
-            for group_id, raw, priority, key in encoded:
-                flat += (group_id, priority, raw, "" if key is None else key_member(group_id, key))
+        flat: list[Arg] = []
+        if all(item.plain for item in encoded):
+            self.script_ = scripts.PUBLISH_MANY
+            for group_id, raw, priority, *_ in encoded:
+                flat += (group_id, priority, stored(group_id, priority, raw))
+        elif all(not item.delay and item.tenant is None for item in encoded):
+            self.script_ = scripts.PUBLISH_MANY_KEYED
+            for item in encoded:
+                key = "" if item.key is None else key_member(item.group_id, item.key)
+                raw = stored(item.group_id, item.priority, item.event)
+                flat += (item.group_id, item.priority, raw, key)
+        else:
+            self.script_ = scripts.PUBLISH_MANY_WITH
+            for item in encoded:
+                key = "" if item.key is None else key_member(item.group_id, item.key)
+                raw = stored(item.group_id, item.priority, item.event)
+                flat += (item.group_id, item.priority, raw, key, *_options(item))
         self.flat = flat
 
     def first(self, now: float | None) -> ScriptCall:
-        if self.keyed:
-            args = [self.count, self.window, server_time(now), *self.flat]
-            return (scripts.PUBLISH_MANY_KEYED, args)
-        return (scripts.PUBLISH_MANY, self.flat)
+        if self.script_ is scripts.PUBLISH_MANY:
+            return (self.script_, [self.count, server_time(now), *self.flat])
+        return (self.script_, [self.count, self.window, server_time(now), *self.flat])
 
     def done(self, reply: Any, now: float | None) -> list[int]:
-        if not self.keyed:
+        if self.script_ is scripts.PUBLISH_MANY:
             first = int(reply)
             return list(range(first, first + self.count))
         seq = int(reply[0])
@@ -265,7 +286,9 @@ class Claim(Op["core.Claimed | Idle"], core.Claiming["core.Claimed | Idle"]):
         if int(reply[0]) == 0:
             return Idle(number(reply[1]), number(reply[2]) if reply[2] else None)
         _, seq, group_id, raw, attempt, due = reply
-        return core.Claimed(int(seq), group_id, raw, self.worker_id, int(attempt), number(due))
+        return core.Claimed(
+            int(seq), group_id, event_text(raw), self.worker_id, int(attempt), number(due)
+        )
 
 
 class Unclaim(Op[bool]):
@@ -360,6 +383,17 @@ class BuryLease(_Settle[None]):
 # --- admin ---------------------------------------------------------------------------
 
 
+def promoted(now: float | None) -> core.Steps[ScriptCall, Any, str]:
+    """Steps that move the delayed messages due at ``now`` into their groups, `CHUNK` a
+    call, as a claim would; their value is the time they used, for the next steps."""
+    at = server_time(now)
+    while True:
+        reply = yield (scripts.PROMOTE_DUE, (at, CHUNK))
+        at = str(reply[0])
+        if int(reply[1]) < CHUNK:
+            return at
+
+
 class Stats(Op[dt.QueueStats]):
     """The counters the scripts keep, less the leases and parks that ended but that no
     claim has freed yet, read `CHUNK` at a time from the first that ended (each chunk at
@@ -369,7 +403,8 @@ class Stats(Op[dt.QueueStats]):
     script = scripts.STATS
 
     def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, dt.QueueStats]:
-        at, after, score = server_time(now), "", ""
+        at = yield from promoted(now)
+        after, score = "", ""
         lapsed = [0] * 10  # leased l0..l4, parked k0..k4
         counts: list[int] = []
         while True:
@@ -377,17 +412,20 @@ class Stats(Op[dt.QueueStats]):
             at, after, score = reply[0], reply[1], reply[2]
             lapsed = [a + int(b) for a, b in zip(lapsed, reply[3:13], strict=True)]
             if not counts:
-                counts = [int(x) for x in reply[13:34]]
+                counts = [int(x) for x in reply[13:45]]
             if not after:
                 break
         m, leased, parked, dead = (counts[i : i + 5] for i in range(0, 20, 5))
         keys = counts[20]
+        apart, holding = counts[21:26], counts[26:31]
         rows = []
         for p in scripts.PRIORITIES:
             in_flight, held = leased[p] - lapsed[p], parked[p] - lapsed[5 + p]
-            if m[p] or dead[p]:
-                rows.append(dt.PriorityStats(p, m[p] - in_flight - held, in_flight, held, dead[p]))
-        return core.queue_stats(rows, keys=keys)
+            delayed = apart[p] + holding[p]
+            if m[p] or dead[p] or delayed:
+                ready = m[p] - in_flight - held - holding[p]
+                rows.append(dt.PriorityStats(p, ready, in_flight, held, dead[p], delayed))
+        return core.queue_stats(rows, keys=keys, paused=counts[31])
 
 
 def _deepest(info: dt.GroupInfo) -> tuple[int, int]:
@@ -395,7 +433,7 @@ def _deepest(info: dt.GroupInfo) -> tuple[int, int]:
 
 
 def _group(row: Sequence[Any]) -> dt.GroupInfo:
-    group_id, priority, depth, head, state, until, last = row
+    group_id, priority, depth, head, state, until, last, paused, tenant = row
     if state not in _GROUP_STATES:
         raise ValueError(f"unknown group state {state!r}")
     typed: dt.GroupState = state
@@ -407,6 +445,8 @@ def _group(row: Sequence[Any]) -> dt.GroupInfo:
         state=typed,
         busy_until=number(until) if until else None,
         last_claimed_at=number(last) if last else None,
+        paused=int(paused) == 1,
+        tenant=tenant or None,
     )
 
 
@@ -421,13 +461,14 @@ class Groups(Op[list[dt.GroupInfo]]):
         self.limit = core.check_limit(limit)
 
     def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, list[dt.GroupInfo]]:
-        at, cursor = server_time(now), "0"
+        at = yield from promoted(now)
+        cursor = "0"
         kept: dict[str, dt.GroupInfo] = {}
         while True:
             reply = yield (self.script, (self.limit, at, cursor, CHUNK))
             at, cursor = reply[0], reply[1]
-            for i in range(2, len(reply), 7):
-                info = _group(reply[i : i + 7])
+            for i in range(2, len(reply), 9):
+                info = _group(reply[i : i + 9])
                 kept[info.group_id] = info
             deepest = sorted(kept.values(), key=_deepest)[: self.limit]
             if cursor == "0":
@@ -489,7 +530,7 @@ class DeadLetters(_DeadPages[list[dt.DeadLetter]]):
                     seq=int(seq),
                     group_id=group_id,
                     priority=int(prio),
-                    event=raw,
+                    event=event_text(raw),
                     attempts=int(attempts),
                     reason=reason,
                     dead_at=number(at),
@@ -568,6 +609,113 @@ class PurgeGroup(Op[int]):
         return removed
 
 
+class Cancel(Op[bool]):
+    __slots__ = ("seq",)
+    script = scripts.CANCEL
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+
+    def first(self, now: float | None) -> ScriptCall:
+        return (self.script, (self.seq, server_time(now)))
+
+    def done(self, reply: Any, now: float | None) -> bool:
+        return int(reply) == 1
+
+
+class Pause(Op[bool]):
+    __slots__ = ("params",)
+    script = scripts.PAUSE
+
+    def __init__(self, group_id: str, paused: bool) -> None:
+        self.params = (group_id, "1" if paused else "0")
+
+    def first(self, now: float | None) -> ScriptCall:
+        return (self.script, self.params)
+
+    def done(self, reply: Any, now: float | None) -> bool:
+        return int(reply) == 1
+
+
+class PausedGroups(Op[list[str]]):
+    __slots__ = ()
+    script = scripts.PAUSED_GROUPS
+
+    def first(self, now: float | None) -> ScriptCall:
+        return (self.script, ())
+
+    def done(self, reply: Any, now: float | None) -> list[str]:
+        return sorted(str(group) for group in reply)
+
+
+_MESSAGE_STATES: Final[frozenset[str]] = frozenset(
+    {"ready", "in_flight", "parked", "queued", "delayed"}
+)
+
+
+class Peek(Op[list[dt.QueuedMessage]]):
+    """The due delayed messages promoted first (as a claim would), then one script."""
+
+    __slots__ = ("group_id", "limit")
+    script = scripts.PEEK
+
+    def __init__(self, group_id: str, limit: int) -> None:
+        self.group_id, self.limit = group_id, limit
+
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, list[dt.QueuedMessage]]:
+        at = yield from promoted(now)
+        reply = yield (self.script, (self.group_id, self.limit, at))
+        out = []
+        for i in range(0, len(reply), 6):
+            seq, priority, raw, attempts, state, due = reply[i : i + 6]
+            if state not in _MESSAGE_STATES:
+                raise ValueError(f"unknown message state {state!r}")
+            typed: dt.MessageState = state
+            out.append(
+                dt.QueuedMessage(
+                    seq=int(seq),
+                    group_id=self.group_id,
+                    priority=int(priority),
+                    event=event_text(raw),
+                    attempts=int(attempts),
+                    state=typed,
+                    due_at=number(due) if due else None,
+                )
+            )
+        return out
+
+
+class SetTenantWeight(Op[None]):
+    __slots__ = ("params",)
+    script = scripts.SET_TENANT_WEIGHT
+
+    def __init__(self, tenant: str, weight: int) -> None:
+        self.params = (tenant, weight)
+
+    def first(self, now: float | None) -> ScriptCall:
+        return (self.script, self.params)
+
+    def done(self, reply: Any, now: float | None) -> None:
+        return None
+
+
+class Tenants(Op[list[dt.TenantInfo]]):
+    """The due delayed messages promoted first (they may create groups), then one script."""
+
+    __slots__ = ()
+    script = scripts.TENANTS
+
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, list[dt.TenantInfo]]:
+        yield from promoted(now)
+        reply = yield (self.script, ())
+        out = [dt.TenantInfo(None, 1, int(reply[0]))] if int(reply[0]) > 0 else []
+        named = [
+            dt.TenantInfo(str(reply[i]), int(reply[i + 1] or 1), int(reply[i + 2]))
+            for i in range(1, len(reply), 3)
+        ]
+        return out + sorted(named, key=lambda t: t.tenant or "")
+
+
 class Check(Op[list[str]]):
     """The read-only invariant check (for tests and operators)."""
 
@@ -579,7 +727,6 @@ class Check(Op[list[str]]):
 
     def done(self, reply: Any, now: float | None) -> list[str]:
         return [str(x) for x in reply]
-
 
 
 class Waiter:

@@ -9,7 +9,10 @@ Key layout of queue NAME (every key under the hash tag ``{NAME}``, so one queue 
 one cluster slot; group ids are hash fields and set members, never part of a key):
 
     dt:{NAME}:seq      string  the last seq handed out (INCR; never goes back)
-    dt:{NAME}:ev       hash    seq -> event JSON of each queued message
+    dt:{NAME}:ev       hash    seq -> each queued message as the client stores it: byte 1,
+                               its own priority (one digit), its group's length (8 hex
+                               digits), its group, then its event's JSON (a message
+                               stored before timers: the JSON alone; see `owner`)
     dt:{NAME}:nx       hash    seq -> next seq of the same group (the group's chain)
     dt:{NAME}:att      hash    seq -> packed (attempt, base) of a non-head message that
                                was delivered before (a requeued one moved behind the head)
@@ -27,6 +30,22 @@ one cluster slot; group ids are hash fields and set members, never part of a key
                                with it; the field is `key_member(group, key)`
     dt:{NAME}:kx       zset    the same fields, scored by when the key is forgotten
                                (its publish's time plus the window)
+    dt:{NAME}:td       hash    t<seq> -> packed delayed message waiting apart (see
+                               `TIMERS`); h<seq> -> due time of a hold-delayed one
+    dt:{NAME}:tm       zset    delayed messages waiting apart (hex seq), by due time
+    dt:{NAME}:tg       zset    the same by group, then due time, all scored 0
+    dt:{NAME}:hz       zset    hold-delayed messages (hex seq), by priority then due
+                               (see `hold_score`)
+    dt:{NAME}:pz       set     paused groups
+    dt:{NAME}:tq       zset    ready groups of a tenant, by priority, tenant, then score
+                               (see `tmember`), all scored 0
+    dt:{NAME}:tc       hash    "<priority>:<tenant>" -> its ready groups
+    dt:{NAME}:tp       hash    V, the tenants' passes and the highest (see `TURNS`)
+    dt:{NAME}:tw       hash    w<tenant> -> its weight (1 unless set), n<tenant> -> its
+                               groups
+
+A queue stored before the last nine existed works as it was: each is created when
+first needed, and a group record without their fields reads as the defaults.
 
 Only the keyed publishes, stats and check touch the last two (`KEYED_KEYS`): a plain
 publish sends the keys it always sent. Nothing else removes a key: an acked, dead or
@@ -35,14 +54,17 @@ at most `FORGET` keys each (per keyed item of a batch), oldest first, so that th
 left behind by a burst are gone after as many keyed publishes, while a lookup treats a
 key past its time as absent.
 
-No script's cost grows with the size of the queue except CHECK (for tests): the admin
-reads go through it in chunks of `chunk` items, one script each, and purge_group removes
-at most `chunk` items a script.
+No script's cost grows with the size of the queue except CHECK (for tests), CANCEL
+(which walks its message's group up to it) and, with tenants, a claim (with the number
+of tenants that have ready groups): the admin reads go through it in chunks of `chunk`
+items, one script each, and purge_group removes at most `chunk` items a script.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -51,13 +73,23 @@ READY_KEYS: Final = tuple(f"r{p}" for p in PRIORITIES)
 WAKE_KEYS: Final = tuple(f"w{p}" for p in PRIORITIES)
 QUEUE_KEYS: Final = (
     "seq", "ev", "nx", "att", "g", "busy", *READY_KEYS, *WAKE_KEYS, "dead", "deadq", "dg", "n",
+    "tm", "tg", "td", "hz", "pz", "tq", "tc", "tp", "tw",
 )  # fmt: skip
 KEYED_KEYS: Final = (*QUEUE_KEYS, "key", "kx")
 # At most this many forgotten keys are removed by a keyed publish (per keyed item).
 FORGET: Final = 8
+# At most this many due delayed messages join their groups in one claim or publish (the
+# next ones promote the rest).
+PROMOTE: Final = 100
 # At most this many lapsed leases or ended parks are freed by one claim (the next claims
 # free the rest), so that no claim runs long after a crowd of them ended at once.
 SWEEP: Final = 250
+
+# A group record `packed` unpacked as `r` (see `load`), in the scripts that read one.
+UNPACK_GROUP: Final = """local r = {}
+  r.head, r.tail, r.depth, r.prio, r.att, r.base, r.worker, r.due, r.last, r.held,
+    r.tenant, r.paused, r.hold, r.holds = cmsgpack.unpack(packed)
+  r.tenant, r.paused, r.hold, r.holds = r.tenant or '', r.paused or 0, r.hold or 0, r.holds or 0"""
 
 # Shared by every script. Numbers handed to redis.call go through f17: Lua would format
 # them with 14 significant digits, which moves a lease's end by up to a tenth of a ms.
@@ -71,32 +103,55 @@ local function clock(given)
 end
 -- group record: head, tail, depth, prio, att (deliveries of the head), base (att at its
 -- last requeue), worker ('' when nobody holds it), due (end of lease or park, 0 none),
--- last (time of its last claim, 0 never), held (seq of the dead letter holding it, 0 none)
+-- last (time of its last claim, 0 never), held (seq of the dead letter holding it, 0 none),
+-- tenant ('' none), paused (1 while paused), hold (1 while its head is a hold-delayed
+-- message not yet freed: `due` is then its due time), holds (its hold-delayed messages).
+-- A record stored before the last four existed unpacks them as nil: the defaults.
 local function load(group)
   local packed = redis.call('HGET', K.g, group)
   if not packed then return nil end
-  local r = {}
-  r.head, r.tail, r.depth, r.prio, r.att, r.base, r.worker, r.due, r.last, r.held =
-    cmsgpack.unpack(packed)
+  UNPACK_GROUP
   return r
 end
 local function save(group, r)
   redis.call('HSET', K.g, group, cmsgpack.pack(
-    r.head, r.tail, r.depth, r.prio, r.att, r.base, r.worker, r.due, r.last, r.held))
+    r.head, r.tail, r.depth, r.prio, r.att, r.base, r.worker, r.due, r.last, r.held,
+    r.tenant, r.paused, r.hold, r.holds))
 end
+-- a group's prefix in the members that name it first: its length, then itself, so that
+-- a group's members are one range by name
+local function gprefix(group) return string.format('%08x', #group) .. group end
+local function hex(seq) return string.format('%016x', seq) end
+-- a hold-delayed message's score in hz: its priority's band, then its due time (one
+-- band spans some 2,000 years either side of 0)
+local BAND = 2 ^ 37
+local function hold_score(prio, due) return prio * BAND + due end
+-- 8 bytes whose byte order is x's order as a number, so that a member can be sorted by
+-- a time inside a range of names
+local function sortable(x)
+  if x == 0 then x = 0 end  -- -0.0 would set the byte below past 255
+  local b = struct.pack('>d', x)
+  if x > 0 then return string.char(string.byte(b, 1) + 128) .. string.sub(b, 2) end
+  return (string.gsub(b, '.', function(c) return string.char(255 - string.byte(c)) end))
+end
+-- past every member of a range named by its prefix (a name and a time)
+local TOP = string.rep('\255', 9)
 local function rkey(p) return K['r' .. p] end
 -- the counters: m<p> queued messages (a dead letter holding its group not counted),
 -- l<p> leased and k<p> parked groups in busy (until a claim frees them, a lapsed
 -- lease or ended park too: stats takes those off), d<p> dead letters
 local function bump(field, by) redis.call('HINCRBY', K.n, field, by) end
+-- h<p>: groups whose hold-delayed head is not due yet (busy as parked ones are, but
+-- counted as delayed); t<p>: delayed messages waiting apart, in tm
 local function kind(r)
   if r.worker ~= '' then return 'l' .. r.prio end
+  if r.hold == 1 then return 'h' .. r.prio end
   return 'k' .. r.prio
 end
 -- a dead letter's member of K.dg: its group's length first, so that a group's members
 -- are exactly those between its prefix and the prefix followed by \255
 local function dead_member(group, seq)
-  return string.format('%08x', #group) .. group .. string.format('%016x', seq)
+  return gprefix(group) .. hex(seq)
 end
 -- never-claimed groups first, by their head; then by their last claim
 local function score(r)
@@ -109,8 +164,34 @@ local function signal(upto)
     if redis.call('LLEN', k) == 0 then redis.call('RPUSH', k, '1') end
   end
 end
+-- A ready group of a tenant is in tq, named by its priority, its tenant, then its score,
+-- so that a tenant's next group at a priority is the first of its range; tc counts them
+-- by priority and tenant.
+local function tmember(group, r)
+  return r.prio .. gprefix(r.tenant) .. sortable(score(r)) .. group
+end
+-- listed as ready (unless paused), without waking anyone
+local function list_ready(group, r)
+  if r.paused == 1 then return end
+  if r.tenant == '' then
+    redis.call('ZADD', rkey(r.prio), f17(score(r)), group)
+  elseif redis.call('ZADD', K.tq, 0, tmember(group, r)) == 1 then
+    redis.call('HINCRBY', K.tc, r.prio .. ':' .. r.tenant, 1)
+  end
+end
+-- off the ready sets; its record must be as it was when it was listed
+local function unready(group, r)
+  if r.tenant == '' then return redis.call('ZREM', rkey(r.prio), group) end
+  local gone = redis.call('ZREM', K.tq, tmember(group, r))
+  if gone == 1 then
+    local field = r.prio .. ':' .. r.tenant
+    if redis.call('HINCRBY', K.tc, field, -1) <= 0 then redis.call('HDEL', K.tc, field) end
+  end
+  return gone
+end
 local function make_ready(group, r)
-  redis.call('ZADD', rkey(r.prio), f17(score(r)), group)
+  if r.paused == 1 then return end
+  list_ready(group, r)
   signal(r.prio)
 end
 local function earliest()
@@ -124,9 +205,35 @@ local function make_busy(group, r, first)
   if redis.call('ZADD', K.busy, f17(r.due), group) == 1 then bump(kind(r), 1) end
   if first == nil or first > r.due then signal(r.prio) end
 end
+-- a group whose head changed goes on: held by its head's not-before time, or ready
+local function go_on(group, r)
+  if r.hold == 1 then make_busy(group, r, false) else make_ready(group, r) end
+end
 local function unlist(group, r)
   if redis.call('ZREM', K.busy, group) == 1 then bump(kind(r), -1) end
-  redis.call('ZREM', rkey(r.prio), group)
+  unready(group, r)
+end
+-- message `seq` of the group leaves: its not-before time, if it had one, goes too
+local function drop_hold(r, seq)
+  if r.holds > 0 and redis.call('HDEL', K.td, 'h' .. seq) == 1 then
+    redis.call('ZREM', K.hz, hex(seq))
+    r.holds = r.holds - 1
+  end
+end
+-- a group that is created: its tenant, and paused if its id is
+local function new_group(group, seq, prio, tenant)
+  local r = {head = seq, tail = seq, depth = 1, prio = tonumber(prio), att = 0, base = 0,
+             worker = '', due = 0, last = 0, held = 0, tenant = tenant, paused = 0, hold = 0,
+             holds = 0}
+  if redis.call('SISMEMBER', K.pz, group) == 1 then r.paused = 1 end
+  if tenant ~= '' then redis.call('HINCRBY', K.tw, 'n' .. tenant, 1) end
+  return r
+end
+local function forget_group(group, r)
+  redis.call('HDEL', K.g, group)
+  if r.tenant ~= '' and redis.call('HINCRBY', K.tw, 'n' .. r.tenant, -1) <= 0 then
+    redis.call('HDEL', K.tw, 'n' .. r.tenant)
+  end
 end
 -- the head is done: the next message becomes the head, or the group is forgotten
 local function advance(group, r)
@@ -134,9 +241,10 @@ local function advance(group, r)
   local nxt = redis.call('HGET', K.nx, head)
   redis.call('HDEL', K.ev, head)
   redis.call('HDEL', K.nx, head)
+  drop_hold(r, head)
   r.depth = r.depth - 1
   if r.depth == 0 or not nxt then
-    redis.call('HDEL', K.g, group)
+    forget_group(group, r)
     return nil
   end
   r.head = tonumber(nxt)
@@ -148,6 +256,12 @@ local function advance(group, r)
     r.att, r.base = 0, 0
   end
   r.worker, r.due, r.held = '', 0, 0
+  -- the head's not-before time, when it has one: the group is then held until it
+  r.hold = 0
+  if r.holds > 0 then
+    local due = redis.call('HGET', K.td, 'h' .. r.head)
+    if due then r.hold, r.due = 1, tonumber(due) end
+  end
   save(group, r)
   return r
 end
@@ -165,6 +279,7 @@ local function kill(group, r, now, how, text, last, max, on_dead)
   local raw = redis.call('HGET', K.ev, r.head)
   local held = 0
   if on_dead == 'hold' then held = 1 end
+  drop_hold(r, r.head)
   redis.call('HSET', K.dead, r.head, cmsgpack.pack(
     group, r.prio, raw, r.att, how, text, r.att - r.base, max, last, now, held))
   redis.call('ZADD', K.deadq, r.head, r.head)
@@ -178,7 +293,7 @@ local function kill(group, r, now, how, text, last, max, on_dead)
     save(group, r)
   else
     local n = advance(group, r)
-    if n then make_ready(group, n) end
+    if n then go_on(group, n) end
   end
 end
 -- dead letter `seq` leaves the dead letters; returns its unpacked record
@@ -190,14 +305,27 @@ local function unbury(seq)
   bump('d' .. d[2], -1)
   return d
 end
-"""
+""".replace("UNPACK_GROUP", UNPACK_GROUP)
 
 
-# A message appended to its group's chain: a new group is ready at once, an existing one
-# only gets a longer chain. Used by PUBLISH and PUBLISH_KEYED, ahead of their bodies.
-APPEND: Final = r"""
-local function append(group, prio, raw)
-  local seq = redis.call('INCR', K.seq)
+# Appending, delaying and promoting. A message's stored value names its group and own
+# priority (see `owner`): the client builds it, so that storing costs nothing more. A
+# delayed message
+# without hold waits apart: `td` t<seq> holds (group, prio, raw, tenant, due), `tm` its hex
+# seq by due time (ties: by seq, the hex's order), `tg` gprefix(group) .. sortable(due) ..
+# hex seq, so that a group's are one range by due. A hold-delayed one is in its chain at
+# once, with `td` h<seq> its due time and `hz` its hex seq by priority and due (stats
+# counts those).
+# Used by the publishes, the claim and the promotion ahead of admin reads.
+TIMERS: Final = r"""
+-- the due time of the earliest delayed message waiting apart, or nil
+local function first_timer()
+  local t = redis.call('ZRANGE', K.tm, 0, 0, 'WITHSCORES')
+  if t[2] then return tonumber(t[2]) end
+  return nil
+end
+-- message `seq` at the end of its group, the group created if it has none
+local function enqueue(group, prio, raw, tenant, seq)
   redis.call('HSET', K.ev, seq, raw)
   local r = load(group)
   if r then
@@ -205,22 +333,127 @@ local function append(group, prio, raw)
     r.tail, r.depth = seq, r.depth + 1
     save(group, r)
   else
-    r = {head = seq, tail = seq, depth = 1, prio = tonumber(prio), att = 0, base = 0,
-         worker = '', due = 0, last = 0, held = 0}
+    r = new_group(group, seq, prio, tenant)
     save(group, r)
     make_ready(group, r)
   end
   bump('m' .. r.prio, 1)
+  return r
+end
+local function append(group, prio, raw)
+  local seq = redis.call('INCR', K.seq)
+  enqueue(group, prio, raw, '', seq)
   return seq
+end
+-- a delayed message that came due (its hex seq) joins the end of its group
+local function promote_one(h)
+  local seq = tonumber(h, 16)
+  local group, prio, raw, tenant, due = cmsgpack.unpack(redis.call('HGET', K.td, 't' .. seq))
+  redis.call('HDEL', K.td, 't' .. seq)
+  redis.call('ZREM', K.tm, h)
+  redis.call('ZREM', K.tg, gprefix(group) .. sortable(due) .. h)
+  bump('t' .. prio, -1)
+  enqueue(group, prio, raw, tenant, seq)
+end
+-- the delayed messages due at `now`, at most `limit`, by (due, seq); how many
+local function promote(now, limit)
+  local due = redis.call('ZRANGEBYSCORE', K.tm, '-inf', f17(now), 'LIMIT', 0, limit)
+  for _, h in ipairs(due) do promote_one(h) end
+  return #due
+end
+-- before a publish appends to `group`: its own due ones first (`given`: the call's now
+-- argument; the server's clock is read only when some message waits)
+local function promote_group(group, given, limit)
+  if redis.call('EXISTS', K.tm) == 0 then return end
+  local p = gprefix(group)
+  local now = given
+  if type(now) ~= 'number' then now = clock(given) end
+  local due = redis.call('ZRANGEBYLEX', K.tg, '[' .. p, '[' .. p .. sortable(now) .. TOP,
+    'LIMIT', 0, limit)
+  for _, member in ipairs(due) do promote_one(string.sub(member, -16)) end
 end
 """
 
+# Storing a publish with a delay or hold: ahead of the bodies that do, after `TIMERS`.
+# Made by `put_helpers` only when a publish has a delay: Lua makes a closure of every
+# function each time a script runs, needed or not.
+PUT: Final = (
+    r"""
+local function put_helpers()
+"""
+    + textwrap.indent(
+        r"""
+-- a deadline a waiting claim may sleep past: wake the claims that may take `prio`
+local function wake_for(due, prio)
+  local first, t = earliest(), first_timer()
+  if (first == nil or due < first) and (t == nil or due < t) then signal(prio) end
+end
+-- a publish with a delay (`due`, 0 none), hold and tenant ('' none), its seq given
+local function put(seq, group, prio, raw, tenant, due, hold)
+  if due > 0 and hold ~= '1' then
+    local h = hex(seq)
+    wake_for(due, tonumber(prio))
+    redis.call('HSET', K.td, 't' .. seq, cmsgpack.pack(group, tonumber(prio), raw, tenant, due))
+    redis.call('ZADD', K.tm, f17(due), h)
+    redis.call('ZADD', K.tg, 0, gprefix(group) .. sortable(due) .. h)
+    bump('t' .. prio, 1)
+    return
+  end
+  if due == 0 then enqueue(group, prio, raw, tenant, seq); return end
+  redis.call('HSET', K.ev, seq, raw)
+  local r = load(group)
+  local fresh = r == nil
+  if fresh then
+    r = new_group(group, seq, prio, tenant)
+  else
+    redis.call('HSET', K.nx, r.tail, seq)
+    r.tail, r.depth = seq, r.depth + 1
+  end
+  redis.call('HSET', K.td, 'h' .. seq, f17(due))
+  redis.call('ZADD', K.hz, f17(hold_score(r.prio, due)), hex(seq))
+  r.holds = r.holds + 1
+  bump('m' .. r.prio, 1)
+  if fresh then
+    r.hold, r.due = 1, due
+    save(group, r)
+    make_busy(group, r, false)
+  else
+    save(group, r)
+  end
+end
+""",
+        "  ",
+    )
+    + r"""
+  return {put = put}
+end
+"""
+)
+
+# For the scripts that read a stored message's group and priority.
+OWNER: Final = r"""
+-- the group and own priority of a stored message (`ev`'s value), or nil when it was
+-- stored before they were (JSON never starts with byte 1)
+local function owner(v)
+  if not v or string.byte(v, 1) ~= 1 then return nil end
+  local n = tonumber(string.sub(v, 3, 10), 16)
+  return string.sub(v, 11, 10 + n), tonumber(string.sub(v, 2, 2))
+end
+"""
+
+# A message appended to its group's chain: a new group is ready at once, an existing one
+# only gets a longer chain. Used by PUBLISH and PUBLISH_WITH, ahead of their bodies.
+APPEND: Final = TIMERS
+
 # A batch's messages appended, their seqs consecutive from `first`: ARGV from `at`, per
 # item `stride` arguments of which the first three are group, prio, raw; the items
-# `skip` names (a table of 0-based indexes, or nil) are left out and take no seq. Used by
+# `skip` names (a table of 0-based indexes, or nil) are left out and take no seq; each
+# group's due delayed messages join it first (`given`: the call's now argument). Used by
 # PUBLISH_MANY and PUBLISH_MANY_KEYED, ahead of their bodies.
-APPEND_MANY: Final = r"""
-local function append_many(first, n, at, stride, skip)
+APPEND_MANY: Final = (
+    TIMERS
+    + r"""
+local function append_many(first, n, at, stride, skip, given)
   local cache, added, seq = {}, {}, first
   for i = 0, n - 1 do
     if not (skip and skip[i]) then
@@ -228,13 +461,16 @@ local function append_many(first, n, at, stride, skip)
       local group = ARGV[base]
       redis.call('HSET', K.ev, seq, ARGV[base + 2])
       local r = cache[group]
-      if r == nil then r = load(group) end
+      if r == nil then
+        promote_group(group, given, PROMOTE)
+        r = load(group)
+      end
       if r then
         redis.call('HSET', K.nx, r.tail, seq)
         r.tail, r.depth = seq, r.depth + 1
       else
-        r = {head = seq, tail = seq, depth = 1, prio = tonumber(ARGV[base + 1]), att = 0,
-             base = 0, worker = '', due = 0, last = 0, held = 0, new = true}
+        r = new_group(group, seq, ARGV[base + 1], '')
+        r.new = true
       end
       cache[group] = r
       added[r.prio] = (added[r.prio] or 0) + 1
@@ -247,7 +483,8 @@ local function append_many(first, n, at, stride, skip)
   end
   for p, count in pairs(added) do bump('m' .. p, count) end
 end
-"""
+""".replace("PROMOTE", str(PROMOTE))
+)
 
 # The keys' helpers, ahead of the keyed publishes' bodies. A key's field is made by the
 # caller (`_ops.key_member`): its group by length first, so that no (group, key) pair
@@ -308,6 +545,58 @@ end
 """
 
 
+_FUNCTION = re.compile(r"local function (\w+)\(")
+_NAME = re.compile(r"\w+")
+
+
+def shaken(code: str) -> str:
+    """``code`` without the helper functions it never calls. Lua makes a closure of every
+    ``local function`` each time a script runs, and the shared helpers are many: a script
+    carries only those its own code reaches. A helper is a ``local function`` at the
+    start of a line (with the comment lines just above it) up to its ``end`` at the start
+    of a line, or its one line when it ends there."""
+    lines = code.split("\n")
+    blocks: list[tuple[str | None, list[str]]] = []  # (helper name or None, its lines)
+    i = 0
+    while i < len(lines):
+        match = _FUNCTION.match(lines[i])
+        if match is None:
+            blocks.append((None, [lines[i]]))
+            i += 1
+            continue
+        notes: list[str] = []
+        while blocks and blocks[-1][0] is None and blocks[-1][1][0].startswith("--"):
+            notes = blocks.pop()[1] + notes
+        end = i
+        if not lines[i].rstrip().endswith(" end"):
+            while lines[end] != "end":
+                end += 1
+        blocks.append((match.group(1), notes + lines[i : end + 1]))
+        i = end + 1
+    helpers = {name: text for name, text in blocks if name is not None}
+    wanted: set[str] = set()
+    todo = [line for name, text in blocks if name is None for line in text]
+    while todo:
+        for word in _NAME.findall(todo.pop()):
+            if word in helpers and word not in wanted:
+                wanted.add(word)
+                todo += helpers[word]
+    return "\n".join(
+        line for name, text in blocks if name is None or name in wanted for line in text
+    )
+
+
+def used_keys(code: str) -> set[str]:
+    """The key suffixes ``code`` reads: ``K.<name>``, and the ready and wake-up lists of
+    every priority where it builds their names."""
+    used = set(re.findall(r"\bK\.(\w+)", code))
+    if "K['r' .." in code:
+        used.update(READY_KEYS)
+    if "K['w' .." in code:
+        used.update(WAKE_KEYS)
+    return used
+
+
 @dataclass(frozen=True)
 class Script:
     """One operation's Lua: the argument names it declares, its body, and the key suffixes
@@ -327,75 +616,96 @@ class Script:
     writes: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        bind = [
-            f"local K = {{{', '.join(f'{k} = KEYS[{i}]' for i, k in enumerate(self.keys, 1))}}}"
-        ]
+        code = shaken(HELPERS + self.body)
+        keys = tuple(k for k in self.keys if k in used_keys(code))
+        object.__setattr__(self, "keys", keys)
+        bind = [f"local K = {{{', '.join(f'{k} = KEYS[{i}]' for i, k in enumerate(keys, 1))}}}"]
         bind.append(
             f"local A = {{{', '.join(f'{a} = ARGV[{i}]' for i, a in enumerate(self.args, 1))}}}"
         )
         shebang = f"#!lua flags={self.flags}" if self.flags else "#!lua"
-        source = "\n".join(
-            [shebang, f"-- durable-transports: {self.name}", *bind, HELPERS, self.body]
-        )
+        source = "\n".join([shebang, f"-- durable-transports: {self.name}", *bind, code])
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "sha", hashlib.sha1(source.encode()).hexdigest())
         object.__setattr__(self, "writes", "no-writes" not in self.flags)
 
 
+# A plain publish: its group's due delayed messages join it first.
 PUBLISH: Final = Script(
     "publish",
-    ("group", "prio", "raw"),
-    APPEND + "return append(A.group, A.prio, A.raw)",
+    ("group", "prio", "raw", "now"),
+    APPEND
+    + r"""
+promote_group(A.group, A.now, PROMOTE)
+return append(A.group, A.prio, A.raw)
+""".replace("PROMOTE", str(PROMOTE)),
 )
 
-# A key in use within the window: nothing is stored, and the reply is minus the seq of
-# the message first published with it. Otherwise the message is appended and the key
-# (forgotten or never used) remembered until now + window.
-PUBLISH_KEYED: Final = Script(
-    "publish_keyed",
-    ("group", "prio", "raw", "member", "window", "now"),
+# A publish with a key ('' none), a delay (0 none), hold ('1') or a tenant ('' none). A
+# key in use within the window: nothing is stored, and the reply is minus the seq of the
+# message first published with it. Otherwise the message is stored (due at now + delay)
+# and the key (forgotten or never used) remembered until now + window.
+PUBLISH_WITH: Final = Script(
+    "publish_with",
+    ("group", "prio", "raw", "member", "window", "now", "delay", "hold", "tenant"),
     APPEND
+    + PUT
     + KEY_HELPERS
     + r"""
 local now = clock(A.now)
-forget(now, FORGET)
-local original = lookup(A.member, now)
-if original then return -original end
-local seq = append(A.group, A.prio, A.raw)
-remember(A.member, seq, now + tonumber(A.window))
+if A.member ~= '' then
+  forget(now, FORGET)
+  local original = lookup(A.member, now)
+  if original then return -original end
+end
+promote_group(A.group, now, PROMOTE)
+local seq = redis.call('INCR', K.seq)
+local delay = tonumber(A.delay)
+if delay > 0 then
+  put_helpers().put(seq, A.group, A.prio, A.raw, A.tenant, now + delay, A.hold)
+else
+  enqueue(A.group, A.prio, A.raw, A.tenant, seq)
+end
+if A.member ~= '' then remember(A.member, seq, now + tonumber(A.window)) end
 return seq
-""".replace("FORGET", str(FORGET)),
+""".replace("FORGET", str(FORGET)).replace("PROMOTE", str(PROMOTE)),
     keys=KEYED_KEYS,
 )
 
-# ARGV after `count`: group, prio, raw for each item; seqs are consecutive from the reply.
+# ARGV after `count` and `now`: group, prio, raw for each item; seqs are consecutive
+# from the reply.
 PUBLISH_MANY: Final = Script(
     "publish_many",
-    ("count",),
+    ("count", "now"),
     APPEND_MANY
     + r"""
 local n = tonumber(A.count)
 local first = redis.call('INCRBY', K.seq, n) - n + 1
-append_many(first, n, 2, 3, nil)
+append_many(first, n, 3, 3, nil, A.now)
 return first
 """,
 )
 
-# ARGV after `count`, `window` and `now`: group, prio, raw, key field ('' for no key)
-# for each item. An item whose key is in use (in the store, or by an earlier item of the batch)
-# is left out; the others take consecutive seqs from the reply's first number, which
-# the left-out items follow as (index from 0, the original's seq) pairs.
-PUBLISH_MANY_KEYED: Final = Script(
-    "publish_many_keyed",
-    ("count", "window", "now"),
-    APPEND_MANY
-    + KEY_HELPERS
-    + r"""
+
+def _many_keyed(name: str, stride: int, store: str, helpers: str = "") -> Script:
+    """A batch with keys: ARGV after `count`, `window` and `now` is `stride` arguments
+    per item, the first four group, prio, raw, key field ('' for no key). An item whose
+    key is in use (in the store, or by an earlier item of the batch) is left out; the
+    others take consecutive seqs from the reply's first number, which the left-out items
+    follow as (index from 0, the original's seq) pairs. ``store`` stores the items that
+    are not left out, from `first`, with ``helpers`` ahead of the body."""
+    return Script(
+        name,
+        ("count", "window", "now"),
+        APPEND_MANY
+        + helpers
+        + KEY_HELPERS
+        + r"""
 local n = tonumber(A.count)
 local now = clock(A.now)
 local members, items = {}, {}
 for i = 0, n - 1 do
-  local member = ARGV[7 + 4 * i]
+  local member = ARGV[7 + STRIDE * i]
   if member ~= '' then members[#members + 1], items[#items + 1] = member, i end
 end
 forget(now, FORGET * #members)
@@ -415,7 +725,7 @@ for i = 0, n - 1 do
   if not skip[i] then ord[i], stored = stored, stored + 1 end
 end
 local first = redis.call('INCRBY', K.seq, stored) - stored + 1
-append_many(first, n, 4, 4, skip)
+STORE
 local kept = {}
 for _, j in ipairs(fresh) do
   kept[#kept + 1], kept[#kept + 2] = members[j], first + ord[items[j]]
@@ -429,20 +739,164 @@ for _, d in ipairs(dups) do
   out[#out + 1] = seq
 end
 return out
-""".replace("FORGET", str(FORGET)),
-    keys=KEYED_KEYS,
+""".replace("STORE", store)
+        .replace("FORGET", str(FORGET))
+        .replace("STRIDE", str(stride))
+        .replace("PROMOTE", str(PROMOTE)),
+        keys=KEYED_KEYS,
+    )
+
+
+# Items of four arguments: group, prio, raw, key field.
+PUBLISH_MANY_KEYED: Final = _many_keyed(
+    "publish_many_keyed", 4, "append_many(first, n, 4, 4, skip, now)"
 )
 
-# Frees lapsed leases and ended parks first (their group keeps its holder, so a lapsed
-# lease nobody re-claimed can still be acked), then leases the ready group whose last
-# claim is oldest at or above the floor. With max_attempts, a head out of deliveries is
-# made a dead letter instead and the claim goes on. Reply: {1, seq, group, raw, att,
-# due} or {0, now, earliest deadline or ''}.
+# Items of seven arguments: group, prio, raw, key field, delay, hold ('1' or '0'),
+# tenant ('' none); each stored as PUBLISH_WITH stores one.
+PUBLISH_MANY_WITH: Final = _many_keyed(
+    "publish_many_with",
+    7,
+    helpers=PUT,
+    store=r"""
+local helpers = nil
+for i = 0, n - 1 do
+  if not skip[i] then
+    local at = 4 + 7 * i
+    local group, delay, seq = ARGV[at], tonumber(ARGV[at + 4]), first + ord[i]
+    promote_group(group, now, PROMOTE)
+    if delay > 0 then
+      helpers = helpers or put_helpers()
+      helpers.put(seq, group, ARGV[at + 1], ARGV[at + 2], ARGV[at + 6], now + delay, ARGV[at + 5])
+    else
+      enqueue(group, ARGV[at + 1], ARGV[at + 2], ARGV[at + 6], seq)
+    end
+  end
+end""",
+)
+
+# The tenants' turns (see `TransportAdmin`), for the claim: `tp` holds V and each
+# tenant's pass ('p' .. tenant, '' for groups without one) and 'hi', the highest pass of
+# a named tenant. While no tenant's group is ready (no `tc`), a claim serves the groups
+# without a tenant as before tenants existed, and writes nothing about turns unless `tp`
+# exists; once a claim served them while every named tenant's pass is at most V, `tp` is
+# dropped: that state is "V, the groups without a tenant at V + 1, everyone else at V",
+# which needs no field once a claim ever happened (an l<p> counter exists), and with
+# no claim ever, "everyone at 0". So a queue without tenants keeps no turns at all.
+TURNS: Final = r"""
+local function claimed_ever()
+  for _, v in ipairs(redis.call('HMGET', K.n, 'l0', 'l1', 'l2', 'l3', 'l4')) do
+    if v then return true end
+  end
+  return false
+end
+-- the tenant whose turn it is among those with a ready group at or above `floor`
+-- ('' for the groups without one), and its start, max(pass, V); nil when none
+local function turn(floor)
+  local active, any = {}, false
+  for _, f in ipairs(redis.call('HKEYS', K.tc)) do
+    if tonumber(string.sub(f, 1, 1)) >= floor then active[string.sub(f, 3)], any = true, true end
+  end
+  for p = floor, 4 do
+    if redis.call('EXISTS', rkey(p)) == 1 then active[''], any = true, true; break end
+  end
+  if not any then return nil end
+  local known = redis.call('EXISTS', K.tp) == 1
+  local V, none_pass = 0, nil
+  if known then
+    V = tonumber(redis.call('HGET', K.tp, 'V') or 0)
+  elseif claimed_ever() then
+    none_pass = 1
+  else
+    none_pass = 0
+  end
+  local chosen, start = nil, nil
+  for t in pairs(active) do
+    local pass = 0
+    if known then
+      pass = tonumber(redis.call('HGET', K.tp, 'p' .. t) or 0)
+    elseif t == '' then
+      pass = none_pass
+    end
+    local s = math.max(pass, V)
+    if chosen == nil or s < start or (s == start and t < chosen) then chosen, start = t, s end
+  end
+  return chosen, start, none_pass
+end
+-- `tenant` served from `start`: V moves there, its pass on by 1 / its weight;
+-- `none_pass`: the pass of the groups without a tenant when `tp` was absent, kept
+local function account(tenant, start, none_pass)
+  if none_pass then redis.call('HSET', K.tp, 'p', none_pass) end
+  local w = 1
+  if tenant ~= '' then w = tonumber(redis.call('HGET', K.tw, 'w' .. tenant) or 1) end
+  local pass = start + 1 / w
+  redis.call('HSET', K.tp, 'V', f17(start), 'p' .. tenant, f17(pass))
+  local hi = tonumber(redis.call('HGET', K.tp, 'hi') or 0)
+  if tenant ~= '' then
+    if pass > hi then redis.call('HSET', K.tp, 'hi', f17(pass)) end
+  elseif hi <= start then
+    redis.call('DEL', K.tp)
+  end
+end
+-- the ready group of `tenant` whose turn it is, at or above `floor`
+local function tenant_pick(tenant, floor)
+  local p0 = gprefix(tenant)
+  local best = nil
+  for p = floor, 4 do
+    local from = p .. p0
+    local m = redis.call('ZRANGEBYLEX', K.tq, '[' .. from, '[' .. from .. TOP, 'LIMIT', 0, 1)[1]
+    -- past the priority digit, members compare by score, then group
+    if m and (best == nil or string.sub(m, 2) < string.sub(best, 2)) then best = m end
+  end
+  if best == nil then return nil end
+  return string.sub(best, 2 + #p0 + 8)
+end
+"""
+
+# Promotes delayed messages that came due (at most PROMOTE) and frees lapsed leases and
+# ended parks (their group keeps its holder, so a lapsed lease nobody re-claimed can
+# still be acked), then leases a ready group at or above the floor: with tenants, one of
+# the tenant whose turn it is (`TURNS`); of those, the one whose last claim is oldest.
+# With max_attempts, a head out of deliveries is made a dead letter instead and the
+# claim goes on. Reply: {1, seq, group, raw, att, due} or {0, now, earliest deadline (of
+# a lease, a park or a delayed message) or ''}.
 CLAIM: Final = Script(
     "claim",
     ("worker", "vis", "floor", "now", "max", "on_dead", "cascade", "sweep"),
     r"""
+-- The helpers of timers and of tenants, each made only by a claim that needs them: Lua
+-- makes a closure of every function each time a script runs, needed or not.
+local function timer_helpers()
+"""
+    + textwrap.indent(TIMERS, "  ")
+    + r"""
+  return {promote = promote}
+end
+local function tenant_helpers()
+"""
+    + textwrap.indent(TURNS, "  ")
+    + r"""
+  return {turn = turn, account = account, tenant_pick = tenant_pick}
+end
 local now = clock(A.now)
+-- One call tells a queue that never used timers or tenants (nor does now) from others;
+-- with delayed messages waiting, a second reads the earliest, and whether tenants are
+-- about follows from the first's count.
+local extras = redis.call('EXISTS', K.tm, K.tc, K.tp)
+local timer, tenants, X = nil, extras > 0, nil
+local function next_timer()
+  local t = redis.call('ZRANGE', K.tm, 0, 0, 'WITHSCORES')
+  if t[2] then return tonumber(t[2]) end
+  return nil
+end
+if extras > 0 then
+  timer = next_timer()
+  if timer ~= nil then tenants = extras > 1 end
+end
+if timer ~= nil and timer <= now then
+  timer_helpers().promote(now, PROMOTE)
+  timer, tenants = next_timer(), true  -- a promoted message may have made a tenant's group
+end
 local first = earliest()
 if first ~= nil and first < now then
   local due = redis.call('ZRANGEBYSCORE', K.busy, '-inf', '(' .. f17(now), 'LIMIT', 0, A.sweep)
@@ -451,34 +905,45 @@ if first ~= nil and first < now then
     redis.call('ZREM', K.busy, group)
     if r then
       bump(kind(r), -1)
-      if r.worker == '' then r.due = 0; save(group, r) end
-      redis.call('ZADD', rkey(r.prio), f17(score(r)), group)
+      if r.worker == '' then r.due, r.hold = 0, 0; save(group, r) end
+      list_ready(group, r)
+      if r.tenant ~= '' then tenants = true end
     end
   end
   first = earliest()
 end
 local floor, max = tonumber(A.floor), tonumber(A.max)
 while true do
-  -- EXISTS first: most queues use one or two priorities, and ZRANGE costs ten times more
-  local ready = {}
-  for p = floor, 4 do
-    if redis.call('EXISTS', rkey(p)) == 1 then ready[#ready + 1] = rkey(p) end
+  local best, tenant, start, none_pass = nil, nil, nil, nil
+  local tenanted = tenants and redis.call('EXISTS', K.tc) == 1
+  if tenanted then
+    X = X or tenant_helpers()
+    tenant, start, none_pass = X.turn(floor)
+    if tenant and tenant ~= '' then best = X.tenant_pick(tenant, floor) end
   end
-  local best = nil
-  if #ready == 1 then
-    best = redis.call('ZRANGE', ready[1], 0, 0)[1]
-  elseif #ready > 1 then
-    local best_score = nil
-    for _, k in ipairs(ready) do
-      local top = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
-      if best == nil or tonumber(top[2]) < best_score then
-        best, best_score = top[1], tonumber(top[2])
+  if not tenanted or tenant == '' then
+    -- the ready group without a tenant whose last claim is oldest; EXISTS first: most
+    -- queues use one or two priorities, and ZRANGE costs ten times more
+    local ready = {}
+    for p = floor, 4 do
+      if redis.call('EXISTS', rkey(p)) == 1 then ready[#ready + 1] = rkey(p) end
+    end
+    if #ready == 1 then
+      best = redis.call('ZRANGE', ready[1], 0, 0)[1]
+    elseif #ready > 1 then
+      local best_score = nil
+      for _, k in ipairs(ready) do
+        local top = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+        if best == nil or tonumber(top[2]) < best_score then
+          best, best_score = top[1], tonumber(top[2])
+        end
       end
     end
   end
   if best == nil then
-    local next_due = ''
-    if first ~= nil then next_due = f17(first) end
+    local next_due = first
+    if timer ~= nil and (next_due == nil or timer < next_due) then next_due = timer end
+    if next_due == nil then next_due = '' else next_due = f17(next_due) end
     return {0, f17(now), next_due}
   end
   local r = load(best)
@@ -487,19 +952,30 @@ while true do
     if r.worker ~= '' then last = 'lapsed' end
     kill(best, r, now, 'x', '', last, max, A.on_dead)
   else
-    redis.call('ZREM', rkey(r.prio), best)
+    unready(best, r)
     r.att, r.worker, r.due, r.last = r.att + 1, A.worker, now + tonumber(A.vis), now
     save(best, r)
     make_busy(best, r, first)
+    if tenanted then
+      X.account(tenant, start, none_pass)
+    elseif tenants and redis.call('EXISTS', K.tp) == 1 then
+      X = X or tenant_helpers()
+      local kept = redis.call('HMGET', K.tp, 'p', 'V')
+      X.account('', math.max(tonumber(kept[1] or 0), tonumber(kept[2] or 0)))
+    end
     if A.cascade == '1' then
+      -- the highest priority with a ready group: of those without a tenant, and of
+      -- a tenant's (the last member of tq, by its priority digit)
+      local top = redis.call('ZRANGE', K.tq, -1, -1)[1]
+      if top then top = tonumber(string.sub(top, 1, 1)) else top = -1 end
       for p = 4, 0, -1 do
-        if redis.call('ZCARD', rkey(p)) > 0 then signal(p); break end
+        if p <= top or redis.call('EXISTS', rkey(p)) == 1 then signal(p); break end
       end
     end
     return {1, r.head, best, redis.call('HGET', K.ev, r.head), r.att, f17(r.due)}
   end
 end
-""",
+""".replace("PROMOTE", str(PROMOTE)),
     flags="allow-oom",
 )
 
@@ -522,7 +998,7 @@ ACK: Final = on_lease(
 unlist(A.group, r)
 bump('m' .. r.prio, -1)
 local n = advance(A.group, r)
-if n then make_ready(A.group, n) end
+if n then go_on(A.group, n) end
 return 1
 """,
 )
@@ -594,8 +1070,9 @@ return 1
 # in `busy` from the cursor `after` (the member last seen, or '' to begin; `score` is its
 # score, for when it has left meanwhile), `chunk` at a time. Reply: now, the member to go
 # on from ('' when done) and its score, the lapsed l0..l4 and k0..k4 of this chunk, then,
-# on the first call only, the counters m0..m4, l0..l4, k0..k4, d0..d4 and the keys
-# remembered (those whose time is not up).
+# on the first call only, the counters m0..m4, l0..l4, k0..k4, d0..d4, the keys
+# remembered (those whose time is not up), the counters t0..t4 of delayed messages
+# waiting apart, the hold-delayed messages not due by priority, and the paused groups.
 STATS: Final = Script(
     "stats",
     ("now", "after", "score", "chunk"),
@@ -622,9 +1099,17 @@ for _, k in ipairs({'l', 'k'}) do
 end
 if A.after == '' then
   local counts = redis.call('HMGET', K.n, 'm0', 'm1', 'm2', 'm3', 'm4', 'l0', 'l1', 'l2',
-    'l3', 'l4', 'k0', 'k1', 'k2', 'k3', 'k4', 'd0', 'd1', 'd2', 'd3', 'd4')
+    'l3', 'l4', 'k0', 'k1', 'k2', 'k3', 'k4', 'd0', 'd1', 'd2', 'd3', 'd4', 't0', 't1', 't2',
+    't3', 't4')
   for i = 1, 20 do out[#out + 1] = counts[i] or 0 end
   out[#out + 1] = redis.call('ZCOUNT', K.kx, '(' .. f17(now), '+inf')
+  for i = 21, 25 do out[#out + 1] = counts[i] or 0 end
+  -- hold-delayed messages not due yet: queued in their chains, counted as delayed
+  for p = 0, 4 do
+    out[#out + 1] = redis.call('ZCOUNT', K.hz, '(' .. f17(hold_score(p, now)),
+      f17(hold_score(p, BAND / 2)))
+  end
+  out[#out + 1] = redis.call('SCARD', K.pz)
 end
 return out
 """,
@@ -634,7 +1119,8 @@ return out
 
 # Groups from the hash scan's cursor, `chunk` at a time. Reply: now, the next cursor ('0'
 # when done), then for this chunk's `limit` deepest groups (ties: oldest head first):
-# group, prio, depth, head, state, busy_until or '', last claim or ''.
+# group, prio, depth, head, state, busy_until or '', last claim or '', paused (1 or 0),
+# tenant ('' none). A head held by its not-before time shows as parked until then.
 GROUPS: Final = Script(
     "groups",
     ("limit", "now", "cursor", "chunk"),
@@ -644,9 +1130,8 @@ local scan = redis.call('HSCAN', K.g, A.cursor, 'COUNT', A.chunk)
 local all = scan[2]
 local rows = {}
 for i = 1, #all, 2 do
-  local r = {}
-  r.head, r.tail, r.depth, r.prio, r.att, r.base, r.worker, r.due, r.last, r.held =
-    cmsgpack.unpack(all[i + 1])
+  local packed = all[i + 1]
+  UNPACK_GROUP
   r.group, r.state, r.until_ = all[i], 'ready', ''
   if r.held ~= 0 then r.state, r.depth = 'held', r.depth - 1
   elseif r.due >= now and r.worker ~= '' then r.state, r.until_ = 'in_flight', f17(r.due)
@@ -662,12 +1147,13 @@ for i = 1, math.min(#rows, tonumber(A.limit)) do
   local r = rows[i]
   local last = ''
   if r.last ~= 0 then last = f17(r.last) end
-  for _, v in ipairs({r.group, r.prio, r.depth, r.head, r.state, r.until_, last}) do
+  for _, v in ipairs({r.group, r.prio, r.depth, r.head, r.state, r.until_, last, r.paused,
+                      r.tenant}) do
     out[#out + 1] = v
   end
 end
 return out
-""",
+""".replace("UNPACK_GROUP", UNPACK_GROUP),
     flags="no-writes",
 )
 
@@ -704,6 +1190,10 @@ REQUEUE: Final = Script(
     "requeue",
     ("seq",),
     r"""
+local function is_ready(group, r)
+  if r.tenant == '' then return redis.call('ZSCORE', rkey(r.prio), group) ~= false end
+  return redis.call('ZSCORE', K.tq, tmember(group, r)) ~= false
+end
 local seq = tonumber(A.seq)
 local packed = redis.call('HGET', K.dead, A.seq)
 if not packed then return {0} end
@@ -722,13 +1212,19 @@ if held == 1 and r and r.held == seq then
 else
   redis.call('HSET', K.ev, seq, raw)
   if r == nil then
-    r = {head = seq, tail = seq, depth = 1, prio = prio, att = att, base = att,
-         worker = '', due = 0, last = 0, held = 0}
+    r = new_group(group, seq, prio, '')
+    r.att, r.base = att, att
     save(group, r)
     make_ready(group, r)
   else
-    local was_ready = redis.call('ZSCORE', rkey(r.prio), group)
+    local was_ready = is_ready(group, r)
+    if was_ready then unready(group, r) end
     if seq < r.head then
+      if r.hold == 1 then
+        -- the head it goes ahead of holds the group no more (until it is the head again)
+        unlist(group, r)
+        r.hold, r.due, was_ready = 0, 0, true
+      end
       redis.call('HSET', K.att, r.head, cmsgpack.pack(r.att, r.base))
       redis.call('HSET', K.nx, seq, r.head)
       r.head, r.att, r.base = seq, att, att
@@ -767,7 +1263,7 @@ if held == 1 then
   if r and r.held == tonumber(A.seq) then
     unlist(group, r)
     local n = advance(group, r)
-    if n then make_ready(group, n) end
+    if n then go_on(group, n) end
   end
 end
 return 1
@@ -777,7 +1273,8 @@ return 1
 
 # At most `chunk` of the group's messages from its head, and of its dead letters, up to
 # seq `upto` ('' to begin: the last seq handed out, so what is published meanwhile
-# stays); a leased head goes too (its holder gets LeaseLost), and what is left of the
+# stays), then of its delayed messages waiting apart (all of them); a leased head goes
+# too (its holder gets LeaseLost), and what is left of the
 # group is ready. Reply: how many it removed (a dead letter holding the group counted
 # once), `upto`, and 1 when more is left to remove.
 PURGE_GROUP: Final = Script(
@@ -797,21 +1294,36 @@ if r and r.head <= upto then
     r = advance(A.group, r)
   end
   if messages > 0 then bump('m' .. prio, -messages) end
-  if r then make_ready(A.group, r) end
+  if r then go_on(A.group, r) end
   removed = messages
 end
-local prefix = string.format('%08x', #A.group) .. A.group
+local prefix = gprefix(A.group)
 local dead = {}
 if budget > 0 then
-  dead = redis.call('ZRANGEBYLEX', K.dg, '[' .. prefix, '[' .. prefix ..
-    string.format('%016x', upto), 'LIMIT', 0, budget)
+  dead = redis.call('ZRANGEBYLEX', K.dg, '[' .. prefix, '[' .. prefix .. hex(upto),
+    'LIMIT', 0, budget)
 end
 for _, member in ipairs(dead) do
   unbury(tonumber(string.sub(member, -16), 16))
   removed = removed + 1
 end
+budget = budget - #dead
+local timers = {}
+if budget > 0 then
+  timers = redis.call('ZRANGEBYLEX', K.tg, '[' .. prefix, '[' .. prefix .. TOP, 'LIMIT', 0, budget)
+end
+for _, member in ipairs(timers) do
+  local h = string.sub(member, -16)
+  local seq = tonumber(h, 16)
+  local _, p = cmsgpack.unpack(redis.call('HGET', K.td, 't' .. seq))
+  redis.call('HDEL', K.td, 't' .. seq)
+  redis.call('ZREM', K.tm, h)
+  redis.call('ZREM', K.tg, member)
+  bump('t' .. p, -1)
+  removed = removed + 1
+end
 local more = 0  -- messages left, or the budget spent before the dead letters' end
-if (r and r.head <= upto) or budget == 0 or #dead == budget then more = 1 end
+if (r and r.head <= upto) or budget <= 0 or #timers == budget then more = 1 end
 return {removed, f17(upto), more}
 """,
     flags="allow-oom",
@@ -827,11 +1339,12 @@ return {removed, f17(upto), more}
 CHECK: Final = Script(
     "check",
     (),
-    r"""
+    OWNER
+    + r"""
 local bad = {}
 local function fail(msg) bad[#bad + 1] = msg end
 local all = redis.call('HGETALL', K.g)
-local chained, events, links, want = {}, 0, 0, {}
+local chained, events, links, want, tenanted = {}, 0, 0, {}, {}
 local function count(field) want[field] = (want[field] or 0) + 1 end
 for i = 1, #all, 2 do
   local group = all[i]
@@ -842,7 +1355,12 @@ for i = 1, #all, 2 do
   local seq, steps = r.head, 1
   while true do
     chained[seq] = true
-    if redis.call('HEXISTS', K.ev, seq) == 1 then events = events + 1
+    local v = redis.call('HGET', K.ev, seq)
+    if v then
+      events = events + 1
+      if v and string.byte(v, 1) == 1 and owner(v) ~= group then
+        fail(group .. ': ' .. seq .. ' is stored as of another group')
+      end
     elseif not (seq == r.head and r.held ~= 0) then fail(group .. ': no event for ' .. seq) end
     if seq == r.tail then break end
     local nxt = redis.call('HGET', K.nx, seq)
@@ -854,17 +1372,74 @@ for i = 1, #all, 2 do
   for p = 0, 4 do
     if redis.call('ZSCORE', rkey(p), group) then
       places = places + 1
-      if p ~= r.prio then fail(group .. ': ready at priority ' .. p) end
+      if p ~= r.prio or r.tenant ~= '' then fail(group .. ': ready at priority ' .. p) end
     end
   end
-  if redis.call('ZSCORE', K.busy, group) then places = places + 1 end
+  if r.tenant ~= '' then
+    if redis.call('ZSCORE', K.tq, tmember(group, r)) then places = places + 1 end
+    tenanted[r.tenant] = (tenanted[r.tenant] or 0) + 1
+  end
+  local busy = redis.call('ZSCORE', K.busy, group)
+  if busy then places = places + 1 end
   if r.held ~= 0 and places ~= 0 then fail(group .. ': held but listed') end
-  if r.held == 0 and places ~= 1 then fail(group .. ': in ' .. places .. ' sets') end
+  if r.paused == 1 and places > 0 and not busy then fail(group .. ': paused but ready') end
+  if r.paused ~= redis.call('SISMEMBER', K.pz, group) then fail(group .. ': paused flag') end
+  if r.held == 0 and r.paused == 0 and places ~= 1 then
+    fail(group .. ': in ' .. places .. ' sets')
+  end
+  if r.hold == 1 and (r.worker ~= '' or r.due == 0) then fail(group .. ': hold but not parked') end
+  local holds, s2 = 0, r.head
+  while true do
+    if redis.call('HEXISTS', K.td, 'h' .. s2) == 1 then holds = holds + 1 end
+    if s2 == r.tail then break end
+    local nxt = redis.call('HGET', K.nx, s2)
+    if not nxt or tonumber(nxt) <= s2 then break end
+    s2 = tonumber(nxt)
+  end
+  if holds ~= r.holds then fail(group .. ': ' .. holds .. ' holds, the record says ' .. r.holds) end
   if r.held == 0 and r.worker == '' and r.due > 0 and not redis.call('ZSCORE', K.busy, group) then
     fail(group .. ': parked but not busy')
   end
 end
 if redis.call('HLEN', K.ev) ~= events then fail('events outside any chain') end
+local timers, holds = 0, 0
+local td = redis.call('HGETALL', K.td)
+for i = 1, #td, 2 do
+  local seq = tonumber(string.sub(td[i], 2))
+  if string.sub(td[i], 1, 1) == 't' then
+    timers = timers + 1
+    local group, prio, _, _, due = cmsgpack.unpack(td[i + 1])
+    count('t' .. prio)
+    if not redis.call('ZSCORE', K.tg, gprefix(group) .. sortable(due) .. hex(seq)) then
+      fail('delayed ' .. seq .. ' not indexed by its group')
+    end
+    if tonumber(redis.call('ZSCORE', K.tm, hex(seq))) ~= due then
+      fail('delayed ' .. seq .. ' not indexed by its due time')
+    end
+  else
+    holds = holds + 1
+    if not chained[seq] then fail('hold ' .. seq .. ' outside any chain') end
+  end
+end
+if redis.call('ZCARD', K.tm) ~= timers or redis.call('ZCARD', K.tg) ~= timers then
+  fail('delayed messages and their indexes')
+end
+if redis.call('ZCARD', K.hz) ~= holds then fail('hold-delayed messages and their index') end
+local ready_tenanted = redis.call('ZCARD', K.tq)
+local tc = 0
+for _, v in ipairs(redis.call('HVALS', K.tc)) do tc = tc + tonumber(v) end
+if tc ~= ready_tenanted then
+  fail('tenants ready: ' .. tc .. ' counted, ' .. ready_tenanted .. ' listed')
+end
+local tw = redis.call('HGETALL', K.tw)
+for i = 1, #tw, 2 do
+  local name = string.sub(tw[i], 2)
+  if string.sub(tw[i], 1, 1) == 'n' then
+    if tonumber(tw[i + 1]) ~= (tenanted[name] or 0) then fail('groups of tenant ' .. name) end
+    tenanted[name] = nil
+  end
+end
+if next(tenanted) ~= nil then fail('tenant groups not counted') end
 if redis.call('HLEN', K.nx) ~= links then fail('links outside any chain') end
 for _, k in ipairs({K.busy, K.r0, K.r1, K.r2, K.r3, K.r4}) do
   for _, group in ipairs(redis.call('ZRANGE', k, 0, -1)) do
@@ -884,7 +1459,7 @@ end
 local have = {}
 local counters = redis.call('HGETALL', K.n)
 for i = 1, #counters, 2 do have[counters[i]] = tonumber(counters[i + 1]) end
-for _, k in ipairs({'m', 'l', 'k', 'd'}) do
+for _, k in ipairs({'m', 'l', 'k', 'd', 'h', 't'}) do
   for p = 0, 4 do
     local f = k .. p
     if (have[f] or 0) ~= (want[f] or 0) then
@@ -908,10 +1483,211 @@ return bad
     keys=KEYED_KEYS,
 )
 
+# --- timers, group control, tenants ------------------------------------------------
+
+# The delayed messages due at `now`, at most `chunk`, join their groups: what the admin
+# calls run first, so that they see what a claim would. Reply: now, how many it moved.
+PROMOTE_DUE: Final = Script(
+    "promote_due",
+    ("now", "chunk"),
+    TIMERS
+    + r"""
+local now = clock(A.now)
+return {f17(now), promote(now, tonumber(A.chunk))}
+""",
+    flags="allow-oom",
+)
+
+# Message `seq` removed unless a worker holds it (leased, its lease not lapsed): a
+# delayed one waiting apart, or one in its group's chain (its group read from its stored
+# value, see `owner`; the chain is walked up to it). A head removed lets its group go
+# on. Reply: 1 or 0.
+CANCEL: Final = Script(
+    "cancel",
+    ("seq", "now"),
+    OWNER
+    + r"""
+local seq = tonumber(A.seq)
+local t = redis.call('HGET', K.td, 't' .. seq)
+if t then
+  local group, prio, _, _, due = cmsgpack.unpack(t)
+  redis.call('HDEL', K.td, 't' .. seq)
+  redis.call('ZREM', K.tm, hex(seq))
+  redis.call('ZREM', K.tg, gprefix(group) .. sortable(due) .. hex(seq))
+  bump('t' .. prio, -1)
+  return 1
+end
+local group = owner(redis.call('HGET', K.ev, seq))
+if not group then return 0 end
+local r = load(group)
+if r == nil then return 0 end
+if r.head == seq then
+  if r.held ~= 0 or (r.worker ~= '' and r.due >= clock(A.now)) then return 0 end
+  unlist(group, r)
+  bump('m' .. r.prio, -1)
+  local n = advance(group, r)
+  if n then go_on(group, n) end
+  return 1
+end
+local prev = r.head
+while true do
+  local nxt = tonumber(redis.call('HGET', K.nx, prev))
+  if nxt == nil or nxt > seq then return 0 end
+  if nxt == seq then break end
+  prev = nxt
+end
+local after = redis.call('HGET', K.nx, seq)
+if after then
+  redis.call('HSET', K.nx, prev, after)
+else
+  redis.call('HDEL', K.nx, prev)
+  r.tail = prev
+end
+redis.call('HDEL', K.ev, seq)
+redis.call('HDEL', K.nx, seq)
+redis.call('HDEL', K.att, seq)
+drop_hold(r, seq)
+r.depth = r.depth - 1
+save(group, r)
+bump('m' .. r.prio, -1)
+return 1
+""",
+    flags="allow-oom",
+)
+
+# Pause (`paused` '1') or resume a group: the pause is a member of `pz`, kept whether the
+# group has messages or not; the group's record carries it too, so that a paused group is
+# never listed as ready and a claim never looks at it. Reply: 1 if it changed anything.
+PAUSE: Final = Script(
+    "pause",
+    ("group", "paused"),
+    r"""
+local r = load(A.group)
+if A.paused == '1' then
+  if redis.call('SADD', K.pz, A.group) == 0 then return 0 end
+  if r then
+    unready(A.group, r)
+    r.paused = 1
+    save(A.group, r)
+  end
+  return 1
+end
+if redis.call('SREM', K.pz, A.group) == 0 then return 0 end
+if r then
+  r.paused = 0
+  save(A.group, r)
+  if r.held == 0 and not redis.call('ZSCORE', K.busy, A.group) then make_ready(A.group, r) end
+end
+return 1
+""",
+    flags="allow-oom",
+)
+
+PAUSED_GROUPS: Final = Script(
+    "paused_groups",
+    (),
+    "return redis.call('SMEMBERS', K.pz)",
+    flags="no-writes",
+)
+
+# At most `limit` messages of a group in delivery order: its chain from the head (a
+# dead letter holding it left out), then its delayed messages waiting apart, by due.
+# Reply per message: seq, priority, raw, attempts, state, due_at ('' none).
+PEEK: Final = Script(
+    "peek",
+    ("group", "limit", "now"),
+    OWNER
+    + r"""
+local now = clock(A.now)
+local limit = tonumber(A.limit)
+local out, shown = {}, 0
+local r = load(A.group)
+if r then
+  local seq = r.head
+  if r.held ~= 0 then seq = tonumber(redis.call('HGET', K.nx, seq)) end
+  while seq and shown < limit do
+    local v = redis.call('HGET', K.ev, seq)
+    local _, prio = owner(v)
+    prio = prio or r.prio
+    local att, state, due = 0, 'queued', ''
+    if seq == r.head then
+      att = r.att
+    else
+      local stash = redis.call('HGET', K.att, seq)
+      if stash then att = cmsgpack.unpack(stash) end
+    end
+    local hold = false
+    if r.holds > 0 then hold = redis.call('HGET', K.td, 'h' .. seq) end
+    if hold and tonumber(hold) > now then
+      state, due = 'delayed', hold
+    elseif shown == 0 then
+      state = 'ready'
+      if seq == r.head and r.due >= now and r.due > 0 then
+        due = f17(r.due)
+        if r.worker ~= '' then state = 'in_flight' else state = 'parked' end
+      end
+    end
+    for _, x in ipairs({seq, prio, v, att, state, due}) do out[#out + 1] = x end
+    shown = shown + 1
+    if seq == r.tail then break end
+    seq = tonumber(redis.call('HGET', K.nx, seq))
+  end
+end
+if shown < limit then
+  local p = gprefix(A.group)
+  local later = redis.call('ZRANGEBYLEX', K.tg, '[' .. p, '[' .. p .. TOP, 'LIMIT', 0,
+    limit - shown)
+  for _, member in ipairs(later) do
+    local seq = tonumber(string.sub(member, -16), 16)
+    local _, prio, raw, _, due = cmsgpack.unpack(redis.call('HGET', K.td, 't' .. seq))
+    for _, v in ipairs({seq, prio, raw, 0, 'delayed', f17(due)}) do out[#out + 1] = v end
+  end
+end
+return out
+""",
+    flags="no-writes",
+)
+
+SET_TENANT_WEIGHT: Final = Script(
+    "set_tenant_weight",
+    ("tenant", "weight"),
+    "redis.call('HSET', K.tw, 'w' .. A.tenant, A.weight)\nreturn 1",
+)
+
+# Reply: the groups without a tenant, then per named tenant with groups or a weight:
+# name, weight ('' for 1, unset), groups.
+TENANTS: Final = Script(
+    "tenants",
+    (),
+    r"""
+local counts, named, weights = {}, 0, {}
+local tw = redis.call('HGETALL', K.tw)
+for i = 1, #tw, 2 do
+  local name = string.sub(tw[i], 2)
+  if string.sub(tw[i], 1, 1) == 'n' then
+    counts[name] = tonumber(tw[i + 1])
+    named = named + tonumber(tw[i + 1])
+  else
+    weights[name] = tw[i + 1]
+    counts[name] = counts[name] or 0
+  end
+end
+local out = {redis.call('HLEN', K.g) - named}
+for name, n in pairs(counts) do
+  if n > 0 or weights[name] then
+    out[#out + 1], out[#out + 2], out[#out + 3] = name, weights[name] or '', n
+  end
+end
+return out
+""",
+    flags="no-writes",
+)
+
 # The benchmark's floor: a script that reads nothing and writes nothing.
 NOTHING: Final = Script("nothing", (), "return 1", keys=())
 
 ALL: Final = (
-    PUBLISH, PUBLISH_KEYED, PUBLISH_MANY, PUBLISH_MANY_KEYED, CLAIM, ACK, NACK, UNCLAIM, EXTEND,
-    BURY, STATS, GROUPS, DEAD_LETTERS, REQUEUE, DISCARD, PURGE_GROUP, CHECK,
+    PUBLISH, PUBLISH_WITH, PUBLISH_MANY, PUBLISH_MANY_KEYED, PUBLISH_MANY_WITH, CLAIM, ACK,
+    NACK, UNCLAIM, EXTEND, BURY, STATS, GROUPS, DEAD_LETTERS, REQUEUE, DISCARD, PURGE_GROUP,
+    CHECK, PROMOTE_DUE, CANCEL, PAUSE, PAUSED_GROUPS, PEEK, SET_TENANT_WEIGHT, TENANTS,
 )  # fmt: skip

@@ -14,4 +14,9 @@ from ._url import SqliteOptions
 __all__ = ["AsyncSqliteTransport", "SqliteOptions", "SqliteTransport", "backend"]
 
 
-backend = build_backend(_url.parse_url, SqliteTransport, AsyncSqliteTransport)
+backend = build_backend(
+    _url.parse_url,
+    SqliteTransport,
+    AsyncSqliteTransport,
+    features=("timers", "tenants", "group-control"),
+)

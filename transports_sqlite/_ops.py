@@ -18,7 +18,6 @@ from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from operator import itemgetter
 from typing import Any, Literal, NamedTuple, TypeVar
 
 import transports_core as dt
@@ -199,23 +198,25 @@ def session(synchronous: str, memory: bool, on_loop: bool = False) -> Op[None]:
 
 
 class Publish(Op[int]):
-    """A publish without a key."""
+    """A publish without a key, delay or tenant."""
 
-    __slots__ = ("stmt",)
+    __slots__ = ("params",)
     begin = AUTOCOMMIT
 
     def __init__(
         self, codec: core.EventCodec[Any], group_id: str, event: object, priority: int
     ) -> None:
-        params = {
+        self.params = {
             "group_id": core.check_group_id(group_id),
             "priority": core.check_priority(priority),
             "event": codec.encode(event),
+            "now": None,
         }
-        self.stmt = Stmt(sql.PUBLISH, params)
 
     def first(self, now: float | None) -> Stmt:
-        return self.stmt
+        # `now`: its group's due timers are promoted before it (see `_sql.publish`).
+        self.params["now"] = now
+        return Stmt(sql.PUBLISH, self.params)
 
     def done(self, reply: Result, now: float | None) -> int:
         seq: int = reply.rows[0][0]
@@ -223,26 +224,19 @@ class Publish(Op[int]):
 
 
 class PublishKeyed(Op[int]):
-    """A publish with a key: one statement too (see `_sql.PUBLISH_KEYED`), which stores
-    the message unless the key is live in its group, and gives the seq either way."""
+    """A publish with a key and nothing else: one statement too (see
+    `_sql.PUBLISH_KEYED`), which stores the message unless the key is live in its group,
+    and gives the seq either way."""
 
     __slots__ = ("params", "window")
     begin = AUTOCOMMIT
 
-    def __init__(
-        self,
-        codec: core.EventCodec[Any],
-        group_id: str,
-        event: object,
-        priority: int,
-        key: str,
-        window: float,
-    ) -> None:
+    def __init__(self, item: core.Item, window: float) -> None:
         self.params = {
-            "group_id": core.check_group_id(group_id),
-            "priority": core.check_priority(priority),
-            "event": codec.encode(event),
-            "key": key,  # core's to check
+            "group_id": item.group_id,
+            "priority": item.priority,
+            "event": item.event,
+            "key": item.key,
         }
         self.window = window
 
@@ -255,8 +249,17 @@ class PublishKeyed(Op[int]):
         return int(seq) if kept == seq else dt.Duplicate(kept)
 
 
-# A row of `codec.encode_items`: (group_id, raw event, priority, key).
-Encoded = tuple[str, str, int, "str | None"]
+def PublishWith(item: core.Item, window: float) -> Op[int]:
+    """A publish with a key, a delay or a tenant (``item`` checked by core). A keyed one
+    and nothing else is one statement; the others are a batch of one."""
+    if not item.delay and item.tenant is None:
+        return PublishKeyed(item, window)
+
+    def steps(now: float) -> Steps[int]:
+        seqs = yield from _publish_batch([item], window, now)
+        return seqs[0]
+
+    return Plan(steps, brief=True)
 
 
 def PublishMany(
@@ -265,46 +268,38 @@ def PublishMany(
     window: float = core.DEDUP_WINDOW,
 ) -> Op[list[int]]:
     encoded = codec.encode_items(items)
-    if any(map(itemgetter(3), encoded)):  # keys are never empty
-        return Plan(partial(_publish_keyed_batch, encoded, window))
-
-    def steps(now: float) -> Steps[list[int]]:
-        if not encoded:
-            return []
-        first: int = (yield Stmt(sql.LAST_SEQ)).rows[0][0] + 1
-        yield from _append(first, encoded)
-        return list(range(first, first + len(encoded)))
-
-    return Plan(steps)
+    return Plan(partial(_publish_batch, encoded, window))
 
 
-def _publish_keyed_batch(encoded: list[Encoded], window: float, now: float) -> Steps[list[int]]:
-    """publish_many with keys, under the write lock held from the start: an item is
-    stored unless its key is live in its group or used by an earlier item of the batch;
-    the stored ones are numbered in order, the others get the seq their key points to,
-    as a `Duplicate`.
+def _publish_batch(encoded: list[core.Item], window: float, now: float) -> Steps[list[int]]:
+    """publish_many, under the write lock held from the start: an item is stored unless
+    its key is live in its group or used by an earlier item of the batch; the stored ones
+    are numbered in order, the others get the seq their key points to, as a `Duplicate`.
 
     The batch is numbered as if no key were live, and its keys remembered with those
     seqs first: a live key's row is left alone and not counted (see `_sql.REMEMBER_KEY`).
     Only when the count falls short are the live keys read, the batch numbered again
     and the remembered keys moved to their new seqs; then the messages are stored."""
+    if not encoded:
+        return []
     first: int = (yield Stmt(sql.LAST_SEQ)).rows[0][0] + 1
     expiry = (now + window, now)
     seqs, stored, remembered = _number(encoded, first, {}, expiry)
-    limit = len(remembered) + sql.FORGET_PER_PUBLISH
-    yield Stmt(sql.FORGET_EXPIRED, {"now": now, "limit": limit})
-    kept = (yield Stmt(sql.REMEMBER_KEY, many=remembered)).rowcount
-    if kept != len(remembered):  # some key was live: its row kept its seq from before
-        pairs = [(group_id, key) for group_id, key, *_ in remembered]
-        found = yield Stmt(sql.LIVE_KEYS, {"pairs": json.dumps(pairs), "first": first})
-        live: dict[tuple[str, str], int] = {(g, k): dt.Duplicate(s) for g, k, s in found.rows}
-        guessed = {(g, k): s for g, k, s, *_ in remembered}
-        seqs, stored, remembered = _number(encoded, first, live, expiry)
-        moved = [(seq, k, g) for g, k, seq, *_ in remembered if guessed[g, k] != seq]
-        if moved:
-            yield Stmt(sql.RENUMBER_KEY, many=moved)
+    if remembered:
+        limit = len(remembered) + sql.FORGET_PER_PUBLISH
+        yield Stmt(sql.FORGET_EXPIRED, {"now": now, "limit": limit})
+        kept = (yield Stmt(sql.REMEMBER_KEY, many=remembered)).rowcount
+        if kept != len(remembered):  # some key was live: its row kept its seq from before
+            pairs = [(group_id, key) for group_id, key, *_ in remembered]
+            found = yield Stmt(sql.LIVE_KEYS, {"pairs": json.dumps(pairs), "first": first})
+            live: dict[tuple[str, str], int] = {(g, k): dt.Duplicate(s) for g, k, s in found.rows}
+            guessed = {(g, k): s for g, k, s, *_ in remembered}
+            seqs, stored, remembered = _number(encoded, first, live, expiry)
+            moved = [(seq, k, g) for g, k, seq, *_ in remembered if guessed[g, k] != seq]
+            if moved:
+                yield Stmt(sql.RENUMBER_KEY, many=moved)
     if stored:
-        yield from _append(first, stored)
+        yield from _append(first, stored, now)
     return seqs
 
 
@@ -313,21 +308,21 @@ Remembered = tuple[str, str, int, float, float]
 
 
 def _number(
-    encoded: list[Encoded],
+    encoded: list[core.Item],
     first: int,
     live: dict[tuple[str, str], int],
     expiry: tuple[float, float],
-) -> tuple[list[int], list[Encoded], list[Remembered]]:
-    """Number the items of a keyed batch from ``first``, given its ``live`` keys (each
-    with its `Duplicate`): what each item gets, the items to store, and the keys to
-    remember, each with ``expiry``, (expires_at, now)."""
+) -> tuple[list[int], list[core.Item], list[Remembered]]:
+    """Number the items of a batch from ``first``, given its ``live`` keys (each with its
+    `Duplicate`): what each item gets, the items to store, and the keys to remember,
+    each with ``expiry``, (expires_at, now)."""
     seqs: list[int] = []
-    stored: list[Encoded] = []
+    stored: list[core.Item] = []
     remembered: list[Remembered] = []
     taken = dict(live)
     seq = first
     for row in encoded:
-        group_id, _, _, key = row
+        group_id, key = row.group_id, row.key
         if key is not None:
             original = taken.get((group_id, key))
             if original is not None:
@@ -341,34 +336,62 @@ def _number(
     return seqs, stored, remembered
 
 
-def _append(first: int, encoded: list[Encoded]) -> Steps[None]:
-    """Store ``encoded`` rows as seqs ``first`` on, in one pass per table."""
-    seqs = range(first, first + len(encoded))
+def _append(first: int, encoded: list[core.Item], now: float) -> Steps[None]:
+    """Store ``encoded`` items as seqs ``first`` on, in one pass per table: delayed ones
+    without hold as timers, the others at the end of their groups' chains, behind the
+    due timers of those groups."""
+    last = first + len(encoded) - 1
     # Built from the back, so that each row knows the next seq of its group in the
     # batch. In the end `following` holds each group's first seq in the batch, and
     # `tails` its last.
-    rows: list[tuple[int, str, int, str, int | None]] = []  # INSERT_ROW's names
+    rows: list[tuple[int, str, int, str, int | None, float | None]] = []  # INSERT_ROW's
+    timers: list[tuple[int, str, int, str, str | None, float]] = []  # INSERT_TIMER's
     following: dict[str, int] = {}
     tails: dict[str, int] = {}
+    opening: dict[str, tuple[int, str | None, float | None]] = {}
     append, after = rows.append, following.get
-    seq = seqs[-1]
-    for group_id, raw, priority, _ in reversed(encoded):
+    seq = last
+    for group_id, raw, priority, _, delay, hold, tenant in reversed(encoded):
+        if delay and not hold:
+            timers.append((seq, group_id, priority, raw, tenant, now + delay))
+            seq -= 1
+            continue
+        due = now + delay if delay else None
         next_seq = after(group_id)
         if next_seq is None:
             tails[group_id] = seq
-        append((seq, group_id, priority, raw, next_seq))
+        append((seq, group_id, priority, raw, next_seq, due))
         following[group_id] = seq
+        opening[group_id] = (priority, tenant, due)
         seq -= 1
     rows.reverse()
-    depth = Counter(map(itemgetter(0), encoded))
+    if timers:
+        yield Stmt(sql.INSERT_TIMER, many=timers)
+        yield Stmt(sql.RAISE_LAST_SEQ, {"seq": last})
+    tenants = {item.tenant for item in encoded if item.tenant is not None}
+    if tenants:
+        yield Stmt(sql.REGISTER_TENANT, many=[(tenant,) for tenant in tenants])
+    if not rows:
+        return
+    if (yield Stmt(sql.ANY_DUE, {"now": now})).rows[0][0]:
+        yield Stmt(sql.PROMOTE_GROUP, many=[(group_id, now) for group_id in following])
+    depth = Counter(row[1] for row in rows)
     yield Stmt(sql.LINK_TAIL, many=[(seq, group_id) for group_id, seq in following.items()])
-    # Each group of the batch, with the priority of its first message in the batch, its
-    # head, tail and depth. A new group opens with them; an existing one keeps its head
-    # and priority and takes the tail and the added depth.
+    # Each group of the batch, with the priority, tenant and hold of its first message in
+    # the batch, its head, tail and depth. A new group opens with them; an existing one
+    # keeps its head, priority and tenant and takes the tail and the added depth.
     yield Stmt(
         sql.OPEN_GROUP,
         many=[
-            (group_id, rows[seq - first][2], seq, tails[group_id], depth[group_id])
+            (
+                group_id,
+                opening[group_id][0],
+                seq,
+                tails[group_id],
+                depth[group_id],
+                opening[group_id][1],
+                opening[group_id][2],
+            )
             for group_id, seq in following.items()
         ],
     )
@@ -419,10 +442,24 @@ class Claim(Op[core.Claimed | None], core.Claiming[core.Claimed | None]):
         assert now is not None  # see `Op`
         max_attempts = self.max_attempts
         lease = {"worker_id": self.worker_id, "expires_at": now + self.visibility, "now": now}
+        floor = {"min_priority": self.min_priority}
+        yield Stmt(sql.PROMOTE_DUE, {"now": now})
         yield Stmt(sql.WAKE_LAPSED, {"now": now})
+        tenanted = bool((yield Stmt(sql.ANY_TENANT)).rows[0][0])
         # Each pass buries one message for good, so this ends.
         while True:
-            rows = (yield Stmt(sql.NEXT_FREE, {"min_priority": self.min_priority})).rows
+            if tenanted:
+                turn = (yield Stmt(sql.TENANT_TURN, floor)).rows
+                if not turn:
+                    return None
+                tenant, start, weight = turn[0]
+                if tenant:
+                    pick = Stmt(sql.NEXT_FREE_OF_TENANT, floor | {"tenant": tenant})
+                else:
+                    pick = Stmt(sql.NEXT_FREE_UNTENANTED, floor)
+            else:
+                pick = Stmt(sql.NEXT_FREE, floor)
+            rows = (yield pick).rows
             if not rows:
                 return None
             group_id, seq, delivered, holder, requeued_at = rows[0]
@@ -432,6 +469,10 @@ class Claim(Op[core.Claimed | None], core.Claiming[core.Claimed | None]):
                 yield from _bury(now, group_id, seq, delivered, reason, self.on_dead)
                 continue
             found = (yield Stmt(sql.CLAIM_GROUP, lease | {"group_id": group_id})).rows
+            if found and tenanted:
+                set_v, set_pass = sql.TAKE_TURN
+                yield Stmt(set_v, {"start": start})
+                yield Stmt(set_pass, {"tenant": tenant, "pass": start + 1.0 / weight})
             return self._claimed(found, now) if found else None
 
 
@@ -609,22 +650,51 @@ def checkpoint_due(wal_bytes: int) -> bool:
 # --- admin: reads run in a deferred (read) transaction, writes under the write lock ------
 
 
+# Admin reads take no write lock, so they promote nothing: stats and peek count a due
+# timer where its promotion will put it (ready, at the end of its group), and groups and
+# tenants show the groups as they are stored (a group that only a due timer would open
+# shows from the next claim or publish, which promote it).
+def _admin_read(steps: Callable[[float], Steps[T]]) -> Op[T]:
+    return Plan(steps, sql.BEGIN_READ, wakes=False)
+
+
 def Stats() -> Op[dt.QueueStats]:
     def steps(now: float) -> Steps[dt.QueueStats]:
         markers = {"now": now, "parked": sql.PARKED, "held": sql.HELD}
         counted = yield Stmt(sql.MESSAGE_COUNTS, markers)
-        live = {p: (ready, in_flight, parked) for p, ready, in_flight, parked in counted.rows}
+        live = {p: [ready, in_flight, parked, 0] for p, ready, in_flight, parked in counted.rows}
+        # A not-due hold=True message counts as delayed only: at the head it parks its
+        # group (counted parked above), behind the head it was counted ready.
+        for p, held, heads in (yield Stmt(sql.HOLD_COUNTS, {"now": now})).rows:
+            row = live.setdefault(p, [0, 0, 0, 0])
+            row[0] -= held - heads
+            row[2] -= heads
+            row[3] += held
+        for p, delayed, due in (yield Stmt(sql.TIMER_COUNTS, {"now": now})).rows:
+            row = live.setdefault(p, [0, 0, 0, 0])
+            row[0] += due
+            row[3] += delayed
         dead = dict((yield Stmt(sql.DEAD_COUNTS)).rows)
         ((keys,),) = (yield Stmt(sql.KEY_COUNT)).rows
+        ((paused,),) = (yield Stmt(sql.PAUSED_COUNT)).rows
+        zero = [0, 0, 0, 0]
         return core.queue_stats(
             (
-                dt.PriorityStats(p, *live.get(p, (0, 0, 0)), dead=dead.get(p, 0))
+                dt.PriorityStats(
+                    p,
+                    ready=live.get(p, zero)[0],
+                    in_flight=live.get(p, zero)[1],
+                    parked=live.get(p, zero)[2],
+                    dead=dead.get(p, 0),
+                    delayed=live.get(p, zero)[3],
+                )
                 for p in sorted(live.keys() | dead.keys())
             ),
             keys=keys,
+            paused=paused,
         )
 
-    return Plan(steps, sql.BEGIN_READ, wakes=False)
+    return _admin_read(steps)
 
 
 def Groups(limit: int) -> Op[list[dt.GroupInfo]]:
@@ -632,9 +702,19 @@ def Groups(limit: int) -> Op[list[dt.GroupInfo]]:
 
     def steps(now: float) -> Steps[list[dt.GroupInfo]]:
         rows = (yield Stmt(sql.DEEPEST_GROUPS, {"limit": limit})).rows
-        return [core.group_info(row, now, parked=sql.PARKED, held=sql.HELD) for row in rows]
+        return [
+            core.group_info(
+                row[:7],
+                now,
+                parked=sql.PARKED,
+                held=sql.HELD,
+                paused=bool(row[7]),
+                tenant=row[8],
+            )
+            for row in rows
+        ]
 
-    return Plan(steps, sql.BEGIN_READ, wakes=False)
+    return _admin_read(steps)
 
 
 def DeadLetters(limit: int | None) -> Op[list[dt.DeadLetter]]:
@@ -721,9 +801,122 @@ def PurgeGroup(group_id: str) -> Op[int]:
         if chain:
             yield Stmt(sql.DROP_MESSAGE, many=chain)  # rows of (seq,)
         dead = (yield Stmt(sql.PURGE_GROUP_DEAD_LETTERS, params)).rowcount
-        return int(len(chain) + dead - held)
+        timers = (yield Stmt(sql.PURGE_GROUP_TIMERS, params)).rowcount
+        return int(len(chain) + dead + timers - held)
 
     return Plan(steps)
+
+
+# --- timers, pauses and tenants: core checked the arguments ------------------------------
+
+
+def Cancel(seq: int) -> Op[bool]:
+    """Remove message ``seq`` unless a worker holds it (a lease not lapsed) or it is a
+    dead letter; a head removed lets its group go on (the delete trigger)."""
+    params = {"seq": seq}
+
+    def steps(now: float) -> Steps[bool]:
+        if (yield Stmt(sql.CANCEL_TIMER, params)).rowcount:
+            return True
+        rows = (yield Stmt(sql.CANCEL_TARGET, params)).rows
+        if not rows:
+            return False
+        group_id, next_seq, head, _, locked_by, lock_expiry, dead = rows[0]
+        if dead:
+            return False
+        if seq == head:
+            if locked_by not in (None, sql.PARKED) and lock_expiry >= now:
+                return False
+        else:
+            where = {"group_id": group_id, "seq": seq}
+            ((before,),) = (yield Stmt(sql.CHAIN_BEFORE, where)).rows
+            yield Stmt(sql.UNLINK, {"next_seq": next_seq, "before": before})
+            yield Stmt(sql.SHORTEN_GROUP, where | {"before": before})
+        yield Stmt(sql.DROP_MESSAGE, params)
+        yield Stmt(sql.FORGET_REQUEUED, params)
+        return True
+
+    return Plan(steps)
+
+
+def Pause(group_id: str, paused: bool) -> Op[bool]:
+    params = {"group_id": group_id}
+
+    def steps(now: float) -> Steps[bool]:
+        changed = (yield Stmt(sql.PAUSE if paused else sql.RESUME, params)).rowcount
+        if changed:
+            yield Stmt(sql.MARK_PAUSED, params | {"paused": int(paused)})
+        return bool(changed)
+
+    # A resume may make a group claimable; a pause never does.
+    return Plan(steps, wakes=not paused, brief=True)
+
+
+def PausedGroups() -> Op[list[str]]:
+    def steps(now: float) -> Steps[list[str]]:
+        return [group_id for (group_id,) in (yield Stmt(sql.LIST_PAUSED)).rows]
+
+    return Plan(steps, sql.BEGIN_READ, wakes=False)
+
+
+def Peek(group_id: str, limit: int) -> Op[list[dt.QueuedMessage]]:
+    def steps(now: float) -> Steps[list[dt.QueuedMessage]]:
+        where = {"group_id": group_id, "limit": limit}
+        shown: list[dt.QueuedMessage] = []
+        group = (yield Stmt(sql.PEEK_GROUP, {"group_id": group_id})).rows
+        if group:
+            head, attempt, locked_by, lock_expiry = group[0]
+            for seq, priority, event, attempts, due in (yield Stmt(sql.PEEK_CHAIN, where)).rows:
+                state: dt.MessageState = "queued"
+                due_at = None
+                if due is not None and due >= now:
+                    state, due_at = "delayed", due
+                elif seq == head:
+                    attempts = attempt
+                    if lock_expiry == sql.HELD:  # a held dead letter, listed as such
+                        continue
+                    if locked_by is None or lock_expiry < now:
+                        state = "ready"
+                    else:
+                        state = "parked" if locked_by == sql.PARKED else "in_flight"
+                        due_at = lock_expiry
+                shown.append(
+                    dt.QueuedMessage(seq, group_id, priority, event, attempts, state, due_at)
+                )
+        if len(shown) < limit:
+            later = yield Stmt(sql.PEEK_TIMERS, where | {"limit": limit - len(shown)})
+            for seq, priority, event, due in later.rows:
+                # A due timer is where its promotion will put it: at the end of the chain.
+                if due > now:
+                    state, due_at = "delayed", due
+                else:
+                    state, due_at = ("queued" if shown else "ready"), None
+                shown.append(dt.QueuedMessage(seq, group_id, priority, event, 0, state, due_at))
+        return shown
+
+    return _admin_read(steps)
+
+
+def SetTenantWeight(tenant: str, weight: int) -> Op[None]:
+    def steps(now: float) -> Steps[None]:
+        yield Stmt(sql.SET_WEIGHT, {"tenant": tenant, "weight": weight})
+
+    return Plan(steps, wakes=False, brief=True)
+
+
+def Tenants() -> Op[list[dt.TenantInfo]]:
+    def steps(now: float) -> Steps[list[dt.TenantInfo]]:
+        counts: dict[str | None, int] = dict((yield Stmt(sql.GROUPS_BY_TENANT)).rows)
+        weights: dict[str | None, int] = {
+            tenant or None: weight for tenant, weight in (yield Stmt(sql.WEIGHTS)).rows
+        }
+        names = counts.keys() | weights.keys()
+        return [
+            dt.TenantInfo(name, weights.get(name, 1), counts.get(name, 0))
+            for name in sorted(names, key=lambda name: (name is not None, name or ""))
+        ]
+
+    return _admin_read(steps)
 
 
 # --- waiting claims -------------------------------------------------------------------------
@@ -733,8 +926,9 @@ def wait_state(min_priority: int) -> Op[tuple[int, float | None]]:
     params = {"min_priority": min_priority}
 
     def steps(now: float) -> Steps[tuple[int, float | None]]:
-        ((version, due),) = (yield Stmt(sql.WAIT_STATE, params)).rows
-        return version, due
+        ((version, busy, timer),) = (yield Stmt(sql.WAIT_STATE, params)).rows
+        dues = [due for due in (busy, timer) if due is not None]
+        return version, min(dues) if dues else None
 
     # A read transaction around its one statement, so that no runner mistakes it for a
     # write (see `commit_flushes`).

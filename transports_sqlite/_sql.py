@@ -10,6 +10,9 @@ the next group is a walk of one small index, never a scan of the backlog, and a 
 writes two pages whatever the backlog.
 `keys` remembers each idempotency key a group used within the queue's window, with the
 seq it published: a keyed publish is one more statement's worth of index seeks.
+`timers` holds delayed messages outside every chain until they are due, when they are
+promoted to the end of their group's chain; `paused` and `tenants` keep pauses and
+tenants' weights and turns (see `_V6`).
 
 Each statement is a `Statement`: its text, with ``:name`` for each parameter, the names of
 those parameters, declared once beside it, and whether it returns rows. Every value
@@ -30,7 +33,11 @@ from transports_core.backend import MAX_PRIORITY, RESERVED_PREFIX
 # database. SCHEMA_VERSION is stored in `user_version`; a file with another one is refused,
 # except one at a version in `UPGRADES`, which is brought up to date when opened.
 APPLICATION_ID: Final = 0x44545131
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
+
+# The holder of a parked head, where a worker's id would be: inside core's reserved
+# prefix, so no worker can hold a lease under this name.
+PARKED: Final = RESERVED_PREFIX + "parked__"
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
@@ -261,9 +268,179 @@ _KEYS_SCHEMA: Final = tuple(
     )
 )
 
+# The highest seq handed out so far (see `seqs`): two seeks, no write.
+_LAST_SEQ = "SELECT max(last, coalesce((SELECT max(seq) FROM messages), 0)) FROM seqs"
+
+# Version 6: delayed messages, paused groups and tenants. Run on a new file after the
+# older versions' DDL, and as the upgrade of a version 5 file (nothing stored changes:
+# columns are added with their defaults, and views, triggers and one index are rebuilt).
+_V6: Final = tuple(
+    Statement(ddl)
+    for ddl in (
+        # A message published with hold=True takes its place in its chain at once, with
+        # its not-before time here; NULL for every other message. While such a message is
+        # its group's head and not due, the group is parked until `due`, as a nack's
+        # delay parks it. The partial index holds only those rows, for `stats`.
+        "ALTER TABLE messages ADD COLUMN due REAL",
+        "CREATE INDEX messages_held ON messages (due) WHERE due IS NOT NULL",
+        # `paused` mirrors `paused_groups` on the group's row, so that a claim's seek
+        # skips a paused group as it skips a busy one. `tenant` is set by the publish
+        # that opens the group; NULL: none.
+        "ALTER TABLE groups ADD COLUMN paused INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE groups ADD COLUMN tenant TEXT",
+        "DROP INDEX groups_by_turn",
+        """
+    CREATE INDEX groups_by_turn
+        ON groups (busy_until, paused, priority, last_claimed_at, head_seq)
+    """,
+        # The same turn order per tenant, for the groups that have one only: a queue
+        # without tenants keeps this index empty and never writes to it.
+        """
+    CREATE INDEX groups_by_tenant
+        ON groups (tenant, busy_until, paused, priority, last_claimed_at, head_seq)
+     WHERE tenant IS NOT NULL
+    """,
+        # Whatever opens a group (a publish, a batch, a promotion, a requeue) opens it
+        # paused if a pause is stored for it. Only a new row runs this; a publish that
+        # extends its group pays nothing.
+        """
+    CREATE TRIGGER group_opened AFTER INSERT ON groups
+    WHEN EXISTS (SELECT 1 FROM paused WHERE group_id = NEW.group_id)
+    BEGIN
+        UPDATE groups SET paused = 1 WHERE group_id = NEW.group_id;
+    END
+    """,
+        # Delayed messages without hold, kept out of every chain until due: then they are
+        # promoted (see `promote`) to the end of their group's chain, in (due, seq) order.
+        # Their seqs are handed out like any other (a publish that stores one raises
+        # `seqs.last` to it), so a seq is never reused.
+        """
+    CREATE TABLE timers (
+        seq      INTEGER PRIMARY KEY,
+        group_id TEXT    NOT NULL,
+        priority INTEGER NOT NULL,
+        event    TEXT    NOT NULL,
+        tenant   TEXT,
+        due      REAL    NOT NULL
+    )
+    """,
+        # A claim looks at the earliest due only; a publish at its own group's.
+        "CREATE INDEX timers_by_due ON timers (due, seq)",
+        "CREATE INDEX timers_by_group ON timers (group_id, due, seq)",
+        # Pauses, stored apart from `groups` so that they outlast a group's draining.
+        "CREATE TABLE paused (group_id TEXT PRIMARY KEY) WITHOUT ROWID",
+        # Tenants that ever opened a group or were given a weight: weight NULL means
+        # never set (1); pass is the tenant's place in the weighted turn. '' stands for
+        # the groups without a tenant (a tenant's name is never empty).
+        """
+    CREATE TABLE tenants (
+        tenant TEXT PRIMARY KEY,
+        weight INTEGER,
+        pass   REAL NOT NULL DEFAULT 0
+    ) WITHOUT ROWID
+    """,
+        "CREATE TABLE vtime (v REAL NOT NULL)",
+        "INSERT INTO vtime (v) VALUES (0)",
+        "DROP TRIGGER publish_keyed_message",
+        "DROP VIEW publish_keyed",
+        "DROP VIEW publish",
+        "DROP TRIGGER head_removed",
+        # Promoting a due timer: it joins the end of its group's chain as if published
+        # now, opening the group (never claimed, with its own priority, tenant and any
+        # pause) when there is none. A promoted seq can be lower than the tail's, so the
+        # highest seq in `messages` may stop being a tail: `seqs.last` keeps it.
+        """
+    CREATE VIEW promote (seq, group_id, priority, event, tenant) AS
+    SELECT seq, group_id, priority, event, tenant FROM timers WHERE 0
+    """,
+        """
+    CREATE TRIGGER promote_timer INSTEAD OF INSERT ON promote BEGIN
+        UPDATE seqs SET last = max(last, coalesce((SELECT max(seq) FROM messages), 0));
+        UPDATE messages SET next_seq = NEW.seq
+         WHERE seq = (SELECT tail_seq FROM groups WHERE group_id = NEW.group_id);
+        INSERT INTO messages (seq, group_id, priority, event)
+        VALUES (NEW.seq, NEW.group_id, NEW.priority, NEW.event);
+        INSERT INTO groups (group_id, priority, head_seq, tail_seq, tenant)
+        VALUES (NEW.group_id, NEW.priority, NEW.seq, NEW.seq, NEW.tenant)
+        ON CONFLICT (group_id) DO UPDATE SET tail_seq = excluded.tail_seq, depth = depth + 1;
+        INSERT INTO tenants (tenant) SELECT NEW.tenant WHERE NEW.tenant IS NOT NULL
+        ON CONFLICT (tenant) DO NOTHING;
+        DELETE FROM timers WHERE seq = NEW.seq;
+    END
+    """,
+        # A group's due timers, promoted in (due, seq) order. An insert of one row into
+        # this view costs a publish only the seek of its WHEN while none is due (an
+        # INSERT ... SELECT into `promote` would build a temporary table every time).
+        """
+    CREATE VIEW promote_group (group_id, now) AS SELECT NULL, NULL WHERE 0
+    """,
+        """
+    CREATE TRIGGER promote_group_timers INSTEAD OF INSERT ON promote_group
+    WHEN EXISTS (SELECT 1 FROM timers WHERE group_id = NEW.group_id AND due <= NEW.now)
+    BEGIN
+        INSERT INTO promote (seq, group_id, priority, event, tenant)
+        SELECT seq, group_id, priority, event, tenant FROM timers
+         WHERE group_id = NEW.group_id AND due <= NEW.now ORDER BY due, seq;
+    END
+    """,
+        # A publish first promotes its own group's due timers, so that it lands behind
+        # them; then it links the message behind its group's tail, stores it and opens
+        # or extends its group (the first publish sets the priority, and a group opened
+        # while paused is paused).
+        """
+    CREATE VIEW publish (seq, group_id, priority, event, now) AS
+    SELECT seq, group_id, priority, event, NULL FROM messages WHERE 0
+    """,
+        """
+    CREATE TRIGGER publish_message INSTEAD OF INSERT ON publish BEGIN
+        INSERT INTO promote_group (group_id, now) VALUES (NEW.group_id, NEW.now);
+        UPDATE messages SET next_seq = NEW.seq
+         WHERE seq = (SELECT tail_seq FROM groups WHERE group_id = NEW.group_id);
+        INSERT INTO messages (seq, group_id, priority, event)
+        VALUES (NEW.seq, NEW.group_id, NEW.priority, NEW.event);
+        INSERT INTO groups (group_id, priority, head_seq, tail_seq)
+        VALUES (NEW.group_id, NEW.priority, NEW.seq, NEW.seq)
+        ON CONFLICT (group_id) DO UPDATE SET tail_seq = excluded.tail_seq, depth = depth + 1;
+    END
+    """,
+        """
+    CREATE VIEW publish_keyed (seq, group_id, priority, event, key, now, expires_at) AS
+    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0
+    """,
+        f"""
+    CREATE TRIGGER publish_keyed_message INSTEAD OF INSERT ON publish_keyed BEGIN
+        DELETE FROM keys WHERE expires_at <= (
+            SELECT max(expires_at) FROM (
+                SELECT expires_at FROM keys WHERE expires_at <= NEW.now
+                 ORDER BY expires_at LIMIT {FORGET_PER_PUBLISH}));
+        INSERT INTO keys (group_id, key, seq, expires_at)
+        VALUES (NEW.group_id, NEW.key, NEW.seq, NEW.expires_at)
+        ON CONFLICT (key, group_id) DO UPDATE
+        SET seq = excluded.seq, expires_at = excluded.expires_at WHERE expires_at <= NEW.now;
+        INSERT INTO publish (seq, group_id, priority, event, now)
+        SELECT NEW.seq, NEW.group_id, NEW.priority, NEW.event, NEW.now WHERE changes() = 1;
+    END
+    """,
+        # As before, and a new head published with hold=True that is not due parks its
+        # group until then (one due in the past is freed by the next claim's wake-up).
+        f"""
+    CREATE TRIGGER head_removed AFTER DELETE ON messages WHEN OLD.next_seq IS NOT NULL BEGIN
+        UPDATE groups
+           SET head_seq = OLD.next_seq, depth = depth - 1,
+               (attempt, locked_by, lock_expiry, busy_until) = (
+                   SELECT attempt, CASE WHEN due IS NULL THEN NULL ELSE '{PARKED}' END,
+                          due, due
+                     FROM messages WHERE seq = OLD.next_seq)
+         WHERE group_id = OLD.group_id AND head_seq = OLD.seq;
+    END
+    """,
+    )
+)
+
 SCHEMA: Final = (
     *_SCHEMA_V3,
     *_KEYS_SCHEMA,
+    *_V6,
     Statement(f"PRAGMA application_id = {APPLICATION_ID}"),
     Statement(f"PRAGMA user_version = {SCHEMA_VERSION}"),
 )
@@ -287,25 +464,26 @@ _KEYS_V4_TO_V5: Final = (
 # What brings a queue at an older version up to SCHEMA_VERSION, by that version, run in
 # one write transaction (SQLite's DDL is transactional), so that a crash leaves the old
 # version whole and the next open upgrades again.
+_UP_TO_DATE: Final = Statement(f"PRAGMA user_version = {SCHEMA_VERSION}")
 UPGRADES: Final = {
-    3: (*_KEYS_SCHEMA, Statement(f"PRAGMA user_version = {SCHEMA_VERSION}")),
-    4: (*_KEYS_V4_TO_V5, Statement(f"PRAGMA user_version = {SCHEMA_VERSION}")),
+    3: (*_KEYS_SCHEMA, *_V6, _UP_TO_DATE),
+    4: (*_KEYS_V4_TO_V5, *_V6, _UP_TO_DATE),
+    5: (*_V6, _UP_TO_DATE),
 }
 
-# The highest seq handed out so far (see `seqs`): two seeks, no write. A publish adds one;
-# publish_many reads it first to number its batch.
-_LAST_SEQ = "SELECT max(last, coalesce((SELECT max(seq) FROM messages), 0)) FROM seqs"
+# A publish adds one to the highest seq handed out; publish_many reads it first to number
+# its batch.
 LAST_SEQ: Final = Statement(_LAST_SEQ, rows=True)
 
 # RETURNING gives back the row as inserted into the view: the seq computed here, under
 # the write lock that the statement holds from its start.
 PUBLISH: Final = Statement(
     f"""
-INSERT INTO publish (seq, group_id, priority, event)
-VALUES (({_LAST_SEQ}) + 1, :group_id, :priority, :event)
+INSERT INTO publish (seq, group_id, priority, event, now)
+VALUES (({_LAST_SEQ}) + 1, :group_id, :priority, :event, :now)
 RETURNING seq
 """,
-    ("group_id", "priority", "event"),
+    ("group_id", "priority", "event", "now"),
     rows=True,
 )
 
@@ -379,21 +557,61 @@ UPDATE messages SET next_seq = :next_seq
 """,
     ("next_seq", "group_id"),
 )
+# A group the batch opens takes the tenant of its first message in the batch (and any
+# pause stored for it: `group_opened`) and, when that message was published with
+# hold=True, a park until its due time.
 OPEN_GROUP: Final = Statement(
-    """
-INSERT INTO groups (group_id, priority, head_seq, tail_seq, depth)
-VALUES (:group_id, :priority, :head_seq, :tail_seq, :depth)
+    f"""
+INSERT INTO groups (group_id, priority, head_seq, tail_seq, depth, tenant,
+                    locked_by, lock_expiry, busy_until)
+VALUES (:group_id, :priority, :head_seq, :tail_seq, :depth, :tenant,
+        CASE WHEN :due IS NULL THEN NULL ELSE '{PARKED}' END, :due, :due)
 ON CONFLICT (group_id) DO UPDATE
 SET tail_seq = excluded.tail_seq, depth = depth + excluded.depth
 """,
-    ("group_id", "priority", "head_seq", "tail_seq", "depth"),
+    ("group_id", "priority", "head_seq", "tail_seq", "depth", "tenant", "due"),
 )
 INSERT_ROW: Final = Statement(
     """
-INSERT INTO messages (seq, group_id, priority, event, next_seq)
-VALUES (:seq, :group_id, :priority, :event, :next_seq)
+INSERT INTO messages (seq, group_id, priority, event, next_seq, due)
+VALUES (:seq, :group_id, :priority, :event, :next_seq, :due)
 """,
-    ("seq", "group_id", "priority", "event", "next_seq"),
+    ("seq", "group_id", "priority", "event", "next_seq", "due"),
+)
+# A batch's delayed messages without hold wait here until due, out of every chain.
+INSERT_TIMER: Final = Statement(
+    """
+INSERT INTO timers (seq, group_id, priority, event, tenant, due)
+VALUES (:seq, :group_id, :priority, :event, :tenant, :due)
+""",
+    ("seq", "group_id", "priority", "event", "tenant", "due"),
+)
+# A seq stored only in `timers` must still count as handed out.
+RAISE_LAST_SEQ: Final = Statement("UPDATE seqs SET last = max(last, :seq)", ("seq",))
+# A tenant is known from the publish that first names it (its pass starts at 0).
+REGISTER_TENANT: Final = Statement(
+    "INSERT INTO tenants (tenant) VALUES (:tenant) ON CONFLICT (tenant) DO NOTHING",
+    ("tenant",),
+)
+# Whether any timer is due: a batch promotes its groups' due timers only then.
+ANY_DUE: Final = Statement(
+    "SELECT EXISTS (SELECT 1 FROM timers WHERE due <= :now)", ("now",), rows=True
+)
+# A group's due timers join its chain, in (due, seq) order, before a batch appends to it.
+PROMOTE_GROUP: Final = Statement(
+    "INSERT INTO promote_group (group_id, now) VALUES (:group_id, :now)",
+    ("group_id", "now"),
+)
+# How many due timers a claim promotes: the earliest due, so a backlog of them drains in
+# order over a few claims, and no claim does more than this much of that work.
+PROMOTE_PER_CLAIM: Final = 100
+PROMOTE_DUE: Final = Statement(
+    f"""
+INSERT INTO promote (seq, group_id, priority, event, tenant)
+SELECT seq, group_id, priority, event, tenant FROM timers
+ WHERE due <= :now ORDER BY due, seq LIMIT {PROMOTE_PER_CLAIM}
+""",
+    ("now",),
 )
 
 # A lapsed lease or an elapsed park makes its group free again. Only `busy_until` changes:
@@ -404,14 +622,18 @@ WAKE_LAPSED: Final = Statement(
 )
 
 
-def _first_free(priority: int) -> str:
+def _first_free(priority: int, tenant: str = "") -> str:
     return f"""SELECT last_claimed_at, head_seq, group_id FROM groups
-               WHERE busy_until IS NULL AND priority = {priority} AND :min_priority <= {priority}"""
+               WHERE busy_until IS NULL AND paused = 0{tenant}
+                 AND priority = {priority} AND :min_priority <= {priority}"""
 
 
-_NEXT_FREE = f"""SELECT group_id FROM (
-                     {" UNION ALL ".join(_first_free(p) for p in range(MAX_PRIORITY + 1))}
-                     ORDER BY 1, 2 LIMIT 1)"""
+def _next_free(tenant: str = "") -> str:
+    arms = " UNION ALL ".join(_first_free(p, tenant) for p in range(MAX_PRIORITY + 1))
+    return f"SELECT group_id FROM ({arms} ORDER BY 1, 2 LIMIT 1)"
+
+
+_NEXT_FREE = _next_free()
 
 
 def _claim(target: str, guard: str = "") -> str:
@@ -429,8 +651,9 @@ RETURNING head_seq, group_id,
 
 
 # The claim's one statement in the common case: no lease or park has lapsed (so the
-# wake-up would change nothing), and the next free group at or above the floor, in
-# round-robin order (oldest last claim, then oldest head), has had fewer than
+# wake-up would change nothing), no delayed message is due (nothing to promote), no group
+# has a tenant (no weighted turn to take), and the next free, unpaused group at or above
+# the floor, in round-robin order (oldest last claim, then oldest head), has had fewer than
 # ``max_attempts`` deliveries (so it cannot be due for burial). That group is found by one
 # index seek per priority level, merged in order (no sort of its own), so neither busy
 # groups nor groups below the floor are walked over. When either guard fails it claims
@@ -440,6 +663,8 @@ CLAIM_READY: Final = Statement(
         f"({_NEXT_FREE})",
         """
    AND NOT EXISTS (SELECT 1 FROM groups WHERE busy_until < :now)
+   AND NOT EXISTS (SELECT 1 FROM timers WHERE due <= :now)
+   AND NOT EXISTS (SELECT 1 FROM groups WHERE tenant IS NOT NULL)
    AND attempt < :max_attempts""",
     ),
     ("worker_id", "expires_at", "min_priority", "now", "max_attempts"),
@@ -461,13 +686,67 @@ CLAIM_GROUP: Final = Statement(
     _claim(":group_id"), ("worker_id", "expires_at", "now", "group_id"), rows=True
 )
 
+# With tenants: whether any group has one (a seek of the partial index, empty without).
+ANY_TENANT: Final = Statement(
+    "SELECT EXISTS (SELECT 1 FROM groups WHERE tenant IS NOT NULL)", rows=True
+)
+# The tenant whose turn it is (see `TransportAdmin`'s tenant rule): among those with a
+# free, unpaused group at or above the floor, the least max(pass, V), ties by name, ''
+# (no tenant) first; with its start and weight. One seek per known tenant.
+_SERVABLE = """busy_until IS NULL AND paused = 0 AND priority >= :min_priority"""
+TENANT_TURN: Final = Statement(
+    f"""
+WITH servable (tenant) AS (
+    SELECT '' WHERE EXISTS (SELECT 1 FROM groups WHERE tenant IS NULL AND {_SERVABLE})
+    UNION ALL
+    SELECT t.tenant FROM tenants t
+     WHERE t.tenant != ''
+       AND EXISTS (SELECT 1 FROM groups g WHERE g.tenant = t.tenant AND {_SERVABLE})
+)
+SELECT s.tenant, max(coalesce(t.pass, 0.0), (SELECT v FROM vtime)), coalesce(t.weight, 1)
+  FROM servable s LEFT JOIN tenants t ON t.tenant = s.tenant
+ ORDER BY 2, 1 LIMIT 1
+""",
+    ("min_priority",),
+    rows=True,
+)
+# The next free group of one tenant, in round-robin order: as NEXT_FREE, through the
+# tenants' own index; the groups without a tenant through the turn index.
+_HEAD_OF = """SELECT g.group_id, g.head_seq, g.attempt, g.locked_by,
+       (SELECT attempts FROM requeued WHERE seq = g.head_seq)
+  FROM groups g WHERE g.group_id = """
+NEXT_FREE_OF_TENANT: Final = Statement(
+    f"{_HEAD_OF}({_next_free(' AND tenant = :tenant')})",
+    ("tenant", "min_priority"),
+    rows=True,
+)
+NEXT_FREE_UNTENANTED: Final = Statement(
+    f"{_HEAD_OF}({_next_free(' AND tenant IS NULL')})",
+    ("min_priority",),
+    rows=True,
+)
+# The claim took the tenant's turn: V moves to its start, its pass one weighted step on.
+TAKE_TURN: Final = (
+    Statement("UPDATE vtime SET v = :start", ("start",)),
+    Statement(
+        """
+INSERT INTO tenants (tenant, pass) VALUES (:tenant, :pass)
+ON CONFLICT (tenant) DO UPDATE SET pass = excluded.pass
+""",
+        ("tenant", "pass"),
+    ),
+)
+
 # What a waiting claim watches: the database's change counter (which moves when another
-# connection commits), and when the next lease or park at or above the floor runs out.
+# connection commits), when the next lease or park at or above the floor runs out, and
+# when the earliest delayed message comes due (whatever its priority: waking early
+# costs one look).
 WAIT_STATE: Final = Statement(
     """
 SELECT (SELECT data_version FROM pragma_data_version),
        (SELECT min(busy_until) FROM groups WHERE busy_until IS NOT NULL
-           AND priority >= :min_priority)
+           AND priority >= :min_priority),
+       (SELECT min(due) FROM timers)
 """,
     ("min_priority",),
     rows=True,
@@ -524,9 +803,6 @@ UPDATE groups SET lock_expiry = :lock_expiry, busy_until = :lock_expiry
 
 # A held dead letter's lock_expiry: later than any `now`, so its group is never ready.
 HELD: Final = float("inf")
-# The holder of a parked head, where a worker's id would be: inside core's reserved
-# prefix, so no worker can hold a lease under this name.
-PARKED: Final = RESERVED_PREFIX + "parked__"
 
 # Run by `bury`, or by the claim that would have delivered the message once too often, in
 # the same transaction: the dead letter records the deliveries that really happened.
@@ -689,7 +965,8 @@ DEAD_COUNTS: Final = Statement(
 
 DEEPEST_GROUPS: Final = Statement(
     """
-SELECT group_id, priority, head_seq, last_claimed_at, locked_by, lock_expiry, depth
+SELECT group_id, priority, head_seq, last_claimed_at, locked_by, lock_expiry, depth,
+       paused, tenant
   FROM groups
  ORDER BY depth DESC, head_seq
  LIMIT :limit
@@ -729,16 +1006,17 @@ SELECT count(*) FROM dead_letters d JOIN messages m ON m.seq = d.seq
     ("group_id",),
     rows=True,
 )
-# A purge walks the group's chain for its seqs (each step to a higher seq, as in
-# PREDECESSOR), then removes the group before its messages, so that the delete trigger
-# has no head to move.
+# A purge walks the group's chain for its seqs, at most its depth of steps (a promoted
+# message may have a lower seq than the one before it, so the steps need not rise), then
+# removes the group before its messages, so that the delete trigger has no head to move.
 GROUP_CHAIN: Final = Statement(
     """
-WITH RECURSIVE chain (seq) AS (
-    SELECT head_seq FROM groups WHERE group_id = :group_id
+WITH RECURSIVE chain (seq, steps) AS (
+    SELECT head_seq, 1 FROM groups WHERE group_id = :group_id
     UNION ALL
-    SELECT m.next_seq FROM chain JOIN messages m ON m.seq = chain.seq
-     WHERE m.next_seq > m.seq
+    SELECT m.next_seq, chain.steps + 1 FROM chain JOIN messages m ON m.seq = chain.seq
+     WHERE m.next_seq IS NOT NULL
+       AND chain.steps < (SELECT depth FROM groups WHERE group_id = :group_id)
 )
 SELECT seq FROM chain
 """,
@@ -750,6 +1028,136 @@ PURGE_GROUP_DEAD_LETTERS: Final = Statement(
     "DELETE FROM dead_letters WHERE group_id = :group_id",
     ("group_id",),
 )
+PURGE_GROUP_TIMERS: Final = Statement(
+    "DELETE FROM timers WHERE group_id = :group_id", ("group_id",)
+)
+
+# --- timers, pauses and tenants, for the admin interface ----------------------------------
+
+# Delayed messages not yet due: timers by their own priority (due ones count as ready,
+# as the next claim promotes them), and hold=True messages by
+# their group's (where `MESSAGE_COUNTS` counted them: as parked when at the head, which
+# parks its group until due, as ready behind it).
+TIMER_COUNTS: Final = Statement(
+    """
+SELECT priority, count(*) FILTER (WHERE due > :now), count(*) FILTER (WHERE due <= :now)
+  FROM timers GROUP BY priority
+""",
+    ("now",),
+    rows=True,
+)
+HOLD_COUNTS: Final = Statement(
+    """
+SELECT g.priority, count(*), count(*) FILTER (WHERE g.head_seq = m.seq)
+  FROM messages m JOIN groups g ON g.group_id = m.group_id
+ WHERE m.due >= :now
+ GROUP BY g.priority
+""",
+    ("now",),
+    rows=True,
+)
+PAUSED_COUNT: Final = Statement("SELECT count(*) FROM paused", rows=True)
+# cancel: a timer goes at once; a message in a chain is looked up with its group's head
+# and lease, and whether it is a dead letter (a held one stays in `messages`).
+CANCEL_TIMER: Final = Statement("DELETE FROM timers WHERE seq = :seq", ("seq",))
+CANCEL_TARGET: Final = Statement(
+    """
+SELECT m.group_id, m.next_seq, g.head_seq, g.tail_seq, g.locked_by, g.lock_expiry,
+       EXISTS (SELECT 1 FROM dead_letters d WHERE d.seq = m.seq)
+  FROM messages m JOIN groups g ON g.group_id = m.group_id
+ WHERE m.seq = :seq
+""",
+    ("seq",),
+    rows=True,
+)
+# The message before :seq in its group's chain: a walk from the head, at most the
+# group's depth of steps.
+CHAIN_BEFORE: Final = Statement(
+    """
+WITH RECURSIVE chain (seq, next_seq, steps) AS (
+    SELECT seq, next_seq, 1 FROM messages
+     WHERE seq = (SELECT head_seq FROM groups WHERE group_id = :group_id)
+    UNION ALL
+    SELECT m.seq, m.next_seq, chain.steps + 1 FROM chain JOIN messages m ON m.seq = chain.next_seq
+     WHERE chain.next_seq != :seq
+       AND chain.steps < (SELECT depth FROM groups WHERE group_id = :group_id)
+)
+SELECT seq FROM chain WHERE next_seq = :seq
+""",
+    ("group_id", "seq"),
+    rows=True,
+)
+# A message taken out of the middle or the end of its chain: the one before it points
+# past it, and its group is one shorter (with a new tail if it was the tail). Deleting it
+# then moves no head (it is not one), and only `seqs` may change.
+UNLINK: Final = Statement(
+    "UPDATE messages SET next_seq = :next_seq WHERE seq = :before",
+    ("next_seq", "before"),
+)
+SHORTEN_GROUP: Final = Statement(
+    """
+UPDATE groups SET depth = depth - 1,
+       tail_seq = CASE WHEN tail_seq = :seq THEN :before ELSE tail_seq END
+ WHERE group_id = :group_id
+""",
+    ("seq", "before", "group_id"),
+)
+
+PAUSE: Final = Statement(
+    "INSERT INTO paused (group_id) VALUES (:group_id) ON CONFLICT (group_id) DO NOTHING",
+    ("group_id",),
+)
+RESUME: Final = Statement("DELETE FROM paused WHERE group_id = :group_id", ("group_id",))
+MARK_PAUSED: Final = Statement(
+    "UPDATE groups SET paused = :paused WHERE group_id = :group_id", ("paused", "group_id")
+)
+LIST_PAUSED: Final = Statement("SELECT group_id FROM paused ORDER BY group_id", rows=True)
+
+# peek: the group's head and lease, then its chain from the head (at most :limit), then
+# its timers by (due, seq).
+PEEK_GROUP: Final = Statement(
+    """
+SELECT head_seq, attempt, locked_by, lock_expiry FROM groups WHERE group_id = :group_id
+""",
+    ("group_id",),
+    rows=True,
+)
+PEEK_CHAIN: Final = Statement(
+    """
+WITH RECURSIVE chain (seq, next_seq, steps) AS (
+    SELECT seq, next_seq, 1 FROM messages
+     WHERE seq = (SELECT head_seq FROM groups WHERE group_id = :group_id)
+    UNION ALL
+    SELECT m.seq, m.next_seq, chain.steps + 1 FROM chain JOIN messages m ON m.seq = chain.next_seq
+     WHERE chain.steps < :limit
+)
+SELECT m.seq, m.priority, m.event, m.attempt, m.due
+  FROM chain JOIN messages m ON m.seq = chain.seq
+ ORDER BY chain.steps
+""",
+    ("group_id", "limit"),
+    rows=True,
+)
+PEEK_TIMERS: Final = Statement(
+    """
+SELECT seq, priority, event, due FROM timers WHERE group_id = :group_id
+ ORDER BY due, seq LIMIT :limit
+""",
+    ("group_id", "limit"),
+    rows=True,
+)
+
+SET_WEIGHT: Final = Statement(
+    """
+INSERT INTO tenants (tenant, weight) VALUES (:tenant, :weight)
+ON CONFLICT (tenant) DO UPDATE SET weight = excluded.weight
+""",
+    ("tenant", "weight"),
+)
+GROUPS_BY_TENANT: Final = Statement(
+    "SELECT tenant, count(*) FROM groups GROUP BY tenant", rows=True
+)
+WEIGHTS: Final = Statement("SELECT tenant, weight FROM tenants WHERE weight IS NOT NULL", rows=True)
 
 # --- WAL housekeeping -----------------------------------------------------------------------
 

@@ -104,7 +104,7 @@ def test_requeue_reports_requeued_and_not_found(tmp_path: Path) -> None:
     assert 4 in seqs(queue.path, "messages")
     # Back in delivery: it is poison's head again, and ready.
     report = json.loads(transports("inspect", queue.url, "--json").stdout)
-    assert report["totals"] == {"ready": 6, "in_flight": 1, "parked": 1, "dead": 0}
+    assert report["totals"] == {"ready": 6, "in_flight": 1, "parked": 1, "delayed": 0, "dead": 0}
     poison = next(g for g in report["groups"] if g["group_id"] == "poison")
     assert (poison["head_seq"], poison["state"]) == (4, "ready")
 

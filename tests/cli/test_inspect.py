@@ -38,7 +38,7 @@ def test_json_counts_match_what_was_set_up(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert report["url"] == queue.url
     # ready: deep's 3, ready's 1, and leased's second message (waiting behind its head).
-    assert report["totals"] == {"ready": 5, "in_flight": 1, "parked": 1, "dead": 1}
+    assert report["totals"] == {"ready": 5, "in_flight": 1, "parked": 1, "delayed": 0, "dead": 1}
     assert report["keys"] == 0  # nothing was published with a key
     by_priority = {p["priority"]: p for p in report["by_priority"]}
     assert sorted(by_priority) == [0, 1, 2]
@@ -122,7 +122,7 @@ def test_an_empty_queue_says_so(tmp_path: Path) -> None:
         f"Queue {url}: 0 messages in 0 groups, 0 dead letters, 0 idempotency keys\n"
     )
     report = json.loads(transports("inspect", url, "--json").stdout)
-    assert report["totals"] == {"ready": 0, "in_flight": 0, "parked": 0, "dead": 0}
+    assert report["totals"] == {"ready": 0, "in_flight": 0, "parked": 0, "delayed": 0, "dead": 0}
     assert report["keys"] == 0
     assert report["oldest"] is None
     assert report["groups"] == []
@@ -167,7 +167,7 @@ def test_json_and_table_count_the_keys_remembered(
     assert run(["inspect", keyed, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["keys"] == 3
-    assert report["totals"] == {"ready": 3, "in_flight": 0, "parked": 0, "dead": 0}
+    assert report["totals"] == {"ready": 3, "in_flight": 0, "parked": 0, "delayed": 0, "dead": 0}
     assert run(["inspect", keyed]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first == f"Queue {keyed}: 3 messages in 2 groups, 0 dead letters, 3 idempotency keys"

@@ -9,6 +9,7 @@ import contextlib
 import copy
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -21,6 +22,10 @@ LastDelivery = Literal["lapsed", "nacked"]
 # group is "" under the keys_across_groups defect
 Keys = dict[tuple[str, str], tuple[int, float]]
 PARKED = "__parked__"
+def _due(m: _Message) -> tuple[float, int]:
+    return (m.due, m.seq)
+
+
 # A waiting claim re-checks this often (real seconds) so that it sees a manual clock move.
 RECHECK = 0.2
 
@@ -66,6 +71,19 @@ class Defects:
     within_keys_outside: bool = False  # a rolled-back keyed publish leaves its key
     within_takes_anything: bool = False  # within(conn) runs on its own for a stranger's conn
     no_join: bool = False  # within refuses every connection: a backend that cannot join
+    early_delay: bool = False  # a delayed message is deliverable at once
+    delay_keeps_place: bool = False  # a due delayed message goes back to its publish place
+    delay_holds: bool = False  # a delayed message without hold holds its group anyway
+    hold_ignored: bool = False  # hold=True is taken as a plain delay
+    deaf_timers: bool = False  # a due delayed message is noticed only at the next publish
+    timers_uncounted: bool = False  # stats count a delayed message as ready
+    cancel_in_flight: bool = False  # cancel removes a leased message too
+    pause_ignored: bool = False  # claims serve paused groups
+    pause_forgotten_on_drain: bool = False  # a group that drains loses its pause
+    peek_claims: bool = False  # peek counts a delivery of the head
+    unweighted: bool = False  # tenants are ignored: plain round-robin over groups
+    tenant_catch_up: bool = False  # a tenant back from idle catches up on missed turns
+    tenant_each_publish: bool = False  # every publish sets its group's tenant
 
 
 @dataclass
@@ -80,6 +98,8 @@ class _Message:
     allowance: int = 0  # deliveries before this one that a requeue forgave
     nacked: bool = False  # how the last delivery ended
     claimed_at: float = 0.0
+    due: float = 0.0  # a delayed publish: not deliverable before
+    hold: bool = False  # delayed with hold=True: in its FIFO place, holding its group
 
 
 @dataclass
@@ -89,6 +109,7 @@ class _Group:
     turn: int = 0
     seqs: list[int] = field(default_factory=list)
     last_claimed_at: float | None = None
+    tenant: str | None = None
 
 
 @dataclass
@@ -109,6 +130,12 @@ class MemoryStore:
         self.dead: dict[int, _Dead] = {}
         self.keys: Keys = {}
         self.seq = self.publishes = self.claims = 0
+        self.timers: dict[int, _Message] = {}  # delayed, not holding: outside any group
+        self.timer_tenants: dict[int, str | None] = {}
+        self.paused: set[str] = set()
+        self.weights: dict[str, int] = {}
+        self.passes: dict[str | None, float] = {}
+        self.vtime = 0.0
 
     def open(self, **options: Any) -> MemoryTransport:
         return MemoryTransport(self, **options)
@@ -123,12 +150,26 @@ class MemoryStore:
 
     def snapshot(self) -> tuple[Any, ...]:
         with self.lock:
-            return copy.deepcopy((self.messages, self.groups, self.dead, self.keys, self.seq))
+            return copy.deepcopy(
+                (
+                    self.messages,
+                    self.groups,
+                    self.dead,
+                    self.keys,
+                    self.seq,
+                    self.timers,
+                    self.timer_tenants,
+                    self.paused,
+                    self.passes,
+                    self.vtime,
+                )
+            )
 
     def restore(self, saved: tuple[Any, ...], keep_keys: bool = False) -> None:
         with self.lock:
-            messages, groups, dead, keys, seq = copy.deepcopy(saved)
+            messages, groups, dead, keys, seq, *rest = copy.deepcopy(saved)
             self.messages, self.groups, self.dead, self.seq = messages, groups, dead, seq
+            self.timers, self.timer_tenants, self.paused, self.passes, self.vtime = rest
             if not keep_keys:
                 self.keys = keys
             self.changed.notify_all()
@@ -178,10 +219,8 @@ class MemoryWithin:
         self._session.wrote()
         return value
 
-    def publish(
-        self, group_id: str, event: object, priority: int = 0, *, key: str | None = None
-    ) -> int:
-        seq: int = self._inside(lambda: self._t.publish(group_id, event, priority, key=key))
+    def publish(self, group_id: str, event: object, priority: int = 0, **options: Any) -> int:
+        seq: int = self._inside(lambda: self._t.publish(group_id, event, priority, **options))
         return seq
 
     def publish_many(
@@ -228,20 +267,48 @@ class MemoryTransport(core.Closing):
 
     # -- writing ---------------------------------------------------------------------
 
-    def _append(self, group_id: str, raw: str, priority: int) -> int:
+    def _append(self, item: core.Item) -> int:
         s = self._store
         if s.defects.seq_from_max:
-            s.seq = max([*s.messages, *s.dead], default=0)
+            s.seq = max([*s.messages, *s.dead, *s.timers], default=0)
         s.seq += 1
         s.publishes += 1
         if s.defects.drop_every and s.publishes % s.defects.drop_every == 0:
             return s.seq
-        s.messages[s.seq] = _Message(s.seq, group_id, raw, priority)
-        group = s.groups.setdefault(group_id, _Group(priority, s.seq))
-        group.seqs.append(s.seq)
+        m = _Message(s.seq, item.group_id, item.event, item.priority)
+        hold = item.hold and not s.defects.hold_ignored
+        if item.delay and not s.defects.early_delay:
+            m.due, m.hold = s.clock() + item.delay, hold or s.defects.delay_holds
+            if not m.hold:
+                s.timers[m.seq] = m
+                s.timer_tenants[m.seq] = item.tenant
+                return m.seq
+        self._enqueue(m, item.tenant)
         if not s.defects.deaf_wait:
             s.changed.notify_all()
         return s.seq
+
+    def _enqueue(self, m: _Message, tenant: str | None) -> None:
+        """Put ``m`` at the end of its group, creating the group (with ``m``'s priority
+        and ``tenant``) if it has no messages."""
+        s = self._store
+        s.messages[m.seq] = m
+        group = s.groups.setdefault(m.group, _Group(m.priority, m.seq, tenant=tenant))
+        if s.defects.tenant_each_publish:
+            group.tenant = tenant
+        group.seqs.append(m.seq)
+
+    def _promote(self) -> None:
+        """Delayed messages that came due join the end of their groups, in due order, as
+        if published now: run before anything looks at or appends to a group."""
+        s = self._store
+        now = s.clock()
+        due = sorted((m.due, m.seq) for m in s.timers.values() if m.due <= now)
+        for _, seq in due:
+            m = s.timers.pop(seq)
+            self._enqueue(m, s.timer_tenants.pop(seq))
+            if s.defects.delay_keeps_place:
+                s.groups[m.group].seqs.sort()
 
     def _keyed(self, group_id: str, key: str | None, known: Keys) -> int | None:
         """The original seq if ``key`` was used in ``group_id`` within the window, as
@@ -259,25 +326,32 @@ class MemoryTransport(core.Closing):
             return None
         return seq
 
-    def _publish(self, group_id: str, raw: str, priority: int, key: str | None, known: Keys) -> int:
+    def _publish(self, item: core.Item, known: Keys) -> int:
         s = self._store
-        original = self._keyed(group_id, key, known)
+        original = self._keyed(item.group_id, item.key, known)
         if original is not None:
             return dt.Duplicate(original)
-        seq = self._append(group_id, raw, priority)
-        if key is not None:
-            scope = "" if s.defects.keys_across_groups else group_id
-            s.keys[(scope, key)] = (seq, s.clock() + self._window)
+        seq = self._append(item)
+        if item.key is not None:
+            scope = "" if s.defects.keys_across_groups else item.group_id
+            s.keys[(scope, item.key)] = (seq, s.clock() + self._window)
         return seq
 
     def publish(
-        self, group_id: str, event: object, priority: int = 0, *, key: str | None = None
+        self,
+        group_id: str,
+        event: object,
+        priority: int = 0,
+        *,
+        key: str | None = None,
+        delay: float = 0,
+        hold: bool = False,
+        tenant: str | None = None,
     ) -> int:
-        group_id, priority = core.check_group_id(group_id), core.check_priority(priority)
-        key = None if key is None else core.check_key(key)
-        raw = self._codec.encode(event)
+        item = self._codec.encode_item(group_id, event, priority, key, delay, hold, tenant)
         with self._locked():
-            return self._publish(group_id, raw, priority, key, self._store.keys)
+            self._promote()
+            return self._publish(item, self._store.keys)
 
     def publish_many(
         self, items: Iterable[tuple[str, object, int] | dt.Message[object]]
@@ -285,12 +359,14 @@ class MemoryTransport(core.Closing):
         encoded = self._codec.encode_items(items)
         with self._locked():
             s = self._store
+            self._promote()
             # The defect looks keys up in the store as it was before the batch.
             known = dict(s.keys) if s.defects.batch_keys_unseen else s.keys
-            seqs = [self._publish(g, raw, p, k, known) for g, raw, p, k in encoded]
+            seqs = [self._publish(item, known) for item in encoded]
             if s.defects.batch_priority_last:
-                for g, _, p, _ in encoded:
-                    s.groups[g].priority = p
+                for item in encoded:
+                    if item.group_id in s.groups:
+                        s.groups[item.group_id].priority = item.priority
             return seqs
 
     # -- claiming --------------------------------------------------------------------
@@ -311,10 +387,10 @@ class MemoryTransport(core.Closing):
         if s.defects.lifo:
             order.reverse()
         if s.defects.no_exclusivity:
-            return next((m for m in order if not self._busy(m, now)), None)
+            return next((m for m in order if not self._busy(m, now) and m.due <= now), None)
         if any(self._busy(m, now) for m in order):
             return None
-        return order[0]
+        return order[0] if order[0].due <= now else None  # a held delay holds its group
 
     def _kill(self, m: _Message, reason: str, now: float, hold: bool) -> None:
         s = self._store
@@ -335,6 +411,8 @@ class MemoryTransport(core.Closing):
     ) -> dt.Lease[Any] | None:
         s = self._store
         now = s.clock()
+        if not s.defects.deaf_timers:
+            self._promote()
         while True:
             ready = []
             for name, group in s.groups.items():
@@ -342,12 +420,17 @@ class MemoryTransport(core.Closing):
                     continue
                 if not group.seqs or self._held(name):
                     continue
+                if name in s.paused and not s.defects.pause_ignored:
+                    continue
                 picked = self._pick(group, now)
                 if picked is not None:
                     key = (group.created,) if s.defects.fixed_order else (group.turn, picked.seq)
                     ready.append((key, name, picked))
             if not ready:
                 return None
+            tenant, start = self._tenant_turn({s.groups[name].tenant for _, name, _ in ready})
+            if not s.defects.unweighted:
+                ready = [r for r in ready if s.groups[r[1]].tenant == tenant]
             _, name, m = min(ready, key=lambda r: r[0])
             if self._exhausted(m):
                 assert self._max_attempts is not None
@@ -362,6 +445,8 @@ class MemoryTransport(core.Closing):
             s.claims += 1
             group = s.groups[name]
             group.turn, group.last_claimed_at = s.claims, now
+            s.vtime = start
+            s.passes[tenant] = start + 1 / s.weights.get(tenant or "", 1)
             m.attempt += 1
             m.holder, m.until, m.nacked = worker_id, now + visibility, False
             m.claimed_at = now
@@ -371,6 +456,18 @@ class MemoryTransport(core.Closing):
                 if s.defects.decode_unleased:
                     m.holder = None
                 raise
+
+    def _tenant_turn(self, tenants: set[str | None]) -> tuple[str | None, float]:
+        """The tenant whose turn it is among ``tenants`` (those with a group to serve),
+        and its start: the least of max(pass, virtual time), ties by name, None first."""
+        s = self._store
+
+        def start(tenant: str | None) -> float:
+            kept = s.passes.get(tenant, 0.0)
+            return kept if s.defects.tenant_catch_up else max(kept, s.vtime)
+
+        chosen = min(tenants, key=lambda x: (start(x), x is not None, x or ""))
+        return chosen, start(chosen)
 
     def _next_deadline(self) -> float | None:
         untils = [m.until for m in self._store.messages.values() if m.holder is not None]
@@ -451,6 +548,8 @@ class MemoryTransport(core.Closing):
             group.seqs.remove(m.seq)
             if not group.seqs and not self._held(m.group):
                 del s.groups[m.group]
+                if s.defects.pause_forgotten_on_drain:
+                    s.paused.discard(m.group)
 
     def nack(self, lease: dt.Lease[object], delay: float = 0) -> None:
         self._lease(lease)
@@ -483,33 +582,30 @@ class MemoryTransport(core.Closing):
     # -- admin -----------------------------------------------------------------------
 
     def _state(self, m: _Message, now: float) -> str:
+        if m.due > now and not self._store.defects.timers_uncounted:
+            return "delayed"
         if m.holder is None or m.until < now:
             return "ready"
         return "parked" if m.holder == PARKED else "in_flight"
 
     def stats(self) -> dt.QueueStats:
         with self._holding() as s:
+            self._promote()
             now = s.clock()
             counts: dict[int, dict[str, int]] = {}
-            zero = dict.fromkeys(("ready", "in_flight", "parked", "dead"), 0)
-            for m in s.messages.values():
+            zero = dict.fromkeys(("ready", "in_flight", "parked", "dead", "delayed"), 0)
+            for m in [*s.messages.values(), *s.timers.values()]:
                 row = counts.setdefault(m.priority, dict(zero))
                 row[self._state(m, now)] += 1
             for d in s.dead.values():
                 row = counts.setdefault(d.message.priority, dict(zero))
                 row["dead"] += 1
             by = tuple(dt.PriorityStats(p, **counts[p]) for p in sorted(counts))
-            return dt.QueueStats(
-                sum(r.ready for r in by),
-                sum(r.in_flight for r in by),
-                sum(r.parked for r in by),
-                sum(r.dead for r in by),
-                by,
-                len(s.keys),
-            )
+            return core.queue_stats(by, len(s.keys), len(s.paused))
 
     def groups(self, limit: int = 10) -> list[dt.GroupInfo]:
         with self._holding() as s:
+            self._promote()
             now = s.clock()
             infos = []
             for name, group in s.groups.items():
@@ -518,6 +614,8 @@ class MemoryTransport(core.Closing):
                 head = s.messages[group.seqs[0]]
                 state = "held" if self._held(name) else self._state(head, now)
                 busy = head.until if state in ("in_flight", "parked") else None
+                if state == "delayed":  # a held delay holds its group as a park does
+                    state, busy = "parked", head.due
                 infos.append(
                     dt.GroupInfo(
                         name,
@@ -527,6 +625,8 @@ class MemoryTransport(core.Closing):
                         state,  # type: ignore[arg-type]
                         busy,
                         group.last_claimed_at,
+                        name in s.paused,
+                        group.tenant,
                     )
                 )
             infos.sort(key=lambda g: (-g.depth, g.head_seq))
@@ -604,6 +704,9 @@ class MemoryTransport(core.Closing):
         with self._holding(notify=True) as s:
             group = s.groups.pop(group_id, None)
             removed = 0
+            for seq in [k for k, m in s.timers.items() if m.group == group_id]:
+                del s.timers[seq]
+                removed += 1
             for seq in group.seqs if group is not None else []:
                 del s.messages[seq]
                 removed += 1
@@ -611,6 +714,82 @@ class MemoryTransport(core.Closing):
                 del s.dead[seq]
                 removed += 1
             return removed
+
+    def cancel(self, seq: int) -> bool:
+        seq = core.check_seq(seq)
+        with self._holding(notify=True) as s:
+            if s.timers.pop(seq, None) is not None:
+                return True
+            m = s.messages.get(seq)
+            if m is None:
+                return False
+            leased = m.holder not in (None, PARKED) and m.until >= s.clock()
+            if leased and not s.defects.cancel_in_flight:
+                return False
+            del s.messages[seq]
+            group = s.groups[m.group]
+            group.seqs.remove(seq)
+            if not group.seqs and not self._held(m.group):
+                del s.groups[m.group]
+            return True
+
+    def pause_group(self, group_id: str) -> bool:
+        group_id = core.check_group_id(group_id)
+        with self._holding() as s:
+            changed = group_id not in s.paused
+            s.paused.add(group_id)
+            return changed
+
+    def resume_group(self, group_id: str) -> bool:
+        group_id = core.check_group_id(group_id)
+        with self._holding(notify=True) as s:
+            changed = group_id in s.paused
+            s.paused.discard(group_id)
+            return changed
+
+    def paused_groups(self) -> list[str]:
+        with self._holding() as s:
+            return sorted(s.paused)
+
+    def peek(self, group_id: str, limit: int = 10) -> list[dt.QueuedMessage]:
+        group_id, limit = core.check_group_id(group_id), core.check_limit(limit)
+        with self._holding() as s:
+            self._promote()
+            now = s.clock()
+            group = s.groups.get(group_id)
+            fifo = [s.messages[seq] for seq in group.seqs] if group is not None else []
+            if fifo and s.defects.peek_claims:
+                fifo[0].attempt += 1
+            later = sorted((m for m in s.timers.values() if m.group == group_id), key=_due)
+            shown = []
+            for i, m in enumerate([*fifo, *later][:limit]):
+                state = self._state(m, now)
+                due: float | None = None
+                if state == "delayed":
+                    due = m.due
+                elif i == 0 and state in ("in_flight", "parked"):
+                    due = m.until
+                elif i > 0:
+                    state = "queued"
+                shown.append(
+                    dt.QueuedMessage(m.seq, m.group, m.priority, m.raw, m.attempt, state, due)  # type: ignore[arg-type]
+                )
+            return shown
+
+    def set_tenant_weight(self, tenant: str, weight: int) -> None:
+        tenant, weight = core.check_tenant(tenant), core.check_weight(weight)
+        with self._holding() as s:
+            s.weights[tenant] = weight
+
+    def tenants(self) -> list[dt.TenantInfo]:
+        with self._holding() as s:
+            self._promote()
+            counts = Counter(g.tenant for g in s.groups.values() if g.seqs)
+            names = set(counts) | set(s.weights)
+            return [
+                dt.TenantInfo(name, s.weights.get(name or "", 1), counts[name])
+                for name in sorted(names, key=lambda x: (x is not None, x or ""))
+            ]
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -714,7 +893,7 @@ class FileTransport(core.Closing):
         def change(state: dict[str, Any]) -> list[int]:
             seqs: list[int] = []
             keys = state.setdefault("keys", {})  # "group key" -> seq; never forgotten
-            for group, raw, _, key in encoded:
+            for group, raw, _, key, *_ in encoded:
                 scoped = f"{group} {key}"
                 if key is not None and scoped in keys:
                     seqs.append(dt.Duplicate(keys[scoped]))

@@ -135,13 +135,15 @@ def test_a_batch_encodes_each_item_as_encode_would_whichever_path_it_takes() -> 
         ("g", Shipped(order_id=3), 2),
         Message("g", Shipped(order_id=4), 1, key="k-4"),  # a message, checked inline
         Message("h", Loud(order_id=5), key="k-5"),  # a message, the general path
+        Message("g", Shipped(order_id=6), delay=2.5, hold=True, tenant="t"),  # options
     ]
     assert codec.encode_items(items) == [
-        ("g", codec.encode(Shipped(order_id=1)), 0, None),
-        ("h", codec.encode(Loud(order_id=2)), 4, None),
-        ("g", codec.encode(Shipped(order_id=3)), 2, None),
-        ("g", codec.encode(Shipped(order_id=4)), 1, "k-4"),
-        ("h", codec.encode(Loud(order_id=5)), 0, "k-5"),
+        ("g", codec.encode(Shipped(order_id=1)), 0, None, 0, False, None),
+        ("h", codec.encode(Loud(order_id=2)), 4, None, 0, False, None),
+        ("g", codec.encode(Shipped(order_id=3)), 2, None, 0, False, None),
+        ("g", codec.encode(Shipped(order_id=4)), 1, "k-4", 0, False, None),
+        ("h", codec.encode(Loud(order_id=5)), 0, "k-5", 0, False, None),
+        ("g", codec.encode(Shipped(order_id=6)), 0, None, 2.5, True, "t"),
     ]
 
 
@@ -158,6 +160,13 @@ def test_a_batch_encodes_each_item_as_encode_would_whichever_path_it_takes() -> 
             Message("g", Shipped(order_id=1), key=7),  # type: ignore[arg-type]
             r"items\[1\]: key must be a str or None",
         ),
+        (Message("g", Shipped(order_id=1), delay=-1), r"items\[1\]: delay must be >= 0"),
+        (Message("g", Shipped(order_id=1), delay=4e7), r"items\[1\]: delay must be at most"),
+        (
+            Message("g", Shipped(order_id=1), delay=1, hold=1),  # type: ignore[arg-type]
+            r"items\[1\]: hold must be a bool",
+        ),
+        (Message("g", Shipped(order_id=1), tenant=""), r"items\[1\]: tenant must be 1 to 255"),
         (("g", Shipped(order_id=1), 0, "k"), r"items\[1\] must be a Message or a \(group_id"),
     ],
 )

@@ -19,12 +19,15 @@ import pytest
 
 from tests.core.broken_backends import Defects, MemoryStore
 from transports_core.conformance import (
-    ADMIN, CLOCK, DURABLE, MULTI_HANDLE, PARALLEL_CLAIMS, WITHIN, TransportSuite,
+    ADMIN, CLOCK, CONTROL, DURABLE, MULTI_HANDLE, PARALLEL_CLAIMS, TENANTS, TIMERS, WITHIN,
+    TransportSuite,
 )
 
 
 class TestMemory(TransportSuite):
-    capabilities = frozenset({{ADMIN, CLOCK, DURABLE, MULTI_HANDLE, PARALLEL_CLAIMS}}) | {within}
+    capabilities = frozenset(
+        {{ADMIN, CLOCK, CONTROL, DURABLE, MULTI_HANDLE, PARALLEL_CLAIMS, TENANTS, TIMERS}}
+    ) | {within}
     model_shrink = False  # a shrunk example would only cost time here
 
     @pytest.fixture
@@ -102,6 +105,31 @@ BREAKS = {
     "within_takes_anything=True": (
         "within-refuses-what-it-cannot-join",
         "test_within_refuses",
+        False,
+    ),
+    "early_delay=True": ("delay-not-delivered-before-due", "test_delay_not_delivered", True),
+    "delay_keeps_place=True": ("delay-joins-its-group-when-due", "test_delay_joins", False),
+    "delay_holds=True": ("delay-joins-its-group-when-due", "test_delay_lets_its_group", True),
+    "hold_ignored=True": ("delay-hold-keeps-its-place", "test_delay_hold_", True),
+    "deaf_timers=True": ("delay-due-wakes-a-waiting-claim", "test_delay_due_wakes", False),
+    "timers_uncounted=True": ("delay-counted-in-stats", "test_delay_counted", False),
+    "cancel_in_flight=True": (
+        "cancel-removes-what-is-not-in-flight",
+        "test_cancel_removes_queued",
+        False,
+    ),
+    "pause_ignored=True": ("pause-holds-a-group-until-resumed", "test_pause_holds", True),
+    "pause_forgotten_on_drain=True": (
+        "pause-outlasts-reopening-and-draining",
+        "test_pause_outlasts",
+        False,
+    ),
+    "peek_claims=True": ("peek-shows-the-next-messages-and-changes-nothing", "test_peek_", False),
+    "unweighted=True": ("tenant-weighted-fairness-bound", "test_tenant_weighted", True),
+    "tenant_catch_up=True": ("tenant-back-from-idle-catches-up-nothing", "test_tenant_back", False),
+    "tenant_each_publish=True": (
+        "tenant-set-when-the-group-is-created",
+        "test_tenant_set_by",
         False,
     ),
 }

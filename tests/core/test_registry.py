@@ -252,3 +252,21 @@ def test_backend_whose_driver_is_missing_names_the_extra_to_install(installed: P
         open_transport("needy://queue")
     assert "pip install 'dt-fake-backend[fancy]'" in str(info.value)
     assert isinstance(info.value.__cause__, ModuleNotFoundError)
+
+
+def test_a_backend_names_its_optional_features_from_the_known_ones() -> None:
+    import time
+
+    from tests.core.broken_backends import MemoryStore
+    from transports_core.backend import FEATURES, build_backend
+
+    assert {"timers", "tenants", "group-control"} == FEATURES
+    store = MemoryStore(time.time)
+    opener = Backend(open=lambda url, event_type, options: store.open())
+    assert opener.features == frozenset()
+    built = build_backend(
+        lambda url, options: url, lambda url, event_type: store.open(), features=FEATURES
+    )
+    assert built.features == FEATURES
+    with pytest.raises(ValueError, match=r"unknown backend features \['cron'\]"):
+        Backend(open=opener.open, features=frozenset({"cron", "timers"}))

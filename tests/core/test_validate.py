@@ -126,8 +126,8 @@ def test_items_must_be_an_iterable_of_messages_or_triples() -> None:
         check_items("abc")
     with pytest.raises(TypeError, match="got 5"):
         check_items(5)
-    assert check_item(0, ("g", 1, 0)) == ("g", 1, 0, None)
-    assert check_item(0, Message("g", 1, 2, key="k")) == ("g", 1, 2, "k")
+    assert check_item(0, ("g", 1, 0)) == ("g", 1, 0, None, 0, False, None)
+    assert check_item(0, Message("g", 1, 2, key="k", tenant="t")) == ("g", 1, 2, "k", 0, False, "t")
     with pytest.raises(TypeError, match=r"items\[1\] must be a Message or a \(group_id, event"):
         check_item(1, ["g", 1, 0])
     with pytest.raises(TypeError, match=r"items\[2\] must be a Message or a \(group_id, event"):

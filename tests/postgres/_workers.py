@@ -115,3 +115,12 @@ def publish_keys(url: str, keys: int, groups: int, batch: int, start: str, out: 
             for i, s in zip(order, seqs, strict=True)
         )
     )
+
+
+def publish_plain(url: str, groups: list[str], count: int, first_n: int) -> None:
+    """Publish ``count`` messages round the ``groups``, no delay, numbered from ``first_n``."""
+    from transports_core import Event
+
+    with open_transport(url) as transport:
+        for i in range(count):
+            transport.publish(groups[i % len(groups)], Event(n=first_n + i))

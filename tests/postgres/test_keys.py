@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -247,87 +246,6 @@ def test_eight_processes_publishing_the_same_100_keys_store_100(
     assert all(len(found) == 1 for found in seqs.values()), "every process saw one seq per key"
     assert _count(raw, schema, "messages") == keys
     assert {m.event.n for m in _drain(queue)} == set(range(keys))
-
-
-# --- the schema before keys --------------------------------------------------------------------
-
-
-def _make_version_2(raw: psycopg.Connection[Any], schema: str) -> None:
-    """A store as version 2 made it: today's DDL but for what version 3 added, with two
-    messages published by version 2's statements (LOCK_GROUP and APPEND are unchanged)."""
-    raw.execute(sql.CREATE_SCHEMA.render(schema))
-    for statement in sql.SCHEMA:
-        if statement in sql.KEYS_SCHEMA:
-            continue
-        values = {"owner": sql.OWNER, "version": str(sql.UPGRADES_FROM)}
-        raw.execute(statement.render(schema), {n: values[n] for n in statement.names})
-    for n in (1, 2):
-        params = {"group_id": "g", "priority": 0, "event": Event(n=n).model_dump_json()}
-        with raw.transaction():
-            raw.execute(sql.LOCK_GROUP.render(schema), params)
-            raw.execute(sql.APPEND.render(schema), params)
-
-
-def test_a_version_2_store_is_upgraded_when_opened_and_keeps_its_messages(
-    queue_url: str, raw: psycopg.Connection[Any], schema: str
-) -> None:
-    _make_version_2(raw, schema)
-    opened: list[Transport[Event]] = []
-    errors: list[BaseException] = []
-
-    def open_one() -> None:
-        try:
-            opened.append(open_transport(queue_url))
-        except BaseException as exc:
-            errors.append(exc)
-
-    # Several openers at once: one upgrades, the others find it done.
-    threads = [threading.Thread(target=open_one) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    try:
-        assert errors == []
-        assert len(opened) == 4
-        version = raw.execute(
-            f"SELECT value FROM \"{schema}\".meta WHERE key = 'version'"
-        ).fetchone()
-        assert version == (str(sql.SCHEMA_VERSION),)
-        queue = opened[0]
-        assert queue.publish("g", Event(n=3), key="k") == 3
-        assert queue.publish("g", Event(n=4), key="k") == Duplicate(3)
-        assert [(m.seq, m.event.n) for m in _drain(queue)] == [(1, 1), (2, 2), (3, 3)]
-    finally:
-        for transport in opened:
-            transport.close()
-
-
-def test_an_upgraded_store_has_what_a_new_one_has(
-    schema_url: tuple[str, str], raw: psycopg.Connection[Any]
-) -> None:
-    url, schema = schema_url
-    _make_version_2(raw, schema)
-    open_transport(_with(url, schema)).close()
-    upgraded = _relations(raw, schema)
-    raw.execute(f'DROP SCHEMA "{schema}" CASCADE')
-    open_transport(_with(url, schema)).close()
-    assert upgraded == _relations(raw, schema)
-
-
-def _with(url: str, schema: str) -> str:
-    from .server import with_schema
-
-    return with_schema(url, schema, pool_min_size=0, pool_max_size=2)
-
-
-def _relations(raw: psycopg.Connection[Any], schema: str) -> list[tuple[str, str]]:
-    rows = raw.execute(
-        "SELECT c.relname, c.relkind::text FROM pg_class c "
-        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s ORDER BY 1",
-        (schema,),
-    ).fetchall()
-    return [(name, kind) for name, kind in rows]
 
 
 def _drain(transport: Transport[Event]) -> list[Any]:

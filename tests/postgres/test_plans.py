@@ -22,14 +22,23 @@ HOT = {
     "wake": (sql.WAKE_LAPSED, (None,)),
     "next_due": (sql.NEXT_DUE, (None, 0)),
     "lock_lease": (sql.LOCK_LEASE, ("g1", 1, "w", 1)),
-    "ack_at_once": (sql.ACK_AT_ONCE, ("g1", 1, "w", 1)),
-    "ack": (sql.ACK, ("g1", 1, "w", 1)),
+    "ack_at_once": (sql.ACK_AT_ONCE, ("g1", 1, "w", 1, None)),
+    "ack": (sql.ACK, ("g1", 1, "w", 1, None)),
     "nack": (sql.FREE, ("g1", 1, "w", 1, None)),
     "park": (sql.RELEASE, ("g1", 1, "w", 1, sql.PARKED, None, 30.0, None)),
     "extend": (sql.EXTEND, ("g1", 1, "w", 1, None, 30.0, None)),
     "publish_lock": (sql.LOCK_GROUP, ("g1", 0)),
-    "publish": (sql.APPEND, ("g1", 0, "{}")),
+    "publish": (sql.APPEND, ("g1", None, 0, "{}")),
+    "claim_simple": (sql.CLAIM_SIMPLE, (0, None, "w", 30.0, None)),
+    "claim_needs": (sql.CLAIM_NEEDS, (None,)),
+    "claim_tenant": (sql.CLAIM_TENANT, (0, "t", None, "w", 30.0, None)),
+    "claim_no_tenant": (sql.CLAIM_NO_TENANT, (0, None, "w", 30.0, None)),
+    "tenant_turns": (sql.TENANT_TURNS, ()),
+    "make_due_groups": (sql.MAKE_DUE_GROUPS, (None,)),
 }
+
+
+SORTS_FEW = {"tenant_turns", "make_due_groups"}
 
 
 def _positional(stmt: sql.Statement, schema: str) -> str:
@@ -55,7 +64,8 @@ def _plan(raw: psycopg.Connection[Any], schema: str, name: str) -> str:
     stmt, params = HOT[name]
     raw.execute(f"PREPARE probe_{name} AS {_positional(stmt, schema)}")
     args = ", ".join("NULL" if p is None else psycopg.sql.quote(p) for p in params)
-    return "\n".join(row[0] for row in raw.execute(f"EXPLAIN EXECUTE probe_{name}({args})"))
+    call = f"probe_{name}({args})" if params else f"probe_{name}"
+    return "\n".join(row[0] for row in raw.execute(f"EXPLAIN EXECUTE {call}"))
 
 
 def test_hot_statements_use_index_seeks_only_as_generic_plans(
@@ -70,8 +80,10 @@ def test_hot_statements_use_index_seeks_only_as_generic_plans(
     for name, plan in plans.items():
         assert "Seq Scan on groups" not in plan, f"{name}:\n{plan}"
         assert "Seq Scan on messages" not in plan, f"{name}:\n{plan}"
-        # No sort: the next head and the next group come off an index in order.
-        assert "Sort" not in plan, f"{name}:\n{plan}"
+        # No sort: the next head and the next group come off an index in order (the
+        # tenants' turns sort the tenants that have a ready group, and the groups of due
+        # delayed messages are sorted, at most 100, into the order they are locked in).
+        assert "Sort" not in plan or name in SORTS_FEW, f"{name}:\n{plan}"
         seeks = re.findall(r"Index (?:Only )?Scan(?: Backward)? using (\w+)", plan)
         assert seeks or "Conflict Arbiter Indexes" in plan, f"{name}:\n{plan}"
     assert "groups_ready" in plans["claim"], plans["claim"]

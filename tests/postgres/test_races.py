@@ -61,7 +61,7 @@ def _open_publish(schema_url: tuple[str, str], group: str, n: int) -> Conn:
     conn = psycopg.connect(url, autocommit=True)
     conn.execute("BEGIN")
     _run(conn, schema, sql.LOCK_GROUP, group, 0)
-    _run(conn, schema, sql.APPEND, group, 0, Event(n=n).model_dump_json())
+    _run(conn, schema, sql.APPEND, group, None, 0, Event(n=n).model_dump_json())
     return conn
 
 
@@ -72,7 +72,7 @@ class OneStatementAck(Ack):
     __slots__ = ()
 
     def first(self, now: float | None) -> tuple[Any, ...]:
-        return (Stmt(sql.ACK, self.fence),)
+        return (Stmt(sql.ACK, (*self.fence, now)),)
 
     def done(self, results: list[Result], now: float | None) -> None:
         self.held(results[0].rows[0][0] == 1)
@@ -231,7 +231,9 @@ def _publish_behind_a_publisher(
         _run(first, schema, sql.LOCK_GROUP, "g", 0)
         thread, out = _in_thread(publish)
         _blocked_on_lock(raw, first)
-        ((first_seq, _),) = _run(first, schema, sql.APPEND, "g", 0, Event(n=1).model_dump_json())
+        ((first_seq, _, _),) = _run(
+            first, schema, sql.APPEND, "g", None, 0, Event(n=1).model_dump_json()
+        )
         first.execute("COMMIT")
         thread.join(20)
     finally:

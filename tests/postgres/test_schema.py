@@ -52,6 +52,10 @@ def test_concurrent_first_opens_create_the_schema_once(
         "keys",
         "messages",
         "meta",
+        "paused",
+        "tenants",
+        "timers",
+        "vclock",
         "waiters",
     ]
 

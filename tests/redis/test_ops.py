@@ -145,17 +145,43 @@ def test_every_script_names_its_keys_and_arguments_once() -> None:
         assert len(set(script.keys)) == len(script.keys)
         body = script.body
         # Only the batches, whose items are variadic, read ARGV by position.
-        if script not in (scripts.PUBLISH_MANY, scripts.PUBLISH_MANY_KEYED):
+        if script not in (
+            scripts.PUBLISH_MANY,
+            scripts.PUBLISH_MANY_KEYED,
+            scripts.PUBLISH_MANY_WITH,
+        ):
             assert "ARGV[" not in body, script.name
         assert "KEYS[" not in body, script.name
         for name in re.findall(r"\bA\.(\w+)", body):
             assert name in script.args, (script.name, name)
-        for name in re.findall(r"\bK\.(\w+)", body):
+        # What it sends, its helpers included (only those it reaches: see `shaken`).
+        for name in re.findall(r"\bK\.(\w+)", script.source):
             assert name in script.keys, (script.name, name)
         for name in re.findall(r"\bK\.(\w+)", scripts.HELPERS):
             assert name in scripts.QUEUE_KEYS, name
         # Every key of a queue shares its hash tag, the keys' structures too.
         assert all(k.startswith("dt:{q}:") for k in ops.queue_keys("q", script))
+
+
+def test_a_script_carries_only_the_helpers_it_reaches() -> None:
+    code = scripts.shaken(
+        "-- a note\nlocal function a() return 1 end\n-- b's\nlocal function b(x)\n"
+        "  return a() + x\nend\nlocal function c()\n  return 3\nend\nreturn b(2)"
+    )
+    assert code.split("\n") == [
+        "-- a note",
+        "local function a() return 1 end",
+        "-- b's",
+        "local function b(x)",
+        "  return a() + x",
+        "end",
+        "return b(2)",
+    ]
+    # The ack reaches the chain's helpers, not the dead letters' nor the keys'.
+    assert "local function advance(" in scripts.ACK.source
+    assert "local function unbury(" not in scripts.ACK.source
+    assert "key" not in scripts.ACK.keys
+    assert scripts.used_keys("K['r' .. p], K.g") == {"g", *scripts.READY_KEYS}
 
 
 def _plan(

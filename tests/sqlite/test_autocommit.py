@@ -53,7 +53,8 @@ def test_single_statement_writes_send_sqlite_that_statement_only(
     lease = transport.claim("w", 30)
     assert lease is not None
     assert statements[0] == sql.BEGIN_WRITE
-    assert statements[2].startswith("UPDATE groups SET busy_until = NULL")
+    assert statements[2].startswith("INSERT INTO promote")  # no timer: moves nothing
+    assert statements[3].startswith("UPDATE groups SET busy_until = NULL")
     assert statements[-1] == "COMMIT"
     statements.clear()
     transport.ack(lease)
@@ -91,7 +92,8 @@ def test_autocommit_write_waits_for_the_write_lock_and_then_goes_through(
     with closing(sqlite3.connect(db_path, isolation_level=None)) as other:
         other.execute("BEGIN IMMEDIATE")
         other.execute(
-            sql.PUBLISH.sql, sql.PUBLISH.bind({"group_id": "h", "priority": 0, "event": "{}"})
+            sql.PUBLISH.sql,
+            sql.PUBLISH.bind({"group_id": "h", "priority": 0, "event": "{}", "now": 0.0}),
         ).fetchall()
         done = threading.Event()
         errors: list[BaseException] = []

@@ -64,6 +64,8 @@ NOTHING = Result([], 0)
 
 
 WOKEN = Result([], 0)  # the wake-up of lapsed leases, whatever it changed
+PROMOTED = Result([], 0)  # the promotion of due timers, whatever it moved
+UNTENANTED = Result([(0,)], -1)  # no group has a tenant
 ROW = (7, "g", '{"i":1}', 3)  # head_seq, group_id, event, attempt
 CLAIM = {"worker_id": "w1", "expires_at": NOW + 30, "min_priority": 2, "now": NOW}
 
@@ -78,7 +80,9 @@ def test_claim_first_tries_one_statement_guarded_against_lapses() -> None:
 
 
 def test_claim_guards_the_first_statement_with_max_attempts() -> None:
-    stmts, _ = drive(_ops.Claim("w1", 30, 2, max_attempts=4), [NOTHING, WOKEN, NOTHING])
+    stmts, _ = drive(
+        _ops.Claim("w1", 30, 2, max_attempts=4), [NOTHING, PROMOTED, WOKEN, UNTENANTED, NOTHING]
+    )
     assert bound(stmts[0])[1]["max_attempts"] == 4
 
 
@@ -87,14 +91,20 @@ LEASED = {"worker_id": "w1", "expires_at": NOW + 30, "now": NOW, "group_id": "g"
 
 
 def test_claim_goes_on_by_waking_lapsed_groups_when_the_first_statement_declines() -> None:
-    stmts, value = drive(_ops.Claim("w1", 30, 2), [NOTHING, WOKEN, FREE, Result([ROW], 1)])
+    stmts, value = drive(
+        _ops.Claim("w1", 30, 2), [NOTHING, PROMOTED, WOKEN, UNTENANTED, FREE, Result([ROW], 1)]
+    )
     assert [bound(s) for s in stmts[1:]] == [
+        (sql.PROMOTE_DUE, {"now": NOW}),
         (sql.WAKE_LAPSED, {"now": NOW}),
+        (sql.ANY_TENANT, {}),
         (sql.NEXT_FREE, {"min_priority": 2}),
         (sql.CLAIM_GROUP, LEASED),
     ]
     assert value == Claimed(7, "g", '{"i":1}', "w1", 3, NOW + 30)
-    assert drive(_ops.Claim("w1", 30, 2), [NOTHING, WOKEN, NOTHING])[1] is None
+    assert (
+        drive(_ops.Claim("w1", 30, 2), [NOTHING, PROMOTED, WOKEN, UNTENANTED, NOTHING])[1] is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -105,15 +115,17 @@ def test_claim_buries_a_head_out_of_attempts_saying_how_its_last_delivery_ended(
 ) -> None:
     spent = Result([("g", 7, 3, holder, None)], 1)
     op = _ops.Claim("w1", 30, 2, max_attempts=3)
-    stmts, value = drive(op, [NOTHING, WOKEN, spent, DONE, DONE, DONE, NOTHING])
+    stmts, value = drive(
+        op, [NOTHING, PROMOTED, WOKEN, UNTENANTED, spent, DONE, DONE, DONE, NOTHING]
+    )
     assert value is None
-    bury = bound(stmts[3])
+    bury = bound(stmts[5])
     assert bury[0] == sql.BURY
     assert bury[1]["attempts"] == 3
     assert bury[1]["reason"] == (
         f"out of attempts: 3 deliveries without an ack (max_attempts=3); the last one {last}"
     )
-    assert [s.statement for s in stmts[4:]] == [
+    assert [s.statement for s in stmts[6:]] == [
         sql.DROP_MESSAGE,
         sql.FORGET_REQUEUED,
         sql.NEXT_FREE,
@@ -123,7 +135,7 @@ def test_claim_buries_a_head_out_of_attempts_saying_how_its_last_delivery_ended(
 def test_claim_counts_deliveries_from_a_requeue() -> None:
     requeued = Result([("g", 7, 5, None, 3)], 1)  # 5 deliveries, 3 of them before a requeue
     op = _ops.Claim("w1", 30, 2, max_attempts=3)
-    stmts, value = drive(op, [NOTHING, WOKEN, requeued, Result([ROW], 1)])
+    stmts, value = drive(op, [NOTHING, PROMOTED, WOKEN, UNTENANTED, requeued, Result([ROW], 1)])
     assert stmts[-1].statement is sql.CLAIM_GROUP
     assert value is not None
 
@@ -141,11 +153,11 @@ def test_bury_checks_the_fence_then_dead_letters_under_the_policy() -> None:
 
 def test_claim_takes_now_from_its_caller() -> None:
     op = _ops.Claim("w1", 30, 0)
-    early, _ = drive(op, [NOTHING, WOKEN, FREE, NOTHING], now=10.0)
-    late, _ = drive(op, [NOTHING, WOKEN, FREE, NOTHING], now=20.0)
-    assert [early[1].params, late[1].params] == [{"now": 10.0}, {"now": 20.0}]
-    assert bound(early[3])[1]["expires_at"] == 40.0
-    assert bound(late[3])[1]["expires_at"] == 50.0
+    early, _ = drive(op, [NOTHING, PROMOTED, WOKEN, UNTENANTED, FREE, NOTHING], now=10.0)
+    late, _ = drive(op, [NOTHING, PROMOTED, WOKEN, UNTENANTED, FREE, NOTHING], now=20.0)
+    assert [early[2].params, late[2].params] == [{"now": 10.0}, {"now": 20.0}]
+    assert bound(early[5])[1]["expires_at"] == 40.0
+    assert bound(late[5])[1]["expires_at"] == 50.0
 
 
 def test_claimed_row_that_does_not_decode_raises_carrying_the_lease() -> None:
@@ -210,32 +222,58 @@ def test_extend_returns_the_lease_with_the_new_expiry() -> None:
 def test_publish_inserts_the_encoded_event_and_returns_the_seq() -> None:
     stmts, value = drive(_ops.Publish(CODEC, "g", Event(i=1), 2), [Result([(41,)], 1)])
     assert [bound(s) for s in stmts] == [
-        (sql.PUBLISH, {"group_id": "g", "priority": 2, "event": '{"i":1}'})
+        (sql.PUBLISH, {"group_id": "g", "priority": 2, "event": '{"i":1}', "now": NOW})
     ]
     assert value == 41
 
 
 def test_publish_many_links_each_group_once_then_appends_chained_rows() -> None:
     items = [("g", Event(i=1), 0), ("h", Event(i=2), 4), ("g", Event(i=3), 1)]
-    stmts, value = drive(_ops.PublishMany(CODEC, items), [Result([(10,)], 1), DONE, DONE, DONE])
+    no_timer_due = Result([(0,)], -1)
+    stmts, value = drive(
+        _ops.PublishMany(CODEC, items), [Result([(10,)], 1), no_timer_due, DONE, DONE, DONE]
+    )
     assert [s.statement for s in stmts] == [
         sql.LAST_SEQ,
+        sql.ANY_DUE,
         sql.LINK_TAIL,
         sql.OPEN_GROUP,
         sql.INSERT_ROW,
     ]
     # each group's first message in the batch goes behind the group's tail
-    assert rows(stmts[1]) == [{"next_seq": 11, "group_id": "g"}, {"next_seq": 12, "group_id": "h"}]
+    assert rows(stmts[2]) == [{"next_seq": 11, "group_id": "g"}, {"next_seq": 12, "group_id": "h"}]
     # each group of the batch: the priority of its first message, its head, tail and depth
-    assert rows(stmts[2]) == [
-        {"group_id": "g", "priority": 0, "head_seq": 11, "tail_seq": 13, "depth": 2},
-        {"group_id": "h", "priority": 4, "head_seq": 12, "tail_seq": 12, "depth": 1},
+    opened = {"tenant": None, "due": None}
+    assert rows(stmts[3]) == [
+        {"group_id": "g", "priority": 0, "head_seq": 11, "tail_seq": 13, "depth": 2} | opened,
+        {"group_id": "h", "priority": 4, "head_seq": 12, "tail_seq": 12, "depth": 1} | opened,
     ]
     # every message, already chained to the next one of its group in the batch
-    assert rows(stmts[3]) == [
-        {"seq": 11, "group_id": "g", "priority": 0, "event": '{"i":1}', "next_seq": 13},
-        {"seq": 12, "group_id": "h", "priority": 4, "event": '{"i":2}', "next_seq": None},
-        {"seq": 13, "group_id": "g", "priority": 1, "event": '{"i":3}', "next_seq": None},
+    assert rows(stmts[4]) == [
+        {
+            "seq": 11,
+            "group_id": "g",
+            "priority": 0,
+            "event": '{"i":1}',
+            "next_seq": 13,
+            "due": None,
+        },
+        {
+            "seq": 12,
+            "group_id": "h",
+            "priority": 4,
+            "event": '{"i":2}',
+            "next_seq": None,
+            "due": None,
+        },
+        {
+            "seq": 13,
+            "group_id": "g",
+            "priority": 1,
+            "event": '{"i":3}',
+            "next_seq": None,
+            "due": None,
+        },
     ]
     assert value == [11, 12, 13]
 

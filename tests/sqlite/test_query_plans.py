@@ -40,6 +40,17 @@ STATEMENTS = {
     "ACK": sql.ACK,
     "RELEASE": sql.RELEASE,
     "EXTEND": sql.EXTEND,
+    "INSERT_TIMER": sql.INSERT_TIMER,
+    "RAISE_LAST_SEQ": sql.RAISE_LAST_SEQ,
+    "REGISTER_TENANT": sql.REGISTER_TENANT,
+    "ANY_DUE": sql.ANY_DUE,
+    "PROMOTE_GROUP": sql.PROMOTE_GROUP,
+    "PROMOTE_DUE": sql.PROMOTE_DUE,
+    "ANY_TENANT": sql.ANY_TENANT,
+    "NEXT_FREE_OF_TENANT": sql.NEXT_FREE_OF_TENANT,
+    "NEXT_FREE_UNTENANTED": sql.NEXT_FREE_UNTENANTED,
+    "TAKE_TURN_V": sql.TAKE_TURN[0],
+    "TAKE_TURN_PASS": sql.TAKE_TURN[1],
 }
 
 SEED_SCHEMA = (
@@ -72,6 +83,7 @@ SELECT m.seq, m.group_id, m.event
 BOUNDED_SCANS = {
     "SCAN CONSTANT ROW",
     "SCAN seqs",
+    "SCAN vtime",
     "SCAN j VIRTUAL TABLE INDEX 1:",
     *(f"SCAN (subquery-{n})" for n in range(1, 20)),
 }
@@ -133,7 +145,15 @@ def conn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sqlite3.Connectio
 def test_triggers_were_found() -> None:
     # One statement per trigger at least: a silently empty list would check nothing.
     names = {key.split("[")[0] for key in TRIGGER_STATEMENTS}
-    assert names == {"publish_message", "publish_keyed_message", "head_removed", "last_removed"}
+    assert names == {
+        "publish_message",
+        "publish_keyed_message",
+        "head_removed",
+        "last_removed",
+        "promote_timer",
+        "promote_group_timers",
+        "group_opened",
+    }
 
 
 @pytest.mark.parametrize("name", sorted(STATEMENTS))
@@ -154,7 +174,9 @@ def test_claim_seeks_the_turn_index_once_per_priority_level(
 ) -> None:
     seeks = [line for line in _plan(conn, STATEMENTS[name]) if "(busy_until=?" in line]
     assert len(seeks) == 5, seeks
-    assert all("INDEX groups_by_turn (busy_until=? AND priority=?)" in s for s in seeks), seeks
+    assert all(
+        "INDEX groups_by_turn (busy_until=? AND paused=? AND priority=?)" in s for s in seeks
+    ), seeks
 
 
 def test_claim_fetches_the_head_by_primary_key(conn: sqlite3.Connection) -> None:
@@ -208,3 +230,22 @@ def test_forgetting_keys_seeks_the_expired_ones(conn: sqlite3.Connection, name: 
     plan = _plan(conn, {**STATEMENTS, **TRIGGER_STATEMENTS}[name])
     seeks = [line for line in plan if "keys_by_expiry (expires_at<?)" in line]
     assert len(seeks) == 2, plan  # the bounded look for the oldest, and the delete
+
+
+def test_the_claims_fast_path_looks_at_the_earliest_due_and_any_tenant_by_one_seek_each(
+    conn: sqlite3.Connection,
+) -> None:
+    plan = _plan(conn, sql.CLAIM_READY)
+    # However many messages are delayed, only the earliest due is looked at.
+    assert "SEARCH timers USING COVERING INDEX timers_by_due (due<?)" in plan, plan
+    # The partial index of groups with a tenant: empty, and never written, without them.
+    assert "SEARCH groups USING COVERING INDEX groups_by_tenant (tenant>?)" in plan, plan
+
+
+def test_the_tenant_turn_reads_one_row_per_known_tenant(conn: sqlite3.Connection) -> None:
+    plan = _plan(conn, sql.TENANT_TURN)
+    scans = [line for line in plan if line.startswith("SCAN")]
+    # `tenants` (t) once, and the few candidates (s) it yields, then sorted: a cost that
+    # grows with the tenants, not with their groups or messages.
+    assert sorted(scans) == ["SCAN CONSTANT ROW", "SCAN s", "SCAN t", "SCAN vtime"], plan
+    assert any("groups_by_tenant (tenant=? AND busy_until=? AND paused=?" in p for p in plan)

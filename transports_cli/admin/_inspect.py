@@ -1,8 +1,8 @@
 """``transports inspect``: what a queue holds, read through the admin protocol only.
 
-Three reads: `stats` (the idempotency keys remembered too), `groups` for every group (the
-deepest are listed; all are needed to find the oldest waiting message), and `held_groups`.
-Never a claim, never a write.
+Five reads: `stats` (the idempotency keys remembered and delayed messages too), `groups`
+for every group (the deepest are listed; all are needed to find the oldest waiting
+message), `held_groups`, `paused_groups` and `tenants`. Never a claim, never a write.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import click
 
 from transports_cli._output import count_option, emit_json, print_table, url_argument
 from transports_cli.admin._access import all_groups, open_admin, plural, relative
-from transports_core import GroupInfo, redact_url
+from transports_core import GroupInfo, TenantInfo, redact_url
 
 __all__ = ["inspect"]
 
@@ -45,10 +45,11 @@ def _oldest_json(group: GroupInfo | None) -> dict[str, Any] | None:
 @count_option("--limit", 1, 10_000, "How many of the deepest groups to list.", default=10)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def inspect(url: str, limit: int, as_json: bool) -> None:
-    """Show how many messages a queue holds (ready, in flight, parked, dead), in total
-    and per priority; how many idempotency keys it remembers; the groups with the deepest
-    backlog; the oldest waiting message (the lowest seq: messages carry no publish time);
-    and groups held by a dead letter.
+    """Show how many messages a queue holds (ready, in flight, parked, delayed, dead), in
+    total and per priority; how many idempotency keys it remembers; the groups with the
+    deepest backlog; the oldest waiting message (the lowest seq: messages carry no
+    publish time); groups held by a dead letter; paused groups; and tenants with their
+    weights.
 
     Works with every backend that implements the admin interface
     (transports_core.TransportAdmin). It only reads: it takes no lease and changes
@@ -64,6 +65,8 @@ def inspect(url: str, limit: int, as_json: bool) -> None:
         stats = admin.stats()
         every = all_groups(admin, stats)
         held = admin.held_groups()
+        paused = admin.paused_groups()
+        tenants = admin.tenants()
     deepest = every[:limit]  # groups() lists the deepest first
     now = time.time()
     oldest = _oldest(every)
@@ -79,6 +82,7 @@ def inspect(url: str, limit: int, as_json: bool) -> None:
                     "ready": stats.ready,
                     "in_flight": stats.in_flight,
                     "parked": stats.parked,
+                    "delayed": stats.delayed,
                     "dead": stats.dead,
                 },
                 "keys": stats.keys,
@@ -90,26 +94,47 @@ def inspect(url: str, limit: int, as_json: bool) -> None:
                 "groups_total": len(every),
                 "groups": [asdict(g) for g in deepest],
                 "held_groups": [asdict(h) for h in held],
+                "paused_groups": paused,
+                "tenants": [asdict(t) for t in tenants],
             }
         )
         return
 
-    messages = stats.ready + stats.in_flight + stats.parked
+    messages = stats.ready + stats.in_flight + stats.parked + stats.delayed
     click.echo(
         f"Queue {redact_url(url)}: {plural(messages, 'message')} in "
         f"{plural(len(every), 'group')}, {plural(stats.dead, 'dead letter')}, "
         f"{plural(stats.keys, 'idempotency key')}"
     )
+    _paused_and_tenants(paused, tenants)
     if not stats.by_priority:
         return
     click.echo()
     counts = [
-        (str(p.priority), p.ready, p.in_flight, p.parked, p.dead, oldest_by_priority[p.priority])
+        (
+            str(p.priority),
+            p.ready,
+            p.in_flight,
+            p.parked,
+            p.delayed,
+            p.dead,
+            oldest_by_priority[p.priority],
+        )
         for p in stats.by_priority
     ]
-    counts.append(("total", stats.ready, stats.in_flight, stats.parked, stats.dead, oldest))
+    counts.append(
+        (
+            "total",
+            stats.ready,
+            stats.in_flight,
+            stats.parked,
+            stats.delayed,
+            stats.dead,
+            oldest,
+        )
+    )
     print_table(
-        ["priority", "ready", "in flight", "parked", "dead", "oldest seq"],
+        ["priority", "ready", "in flight", "parked", "delayed", "dead", "oldest seq"],
         [
             [label, *(str(c) for c in numbers), str(head.head_seq) if head else "-"]
             for label, *numbers, head in counts
@@ -143,4 +168,18 @@ def inspect(url: str, limit: int, as_json: bool) -> None:
         print_table(
             ["group", "dead seq", "waiting", "since"],
             [[h.group_id, str(h.seq), str(h.waiting), relative(h.since, now)] for h in held],
+        )
+
+
+def _paused_and_tenants(paused: list[str], tenants: list[TenantInfo]) -> None:
+    """The paused groups, and the tenants when any group has one or a weight is set."""
+    if paused:
+        click.echo(f"Paused groups ({len(paused)}): {', '.join(paused)}")
+    if any(t.tenant is not None for t in tenants):
+        click.echo(
+            "Tenants: "
+            + ", ".join(
+                f"{t.tenant or '(none)'} weight {t.weight}, {plural(t.groups, 'group')}"
+                for t in tenants
+            )
         )

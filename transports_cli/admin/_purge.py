@@ -27,6 +27,11 @@ def purge(url: str, group_id: str, yes: bool, as_json: bool) -> None:
       transports purge sqlite:///queue.db --group order-17
       transports purge sqlite:///queue.db --group order-17 --yes --json
     """
+    purge_group(url, group_id, yes, as_json)
+
+
+def purge_group(url: str, group_id: str, yes: bool, as_json: bool) -> None:
+    """What ``transports purge`` and ``transports group purge`` do."""
     with open_admin(url) as admin:
         stats = admin.stats()
         group = next((g for g in all_groups(admin, stats) if g.group_id == group_id), None)

@@ -44,6 +44,9 @@ __all__ = [
     "MULTIPROCESS",
     "MULTI_HANDLE",
     "PARALLEL_CLAIMS",
+    "CONTROL",
+    "TENANTS",
+    "TIMERS",
     "WITHIN",
     "AsyncJoinFactory",
     "AsyncJoinSession",
@@ -128,8 +131,28 @@ PARALLEL_CLAIMS: Final = "parallel-claims"
 # connection the ``join_session`` fixture opens (see `JoinSession`). Without it, ``within``
 # must refuse with a TransportError.
 WITHIN: Final = "within"
+# ``publish(delay=..., hold=...)``: delayed messages (see `Transport.publish`). Without it,
+# a delayed publish must raise `Unsupported` and store nothing.
+TIMERS: Final = "timers"
+# ``publish(tenant=...)`` and weighted fairness across tenants; needs ``admin`` (for
+# ``set_tenant_weight``). Without it, a publish with a tenant must raise `Unsupported`.
+TENANTS: Final = "tenants"
+# ``cancel``, ``pause_group``, ``resume_group``, ``paused_groups`` and ``peek`` of
+# `TransportAdmin`; needs ``admin``. Without it, they must raise `Unsupported`.
+CONTROL: Final = "group-control"
 CAPABILITIES: Final = frozenset(
-    {ADMIN, CLOCK, DURABLE, MULTIPROCESS, MULTI_HANDLE, PARALLEL_CLAIMS, WITHIN}
+    {
+        ADMIN,
+        CLOCK,
+        CONTROL,
+        DURABLE,
+        MULTIPROCESS,
+        MULTI_HANDLE,
+        PARALLEL_CLAIMS,
+        TENANTS,
+        TIMERS,
+        WITHIN,
+    }
 )
 
 WHY: Final = {
@@ -140,6 +163,9 @@ WHY: Final = {
     ADMIN: "it does not implement TransportAdmin and the dead-letter options",
     PARALLEL_CLAIMS: "its claims serialize, so the strict fairness bound applies instead",
     WITHIN: "it cannot run its writing calls in a transaction of the caller's",
+    TIMERS: "it does not offer delayed publishes",
+    TENANTS: "it does not offer tenants and their weights",
+    CONTROL: "it does not offer cancel, pause, resume and peek",
 }
 
 # Real-time margins, used only when the backend does not take the suite's clock.
@@ -232,15 +258,32 @@ class _Tracked(Closing):
         leases: list[Lease[Event]],
         parks: list[float],
         now: Callable[[], float],
+        delayed: list[str],
     ) -> None:
         self._inner, self._leases, self._parks, self._now = inner, leases, parks, now
+        # The groups of delayed publishes: their messages may not show in `groups`.
+        self._delayed = delayed
 
     def publish(
-        self, group_id: str, event: Event, priority: int = 0, *, key: str | None = None
+        self,
+        group_id: str,
+        event: Event,
+        priority: int = 0,
+        *,
+        key: str | None = None,
+        delay: float = 0,
+        hold: bool = False,
+        tenant: str | None = None,
     ) -> int:
-        return self._inner.publish(group_id, event, priority, key=key)
+        if delay:
+            self._delayed.append(group_id)
+        return self._inner.publish(
+            group_id, event, priority, key=key, delay=delay, hold=hold, tenant=tenant
+        )
 
     def publish_many(self, items: Iterable[tuple[str, Event, int] | Message[Event]]) -> list[int]:
+        items = list(items)
+        self._delayed.extend(i.group_id for i in items if isinstance(i, Message) and i.delay)
         return self._inner.publish_many(items)
 
     def claim(
@@ -353,6 +396,7 @@ class SuiteBase:
         self._handles: list[Transport[Any]] = []
         self._given: list[Lease[Event]] = []
         self._parks: list[float] = []
+        self._delayed: list[str] = []
         self._clock: ManualClock | None = (
             request.getfixturevalue("clock") if self.has(CLOCK) else None
         )
@@ -378,7 +422,7 @@ class SuiteBase:
         ends."""
         handle = self._factory(**options)
         if self.shared_store:
-            handle = _Tracked(handle, self._given, self._parks, self.now)
+            handle = _Tracked(handle, self._given, self._parks, self.now, self._delayed)
         self._handles.append(handle)
         return handle
 
@@ -430,6 +474,10 @@ class SuiteBase:
                 # group takes its leases, parks and dead letters at once, where waiting
                 # for a park of `hold` would cost a minute.
                 admin = cast(TransportAdmin, transport)
+                for group_id in admin.paused_groups():
+                    admin.resume_group(group_id)
+                for group_id in dict.fromkeys(self._delayed):
+                    admin.purge_group(group_id)
                 while groups := admin.groups(limit=100):
                     for group in groups:
                         admin.purge_group(group.group_id)

@@ -90,8 +90,22 @@ class BlockingTransport(Closing, Generic[E]):
         self._portal = portal
         self.async_transport = transport
 
-    def publish(self, group_id: str, event: E, priority: int = 0, *, key: str | None = None) -> int:
-        return self._portal.run(self.async_transport.publish(group_id, event, priority, key=key))
+    def publish(
+        self,
+        group_id: str,
+        event: E,
+        priority: int = 0,
+        *,
+        key: str | None = None,
+        delay: float = 0,
+        hold: bool = False,
+        tenant: str | None = None,
+    ) -> int:
+        return self._portal.run(
+            self.async_transport.publish(
+                group_id, event, priority, key=key, delay=delay, hold=hold, tenant=tenant
+            )
+        )
 
     def publish_many(self, items: Iterable[tuple[str, E, int] | Message[E]]) -> list[int]:
         return self._portal.run(self.async_transport.publish_many(items))
@@ -153,9 +167,21 @@ class BlockingWithin:
         self._portal, self._view = portal, view
 
     def publish(
-        self, group_id: str, event: object, priority: int = 0, *, key: str | None = None
+        self,
+        group_id: str,
+        event: object,
+        priority: int = 0,
+        *,
+        key: str | None = None,
+        delay: float = 0,
+        hold: bool = False,
+        tenant: str | None = None,
     ) -> int:
-        seq: int = self._portal.run(self._view.publish(group_id, event, priority, key=key))
+        seq: int = self._portal.run(
+            self._view.publish(
+                group_id, event, priority, key=key, delay=delay, hold=hold, tenant=tenant
+            )
+        )
         return seq
 
     def publish_many(self, items: Iterable[tuple[str, object, int] | Message[object]]) -> list[int]:

@@ -9,7 +9,8 @@ real (a backend opened by URL cannot be handed the suite's clock), so lapses are
 real sleeps. A URL is taken to name a durable store that several handles and processes
 can open; a backend declares ``admin`` by implementing `TransportAdmin` on its transport,
 as the admin interface says callers check, and the suite reads that declaration off the
-first handle it opens.
+first handle it opens. The optional features (``timers``, ``tenants``, ``group-control``)
+are those its registered `Backend` names.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from transports_core import TransportAdmin, known_schemes, open_async_transport, open_transport
-from transports_core._registry import _resolve, _scheme
+from transports_core._registry import FEATURES, _resolve, _scheme
 
 from ._base import (
     ADMIN,
@@ -59,6 +60,8 @@ class _AtUrl(SuiteBase):
     within_known = False
 
     def has(self, capability: str) -> bool:
+        if capability in FEATURES:
+            return capability in _resolve(_scheme(_url(self._request))).features
         if capability != ADMIN:
             return super().has(capability)
         key = (_url(self._request), type(self).__name__)

@@ -3,7 +3,12 @@
 The stateful test runs the same operations against a backend and against this model and
 compares every result. Messages are identified by their publish order (`key`); the test
 maps backend seqs to keys. A drained group is forgotten: its next publish creates it anew,
-with a new priority and as never claimed. Imports nothing from the rest of the suite.
+with a new priority and tenant and as never claimed; a pause is kept apart from groups.
+A delayed message without ``hold`` waits outside its group until due, then joins its end
+(in due order, ties by key) before anything else looks at the group; with ``hold`` it
+takes its place at once and holds the group as its head until due. Tenants take turns by
+the rule of `TransportAdmin` (pass, virtual time). Imports nothing from the rest of the
+suite.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class _Message:
     attempt: int = 0
     holder: str | None = None  # the worker leasing it, PARKED, or None when free
     until: float = 0.0  # when that lease or park ends
+    due: float = 0.0  # a delayed message with hold: it holds its group until then
 
 
 @dataclass
@@ -40,6 +46,15 @@ class _Group:
     priority: int
     messages: deque[_Message] = field(default_factory=deque)
     turn: int = 0  # 0: never claimed; else the number of the claim that last served it
+    tenant: str | None = None
+
+
+class _Timer(NamedTuple):
+    due: float
+    key: int
+    group: str
+    priority: int
+    tenant: str | None
 
 
 PARKED = "\0parked"  # the holder of a parked message; no worker id in the tests equals it
@@ -50,25 +65,73 @@ class ReferenceModel:
         self._groups: dict[str, _Group] = {}
         self._keys = 0
         self._claims = 0
+        self._timers: list[_Timer] = []
+        self._paused: set[str] = set()
+        self._weights: dict[str, int] = {}
+        self._passes: dict[str | None, float] = {}
+        self._vtime = 0.0
 
-    def publish(self, group: str, priority: int) -> int:
+    def publish(
+        self,
+        group: str,
+        priority: int,
+        now: float = 0.0,
+        delay: float = 0.0,
+        hold: bool = False,
+        tenant: str | None = None,
+    ) -> int:
+        self.promote(now)
         self._keys += 1
-        self._groups.setdefault(group, _Group(priority)).messages.append(
-            _Message(self._keys, group)
-        )
+        if delay and not hold:
+            self._timers.append(_Timer(now + delay, self._keys, group, priority, tenant))
+            return self._keys
+        self._enqueue(_Message(self._keys, group, due=now + delay), priority, tenant)
         return self._keys
+
+    def _enqueue(self, message: _Message, priority: int, tenant: str | None) -> None:
+        self._groups.setdefault(message.group, _Group(priority, tenant=tenant)).messages.append(
+            message
+        )
+
+    def promote(self, now: float) -> None:
+        """Delayed messages due by ``now`` join their groups, in due order."""
+        due = sorted(t for t in self._timers if t.due <= now)
+        self._timers = [t for t in self._timers if t.due > now]
+        for t in due:
+            self._enqueue(_Message(t.key, t.group), t.priority, t.tenant)
+
+    def pause(self, group: str, paused: bool) -> bool:
+        changed = (group in self._paused) != paused
+        (self._paused.add if paused else self._paused.discard)(group)
+        return changed
+
+    def set_weight(self, tenant: str, weight: int) -> None:
+        self._weights[tenant] = weight
 
     def claim(
         self, worker: str, now: float, visibility: float, min_priority: int
     ) -> ModelLease | None:
+        self.promote(now)
         ready = [
-            g
-            for g in self._groups.values()
-            if g.priority >= min_priority and self._free(g.messages[0], now)
+            (name, g)
+            for name, g in self._groups.items()
+            if g.priority >= min_priority
+            and name not in self._paused
+            and self._free(g.messages[0], now)
         ]
         if not ready:
             return None
-        group = min(ready, key=lambda g: (g.turn, g.messages[0].key))
+
+        def start(tenant: str | None) -> float:
+            return max(self._passes.get(tenant, 0.0), self._vtime)
+
+        tenant = min({g.tenant for _, g in ready}, key=lambda x: (start(x), x is not None, x or ""))
+        _, group = min(
+            ((n, g) for n, g in ready if g.tenant == tenant),
+            key=lambda ng: (ng[1].turn, ng[1].messages[0].key),
+        )
+        self._vtime = start(tenant)
+        self._passes[tenant] = self._vtime + 1 / self._weights.get(tenant or "", 1)
         self._claims += 1
         group.turn = self._claims
         head = group.messages[0]
@@ -96,9 +159,12 @@ class ReferenceModel:
         return message.until
 
     def deadlines(self) -> list[float]:
-        """When each lease or park of a group's head runs out."""
+        """When each lease or park of a group's head runs out, and each delayed message
+        comes due."""
         return [
-            g.messages[0].until for g in self._groups.values() if g.messages[0].holder is not None
+            *(g.messages[0].until for g in self._groups.values() if g.messages[0].holder),
+            *(m.due for g in self._groups.values() for m in g.messages if m.due),
+            *(t.due for t in self._timers),
         ]
 
     def current(self) -> list[tuple[int, str, int]]:
@@ -111,11 +177,11 @@ class ReferenceModel:
         return found
 
     def __len__(self) -> int:
-        return sum(len(g.messages) for g in self._groups.values())
+        return sum(len(g.messages) for g in self._groups.values()) + len(self._timers)
 
     @staticmethod
     def _free(head: _Message, now: float) -> bool:
-        return head.holder is None or head.until < now
+        return head.due <= now and (head.holder is None or head.until < now)
 
     def _current(self, key: int, worker: str, attempt: int) -> _Message:
         for group in self._groups.values():

@@ -73,6 +73,24 @@ WITHIN_ROLLBACK: Final = "within-rollback-leaves-nothing"
 WITHIN_COMMIT: Final = "within-commit-takes-effect"
 WITHIN_FENCING: Final = "within-fencing"
 WITHIN_KEYS: Final = "within-keys-follow-the-transaction"
+DELAY_NOT_BEFORE_DUE: Final = "delay-not-delivered-before-due"
+DELAY_PLACE: Final = "delay-joins-its-group-when-due"
+DELAY_HOLD: Final = "delay-hold-keeps-its-place"
+DELAY_WAKE: Final = "delay-due-wakes-a-waiting-claim"
+DELAY_STATS: Final = "delay-counted-in-stats"
+DELAY_REFUSED: Final = "delay-refused-without-timers"
+CANCEL: Final = "cancel-removes-what-is-not-in-flight"
+PAUSE: Final = "pause-holds-a-group-until-resumed"
+PAUSE_IN_FLIGHT: Final = "pause-lets-a-lease-finish"
+PAUSE_KEPT: Final = "pause-outlasts-reopening-and-draining"
+PEEK: Final = "peek-shows-the-next-messages-and-changes-nothing"
+CONTROL_REFUSED: Final = "control-refused-without-group-control"
+TENANT_FAIRNESS: Final = "tenant-weighted-fairness-bound"
+TENANT_RETURN: Final = "tenant-back-from-idle-catches-up-nothing"
+TENANT_ON_CREATE: Final = "tenant-set-when-the-group-is-created"
+TENANT_FLOOR: Final = "tenant-priority-floor-filters-first"
+TENANT_WEIGHTS: Final = "tenant-weights-stored-and-checked"
+TENANT_REFUSED: Final = "tenant-refused-without-tenants"
 
 # What each property means, in the order the CLI reports them.
 PROPERTIES: Final[dict[str, str]] = {
@@ -140,4 +158,22 @@ PROPERTIES: Final[dict[str, str]] = {
     WITHIN_COMMIT: "within's writes committed take effect as if made on the transport",
     WITHIN_FENCING: "within's ack of a stale lease raises LeaseLost before the commit",
     WITHIN_KEYS: "a keyed publish within a transaction rolled back leaves no key",
+    DELAY_NOT_BEFORE_DUE: "a delayed message is not delivered before it is due, and is after",
+    DELAY_PLACE: "a due delayed message joins its group as if published then; it holds nothing",
+    DELAY_HOLD: "a delayed message with hold keeps its place and holds its group until due",
+    DELAY_WAKE: "a claim waiting for a delayed message wakes when it is due",
+    DELAY_STATS: "stats() counts delayed messages as delayed, nowhere else, until due",
+    DELAY_REFUSED: "a backend without timers refuses a delayed publish: Unsupported",
+    CANCEL: "cancel removes a queued, parked or delayed message; never one in flight",
+    PAUSE: "a paused group delivers nothing until resumed; other groups flow",
+    PAUSE_IN_FLIGHT: "pausing a group lets its lease in flight settle normally",
+    PAUSE_KEPT: "a pause outlasts reopening the store and the group's draining",
+    PEEK: "peek lists a group's next messages in delivery order and changes nothing",
+    CONTROL_REFUSED: "a backend without group control refuses it: Unsupported",
+    TENANT_FAIRNESS: "tenants with ready groups share claims within one of their weights' ratio",
+    TENANT_RETURN: "a tenant back from idle gets its share, not the turns it missed",
+    TENANT_ON_CREATE: "a group's tenant is set by the publish that creates it",
+    TENANT_FLOOR: "the priority floor filters before tenants are weighed",
+    TENANT_WEIGHTS: "set_tenant_weight stores 1-1000 and refuses anything else",
+    TENANT_REFUSED: "a backend without tenants refuses a publish with one: Unsupported",
 }

@@ -40,7 +40,18 @@ else:
 
 from transports_core import Event, Lease, LeaseLost, Transport
 
-from ._base import DURABLE, MULTI_HANDLE, ManualClock, SuiteBase, TransportFactory, checks
+from ._base import (
+    ADMIN,
+    CONTROL,
+    DURABLE,
+    MULTI_HANDLE,
+    TENANTS,
+    TIMERS,
+    ManualClock,
+    SuiteBase,
+    TransportFactory,
+    checks,
+)
 from ._model import ModelLease, ReferenceModel, Stale
 from ._properties import MODEL
 
@@ -56,6 +67,7 @@ _runs = itertools.count()
 class _ManualTime:
     visibilities = (1.0, 2.0, 5.0)
     delays = (0.0, 0.0, 1.0, 3.0)
+    publish_delays = (1.0, 4.0)
     steps = (0.5, 1.5, 3.0, 6.0)
     slack = 0.01
 
@@ -82,6 +94,7 @@ class _ManualTime:
 class _RealTime:
     visibilities = (0.6, 60.0)
     delays = (0.0, 0.0, 0.6)
+    publish_delays = (0.6,)
     steps = (0.7,)
     slack = 0.05
     SLOW = 0.1  # a step that takes longer cannot be judged against the model
@@ -134,16 +147,27 @@ def check_against_model(
     steps: int,
     shrink: bool = True,
     fresh: bool = True,
+    features: frozenset[str] = frozenset(),
 ) -> None:
     """``store()`` gives, for each example, a factory of ``count`` handles on one store:
     a fresh, empty store when ``fresh``, else the same one, emptied after each example.
     Every handle opened here is closed here: per example when ``fresh``, else the one
-    set of handles all examples share, at the end of the run."""
+    set of handles all examples share, at the end of the run. ``features`` are the
+    capabilities among ``timers``, ``tenants`` and ``group-control`` (with ``admin``)
+    whose steps join the others."""
+    timers, tenants, control = (c in features for c in (TIMERS, TENANTS, CONTROL))
     timing: _ManualTime | _RealTime = _ManualTime(clock) if clock is not None else _RealTime()
     workers = st.sampled_from(["w1", "w2", "w3"])
     groups = st.sampled_from("abcd")
     priorities = st.sampled_from([0, 0, 0, 1, 3, 4])
     via = st.integers(0, count - 1)
+    tenant_names = st.sampled_from([None, None, "t1", "t2"]) if tenants else st.just(None)
+    # (delay, hold) of a publish: most are due at once.
+    later = (
+        st.tuples(st.sampled_from((0.0, 0.0, *timing.publish_delays)), st.booleans())
+        if timers
+        else st.just((0.0, False))
+    )
 
     class Machine(RuleBasedStateMachine):
         leases: ClassVar[Bundle[Lease[Event]]] = Bundle("leases")
@@ -168,15 +192,57 @@ def check_against_model(
         def seed(self, batch: list[tuple[str, int]]) -> None:
             # Start from a backlog: from an empty store most steps would claim nothing.
             for group, priority in batch:
-                self.publish(group, priority, 0)
+                self.publish(group, priority, 0, None, (0.0, False))
 
-        @rule(group=groups, priority=priorities, handle=via)
-        def publish(self, group: str, priority: int, handle: int) -> None:
-            key = self.model.publish(group, priority)
-            seq = self.handles[handle].publish(self.prefix + group, Event(n=key), priority)
+        def tenant(self, name: str | None) -> str | None:
+            return None if name is None else self.prefix + name
+
+        @rule(
+            group=groups,
+            priority=priorities,
+            handle=via,
+            tenant=tenant_names,
+            later=later,
+        )
+        def publish(
+            self,
+            group: str,
+            priority: int,
+            handle: int,
+            tenant: str | None,
+            later: tuple[float, bool],
+        ) -> None:
+            delay, hold = later
+            now = timing.now()
+            options: dict[str, Any] = {"tenant": self.tenant(tenant)}
+            if delay:
+                options.update(delay=delay, hold=hold)
+            key = self.model.publish(group, priority, now, **options)
+            seq = self.handles[handle].publish(
+                self.prefix + group, Event(n=key), priority, **options
+            )
             assert seq > self.last_seq, f"{MODEL}: publish returned seq {seq} after {self.last_seq}"
             self.last_seq = seq
             self.keys[seq] = key
+
+        @precondition(lambda self: control)
+        @rule(group=groups, paused=st.booleans(), handle=via)
+        def pause(self, group: str, paused: bool, handle: int) -> None:
+            admin: Any = self.handles[handle]
+            call = admin.pause_group if paused else admin.resume_group
+            changed = call(self.prefix + group)
+            expected = self.model.pause(group, paused)
+            assert changed == expected, (
+                f"{MODEL}: {'pause' if paused else 'resume'}_group({group!r}) said {changed}, "
+                f"the model {expected}"
+            )
+
+        @precondition(lambda self: tenants)
+        @rule(tenant=st.sampled_from(["t1", "t2"]), weight=st.sampled_from([1, 2, 5]))
+        def set_tenant_weight(self, tenant: str, weight: int) -> None:
+            admin: Any = self.handles[0]
+            admin.set_tenant_weight(self.prefix + tenant, weight)
+            self.model.set_weight(self.prefix + tenant, weight)
 
         @rule(
             target=leases,
@@ -215,6 +281,18 @@ def check_against_model(
             ), f"{MODEL}: {call} gave expires_at {got.expires_at}, expected {want.expires_at}"
             self.live[(want.key, worker, want.attempt)] = got
             return got
+
+        @rule(
+            target=leases,
+            worker=workers,
+            visibility=st.sampled_from(timing.visibilities),
+            handle=via,
+        )
+        def claim_any(
+            self, worker: str, visibility: float, handle: int
+        ) -> Lease[Event] | MultipleResults[Lease[Event]]:
+            # Claims without a floor, as often again: the steps above mostly add work.
+            return self.claim(worker, visibility, 0, handle)
 
         def settle(self, lease: Lease[Event], action: str, backend: Any, model: Any) -> Any:
             expected_lost = False
@@ -333,6 +411,12 @@ def check_against_model(
                 return
             # Give everything back, so that the next example starts from an empty store.
             transport = self.handles[0]
+            if timers or control:
+                admin: Any = transport
+                for group in "abcd":
+                    admin.resume_group(self.prefix + group)
+                    admin.purge_group(self.prefix + group)
+                return
             for key, worker, attempt in self.model.current():
                 lease = self.live.get((key, worker, attempt))
                 if lease is not None:
@@ -415,6 +499,12 @@ class ModelScenarios(SuiteBase):
             examples, steps = self.model_examples, self.model_steps
         else:
             examples, steps = self.real_time_model_examples, self.real_time_model_steps
+        # Timers on a shared store need admin to clear them between examples.
+        features = frozenset(
+            c
+            for c in (TIMERS, TENANTS, CONTROL)
+            if self.has(c) and (self.has(ADMIN) or (c == TIMERS and fresh))
+        )
         check_against_model(
-            store, count, durable, self._clock, examples, steps, self.model_shrink, fresh
+            store, count, durable, self._clock, examples, steps, self.model_shrink, fresh, features
         )

@@ -17,12 +17,15 @@ from ._blocking import BlockingSession, BlockingTransport, Portal
 from ._bury import BuryScenarios
 from ._claim import ClaimScenarios
 from ._contention import ContentionScenarios
+from ._control import ControlScenarios
 from ._edges import EdgeScenarios
 from ._keys import KeyScenarios
 from ._lifecycle import LifecycleScenarios
 from ._publish import PublishScenarios
 from ._settle import SettleScenarios
 from ._stateful import ModelScenarios
+from ._tenants import TenantScenarios
+from ._timers import TimerScenarios
 from ._wait import WaitScenarios
 from ._within import WithinScenarios
 
@@ -41,6 +44,9 @@ class TransportSuite(
     EdgeScenarios,
     KeyScenarios,
     WithinScenarios,
+    TimerScenarios,
+    ControlScenarios,
+    TenantScenarios,
     ModelScenarios,
 ):
     """Every scenario of the contract, for a sync `Transport`.
