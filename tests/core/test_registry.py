@@ -164,7 +164,10 @@ def test_malformed_url_error_does_not_show_its_password() -> None:
             "postgresql://u@h/db?schema=q&password=***&sslmode=require",
         ),
         ("postgres:///db?host=/run/pg&PassWord=secret", "postgres:///db?host=/run/pg&PassWord=***"),
-        ("postgresql://u:secret@h/db?sslpassword=secret", "postgresql://u:***@h/db?sslpassword=***"),
+        (
+            "postgresql://u:secret@h/db?sslpassword=secret",
+            "postgresql://u:***@h/db?sslpassword=***",
+        ),
         ("sqlite:///q.db?password=secret", "sqlite:///q.db?password=***"),
         ("postgresql://h/db?password=secret#frag", "postgresql://h/db?password=***#frag"),
         # A URL as a query value: its own passwords are blanked too.
