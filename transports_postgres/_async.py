@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -97,8 +98,34 @@ async def configure(conn: AConn) -> None:
     note_goodbye(conn)
 
 
-async def alive(conn: AConn) -> None:
-    check_alive(conn)
+class APool(AsyncConnectionPool[AConn]):
+    """The sync twin's `Pool`, awaited."""
+
+    def __init__(self, options: PostgresOptions) -> None:
+        self._options = options
+        super().__init__(
+            options.conninfo,
+            connection_class=AConn,
+            configure=configure,
+            **pool_arguments(options),
+        )
+
+    async def getconn(self, timeout: float | None = None) -> AConn:
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            conn = await super().getconn(max(0.0, deadline - time.monotonic()))
+            try:
+                check_alive(conn)
+            except psycopg.OperationalError:
+                await self.putconn(conn)
+                options = self._options
+                probe = await psycopg.AsyncConnection.connect(
+                    options.conninfo, **first_connect(options)
+                )
+                await probe.close()
+                await self.drain()
+                continue
+            return conn
 
 
 class _AsyncWaker(Listening):
@@ -196,12 +223,12 @@ class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
     def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
         self._configure(options, event_type)
         self._ops = self._operations
-        self._pool: AsyncConnectionPool[AConn] | None = None
+        self._pool: APool | None = None
         self._opening: asyncio.Lock | None = None
         self._waker: _AsyncWaker | None = None
         self._giving: GiveBack[Claimed] = GiveBack(self._give_back)
 
-    async def _open(self) -> AsyncConnectionPool[AConn]:
+    async def _open(self) -> APool:
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
@@ -218,13 +245,7 @@ class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
             except psycopg.OperationalError as exc:
                 raise unreachable(self._where, exc) from exc
             await first.close()
-            pool: AsyncConnectionPool[AConn] = AsyncConnectionPool(
-                options.conninfo,
-                connection_class=AConn,
-                check=alive,
-                configure=configure,
-                **pool_arguments(options),
-            )
+            pool = APool(options)
             try:
                 with postgres_errors(self._where, Call("open", writes=False)):
                     await pool.open(wait=True, timeout=options.pool_timeout)
@@ -236,7 +257,7 @@ class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
             self._waker = _AsyncWaker(options)
             return pool
 
-    async def _perform(self, pool: AsyncConnectionPool[AConn], op: _ops.Operation[T]) -> T:
+    async def _perform(self, pool: APool, op: _ops.Operation[T]) -> T:
         call = Call(op.call, op.writes)
         with postgres_errors(self._where, call):
             async with pool.connection() as conn:

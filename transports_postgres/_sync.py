@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import threading
 import time
 import weakref
@@ -39,6 +40,7 @@ from ._url import PostgresOptions
 if TYPE_CHECKING:
     import asyncio
 
+logger = logging.getLogger("transports_postgres")
 E = TypeVar("E")
 TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 T = TypeVar("T")
@@ -179,12 +181,49 @@ def check_alive(conn: psycopg.BaseConnection[Any]) -> None:
         raise psycopg.OperationalError("the connection was closed while idle")
 
 
+# Seconds a first connection (on opening, or to see whether the server is back) may take
+# unless the URL's connect_timeout says otherwise: a host that does not answer fails in
+# this time, not in the pool's.
+FIRST_CONNECT_TIMEOUT = 4
+
+
 def first_connect(options: PostgresOptions) -> dict[str, Any]:
     """The first connection's arguments: libpq waits forever for a host that does not
-    answer unless told otherwise, so it gets the pool's timeout unless the URL sets one."""
+    answer unless told otherwise, so it gets a short timeout unless the URL sets one."""
     if "connect_timeout" in conninfo_to_dict(options.conninfo):
         return {}
-    return {"connect_timeout": max(1, round(options.pool_timeout))}
+    return {"connect_timeout": max(1, min(FIRST_CONNECT_TIMEOUT, round(options.pool_timeout)))}
+
+
+class Pool(ConnectionPool[Conn]):
+    """psycopg's pool, checking each connection it lends (`check_alive`) in a way that
+    survives a server restart: psycopg's own ``check`` backs off (1, 2, 4... s) after each
+    dead connection, so a pool holding several waited seconds, or timed out, with the
+    server up. The first dead one found here asks the server directly (one connection,
+    `first_connect`'s short timeout): if it does not answer, the call fails at once with
+    libpq's reason; if it does, every idle connection is dropped, and the pool opens new
+    ones at once (all the idle ones are as old as the dead one)."""
+
+    def __init__(self, options: PostgresOptions) -> None:
+        self._options = options
+        super().__init__(
+            options.conninfo, connection_class=Conn, configure=configure, **pool_arguments(options)
+        )
+
+    def getconn(self, timeout: float | None = None) -> Conn:
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            conn = super().getconn(max(0.0, deadline - time.monotonic()))
+            try:
+                check_alive(conn)
+            except psycopg.OperationalError:
+                self.putconn(conn)
+                options = self._options
+                # Raises libpq's reason when the server is down.
+                psycopg.connect(options.conninfo, **first_connect(options)).close()
+                self.drain()
+                continue
+            return conn
 
 
 def pool_arguments(options: PostgresOptions) -> dict[str, Any]:
@@ -194,7 +233,7 @@ def pool_arguments(options: PostgresOptions) -> dict[str, Any]:
         "min_size": options.pool_min_size,
         "max_size": options.pool_max_size,
         "timeout": options.pool_timeout,
-        "kwargs": {"autocommit": True},
+        "kwargs": {"autocommit": True, "prepare_threshold": options.prepare_threshold},
         "open": False,
         "num_workers": 1,
         "name": f"transports-{options.schema}",
@@ -420,13 +459,7 @@ class PostgresTransport(Configured[E], core.TransportBase[E]):
             psycopg.connect(options.conninfo, **first_connect(options)).close()
         except psycopg.OperationalError as exc:
             raise unreachable(self._where, exc) from exc
-        self._pool: ConnectionPool[Conn] = ConnectionPool(
-            options.conninfo,
-            connection_class=Conn,
-            check=check_alive,
-            configure=configure,
-            **pool_arguments(options),
-        )
+        self._pool = Pool(options)
         self._waker = _Waker(options)
         call = Call("open", writes=False)
         try:
