@@ -98,6 +98,12 @@ async def configure(conn: AConn) -> None:
     note_goodbye(conn)
 
 
+async def _first(cursor: psycopg.AsyncCursor[Any]) -> int:
+    row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 class APool(AsyncConnectionPool[AConn]):
     """The sync twin's `Pool`, awaited."""
 
@@ -145,10 +151,16 @@ class _AsyncWaker(Listening):
 
     async def _listen(self, ready: asyncio.Event) -> None:
         conn: psycopg.AsyncConnection[Any] | None = None
+        pid = 0
         try:
-            conn = await psycopg.AsyncConnection.connect(self._options.conninfo, autocommit=True)
+            target, how = self._target()
+            conn = await psycopg.AsyncConnection.connect(target, **how)
             await conn.execute(self._listen_statement())
-            self.pid = conn.info.backend_pid
+            pid = await _first(await conn.execute(self.BACKEND_PID))
+            if pid != conn.info.backend_pid:
+                async with await psycopg.AsyncConnection.connect(target, **how) as other:
+                    self._heard(pid, await _first(await other.execute(self.BACKEND_PID)))
+            self.pid = pid
             ready.set()
             while not self.closed:
                 async for _ in conn.notifies(timeout=LISTEN_TICK):
@@ -159,7 +171,7 @@ class _AsyncWaker(Listening):
             self._stopped(ready)
             if conn is not None:
                 with contextlib.suppress(psycopg.Error, asyncio.CancelledError):
-                    await conn.execute(*self._goodbye(conn.info.backend_pid))
+                    await conn.execute(*self._goodbye(pid))
                 await conn.close()
 
     async def _start(self) -> int:
@@ -181,13 +193,13 @@ class _AsyncWaker(Listening):
                 # Counted before the registration is awaited: a cancellation landing after
                 # its commit still unregisters below.
                 self._waiting += 1
-                if self._waiting == 1:
+                if self._waiting == 1 and not self.deaf:
                     await run(_ops.Waiter(pid, True))
             yield
         finally:
             if pid is not None:
                 self._waiting -= 1
-                if self._waiting == 0 and not self.closed:
+                if self._waiting == 0 and not self.closed and not self.deaf:
                     # In a task: this claim may be finishing because it was cancelled.
                     chore = asyncio.get_running_loop().create_task(self._unregister(run, pid))
                     self._chores.add(chore)

@@ -83,6 +83,12 @@ def bind(stmt: _ops.Stmt) -> dict[str, Any]:
     return dict(zip(stmt.statement.names, stmt.params, strict=True))
 
 
+def _first(cursor: psycopg.Cursor[Any]) -> int:
+    row = cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def has_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     """Whether the statement ``cursor`` ran returns rows (both twins)."""
     # The status, not `description`, which builds a column object per column.
@@ -290,12 +296,46 @@ class Listening:
         self.generation = 0
         self.closed = False
         self._waiting = 0
+        # Whether notifications cannot reach the listener (see `_heard`).
+        self.deaf = False
+        self._warned = False
 
     def _bump(self) -> None:
         raise NotImplementedError
 
     def _listen_statement(self) -> str:
         return f"LISTEN {sql.quote_ident(self._options.schema)}"
+
+    # The server process behind a connection: through a pooler, not the pid the
+    # connection was told at startup (PgBouncer makes that one up).
+    BACKEND_PID = "SELECT pg_backend_pid()"
+
+    def _target(self) -> tuple[str, dict[str, Any]]:
+        """Where the LISTEN connection goes (``listen_url``, else the main URL), and how:
+        it never prepares, so it works through any pooler."""
+        options = self._options
+        return options.listen_url or options.conninfo, {
+            "autocommit": True,
+            "prepare_threshold": None,
+        }
+
+    def _heard(self, pid: int, other: int | None) -> None:
+        """``pid`` (the listener's server process) was seen through a pooler, and a second
+        connection then got server process ``other``: the same one means the pooler lent
+        the listener's server connection away between transactions (transaction mode),
+        where notifications do not reach the listener. Blocked claims then only look
+        again every recheck; say so once."""
+        self.deaf = other == pid
+        if self.deaf and not self._warned:
+            self._warned = True
+            logger.warning(
+                "%s: the LISTEN connection goes through a pooler in transaction mode, "
+                "where notifications never reach it: a blocked claim looks again every "
+                "%.1f s instead of waking when a message comes; add listen_url=<a URL "
+                "straight to the server> to wake it at once",
+                self._options.display,
+                RECHECK,
+            )
 
     def _goodbye(self, pid: int) -> tuple[str, dict[str, Any]]:
         """The statement, and its values, that unregisters the listener ``pid``."""
@@ -334,10 +374,16 @@ class _Waker(Listening):
 
     def _listen(self, ready: threading.Event) -> None:
         conn: psycopg.Connection[Any] | None = None
+        pid = 0
         try:
-            conn = psycopg.connect(self._options.conninfo, autocommit=True)
+            target, how = self._target()
+            conn = psycopg.connect(target, **how)
             conn.execute(self._listen_statement())
-            self.pid = conn.info.backend_pid
+            pid = _first(conn.execute(self.BACKEND_PID))
+            if pid != conn.info.backend_pid:
+                with psycopg.connect(target, **how) as other:
+                    self._heard(pid, _first(other.execute(self.BACKEND_PID)))
+            self.pid = pid
             ready.set()
             while not self.closed:
                 for _ in conn.notifies(timeout=LISTEN_TICK):
@@ -348,7 +394,7 @@ class _Waker(Listening):
             self._stopped(ready)
             if conn is not None:
                 with contextlib.suppress(psycopg.Error):
-                    conn.execute(*self._goodbye(conn.info.backend_pid))
+                    conn.execute(*self._goodbye(pid))
                 conn.close()
 
     def _start(self) -> int:
@@ -369,7 +415,7 @@ class _Waker(Listening):
         """Listen, and register as waiting while the block runs."""
         with self._count:
             pid = self._start()
-            if self._waiting == 0:
+            if self._waiting == 0 and not self.deaf:
                 run(_ops.Waiter(pid, True))
             self._waiting += 1
         try:
@@ -377,7 +423,7 @@ class _Waker(Listening):
         finally:
             with self._count:
                 self._waiting -= 1
-                if self._waiting == 0 and not self.closed:
+                if self._waiting == 0 and not self.closed and not self.deaf:
                     with contextlib.suppress(TransportError):
                         run(_ops.Waiter(pid, False))
 
