@@ -126,6 +126,14 @@ class TestAsyncPostgresThroughPgBouncer(_ThroughBouncer, direct.TestAsyncPostgre
     pass
 
 
+def _take_turns(url: str) -> None:
+    """Clients take turns on the pooler's server connections: each prepares its
+    statements at once (threshold 0), under the names the next one uses too."""
+    with contextlib.ExitStack() as stack:
+        for n in range(20):
+            stack.enter_context(open_transport(url)).publish("g", Event(n=n))
+
+
 def test_transaction_mode_without_prepare_threshold_none_fails_saying_what_to_set(
     bouncer: Bouncer,
 ) -> None:
@@ -133,13 +141,9 @@ def test_transaction_mode_without_prepare_threshold_none_fails_saying_what_to_se
         pytest.skip("session mode keeps prepared statements")
     with fresh_schema("bnc") as (_, schema):
         url = _through(bouncer, schema, pool_max_size=2, prepare_threshold=0)
-        # Clients take turns on the pooler's server connections: each prepares its
-        # statements at once (threshold 0), under names the next one uses too.
         with pytest.raises(TransportError, match="prepare_threshold=none") as info:
-            with contextlib.ExitStack() as stack:
-                for n in range(20):
-                    stack.enter_context(open_transport(url)).publish("g", Event(n=n))
-            assert "pooler in transaction mode" in str(info.value)
+            _take_turns(url)
+    assert "pooler in transaction mode" in str(info.value)
 
 
 def test_a_blocked_claim_through_transaction_mode_warns_once_and_still_wakes(
