@@ -25,6 +25,7 @@ import pytest
 
 import conformance.test_postgres as direct
 from transports_core import Event, TransportError, open_transport
+from transports_postgres._url import parse_url
 
 from .server import fresh_schema, server_url, with_schema
 from .test_restart import _free_port
@@ -182,3 +183,46 @@ def test_listen_url_straight_to_the_server_wakes_a_blocked_claim_at_once(
     assert lease is not None
     assert took < 0.5, f"woken after {took:.2f} s"
     assert not [r for r in caplog.records if "listen_url" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    ("given", "threshold"),
+    [("prepare_threshold=none", None), ("prepare_threshold=NONE", None), ("", 5)]
+    + [(f"prepare_threshold={n}", n) for n in (0, 1, 12)],
+)
+def test_prepare_threshold_in_the_url(given: str, threshold: int | None) -> None:
+    assert parse_url(f"postgresql://h/db?{given}", {}).prepare_threshold == threshold
+
+
+def test_prepare_threshold_as_a_keyword_takes_none() -> None:
+    assert parse_url("postgresql://h/db", {"prepare_threshold": None}).prepare_threshold is None
+
+
+@pytest.mark.parametrize("bad", ["-1", "x", "1.5", ""])
+def test_a_bad_prepare_threshold_is_named(bad: str) -> None:
+    with pytest.raises(ValueError, match=f"prepare_threshold must be none .* got '{bad}'"):
+        parse_url(f"postgresql://h/db?prepare_threshold={bad}", {})
+
+
+def test_listen_url_is_taken_out_of_the_url_and_shown_without_its_password() -> None:
+    inner = "postgresql://app:pw@db:5432/jobs?sslmode=disable"
+    options = parse_url(
+        f"postgresql://app@bouncer:6432/jobs?listen_url={quote(inner, safe='')}", {}
+    )
+    assert options.listen_url == inner
+    assert "listen_url" not in options.conninfo
+    assert ":pw@" not in options.display
+    assert ":pw@" not in repr(options)
+
+
+@pytest.mark.parametrize(
+    ("inner", "why"),
+    [
+        ("redis://h/0", "is not a PostgreSQL URL"),
+        ("postgresql://h/db?schema=q", "libpq's parameters only, not schema"),
+        ("postgresql://h/db?bogus=1", "malformed listen_url"),
+    ],
+)
+def test_a_bad_listen_url_is_named(inner: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        parse_url(f"postgresql://h/db?listen_url={quote(inner, safe='')}", {})
