@@ -319,7 +319,7 @@ class Listening:
             "prepare_threshold": None,
         }
 
-    def _heard(self, pid: int, other: int | None) -> None:
+    def _heard(self, pid: int, other: int) -> None:
         """``pid`` (the listener's server process) was seen through a pooler, and a second
         connection then got server process ``other``: the same one means the pooler lent
         the listener's server connection away between transactions (transaction mode),
