@@ -135,3 +135,37 @@ def test_a_wrong_address_fails_in_seconds_with_the_servers_reason_on_one_line(
     assert reason in message
     assert "\n" not in message
     assert took < 5, f"failed after {took:.1f} s"
+
+
+def _first_call(twin: str, url: str) -> None:
+    if twin == "sync":
+        open_transport(url).close()
+        return
+
+    async def first_call() -> None:
+        async with open_async_transport(url) as queue:
+            await queue.publish("g", Event(n=1))
+
+    asyncio.run(first_call())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_wrong_password_fails_at_once_with_the_servers_reason_on_one_line(
+    private_server: PrivateServer, twin: str
+) -> None:
+    with psycopg.connect(private_server.url, autocommit=True) as conn:
+        conn.execute("ALTER USER postgres PASSWORD 'right-one'")
+    hba = private_server.data / "pg_hba.conf"
+    hba.write_text("host all all 127.0.0.1/32 scram-sha-256\nlocal all all trust\n")
+    private_server.pg_ctl("reload")
+    url = private_server.url.replace("postgres@", "postgres:wrong-one@")
+    started = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        _first_call(twin, url)
+    took = time.monotonic() - started
+    message = str(info.value)
+    assert "password authentication failed" in message
+    assert "\n" not in message
+    assert "wrong-one" not in message
+    assert took < 5, f"failed after {took:.1f} s"
