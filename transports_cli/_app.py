@@ -25,6 +25,8 @@ from ._output import error_line, scrub, supply_url
 from ._publish import publish
 from .admin import dead, inspect, purge
 from .bench import bench
+from .check import check
+from .dashboard import dashboard
 from .demo import demo
 from .worker import worker
 
@@ -87,7 +89,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 cli.add_command(backends)
 cli.add_command(bench)
+cli.add_command(check)
 cli.add_command(conformance)
+cli.add_command(dashboard)
 cli.add_command(dead)
 cli.add_command(demo)
 cli.add_command(inspect)

@@ -4,12 +4,16 @@ The handler is imported (the current directory first on the path, as other Pytho
 worker commands do) and checked before anything is opened or claimed: a module that
 does not import, a missing function or class, or a handler with the wrong signature is
 a one-line usage error, exit 2. Exit codes are the runtime's: 0 when everything drained,
-75 when leases were handed back at shutdown (see docs/worker.md).
+75 when leases were handed back at shutdown (see docs/worker.md). With
+``--metrics-port``, the worker serves its metrics and the queue's backlog in the
+Prometheus text format (see docs/metrics.md); that needs the ``metrics`` extra, and
+without it the option is refused before anything is opened.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import inspect
 import logging
@@ -28,11 +32,13 @@ from ._output import FC, URL_VARIABLE, count_option, scrub, url_argument
 from .admin import refuse_private
 
 if TYPE_CHECKING:
-    from transports_worker import AsyncWorker, Worker
+    from transports_worker import AsyncWorker, Hooks, PrometheusHooks, Worker
 
 __all__ = ["seconds_option", "worker"]
 
 HEALTH_EVERY = 5.0
+# How long a read of the queue's backlog serves scrapes before the next read.
+BACKLOG_CACHE = 5.0
 
 
 def _load(target: str, what: str, hint: str) -> object:
@@ -136,6 +142,22 @@ def seconds_option(
     "Worker processes, under one supervisor that starts another when one dies.",
     default=1,
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (0: any free one, logged); with --processes "
+    "N, process n serves on the port plus n. Needs the metrics extra.",
+)
+@click.option(
+    "--metrics-host",
+    default="0.0.0.0",
+    show_default=True,
+    help="The address the metrics are served on.",
+)
+@count_option(
+    "--metrics-groups", 0, 1000, "How many of the deepest groups the metrics list.", default=10
+)
 def worker(
     handler_target: str,
     url: str,
@@ -150,6 +172,9 @@ def worker(
     health_file: Path | None,
     quiet: bool,
     processes: int,
+    metrics_port: int | None,
+    metrics_host: str,
+    metrics_groups: int,
 ) -> int:
     """Run MODULE:FUNCTION as the handler of every message of the queue at URL.
 
@@ -173,9 +198,18 @@ def worker(
     Example:
       transports worker jobs:handle sqlite:///jobs.db --concurrency 8
       TRANSPORTS_URL=sqlite:///jobs.db transports worker jobs:handle --processes 4
+      transports worker jobs:handle sqlite:///jobs.db --metrics-port 9464
     """
     # Imported here, so that the other commands never depend on the runtime's import.
-    from transports_worker import AsyncWorker, RetryPolicy, Worker
+    from transports_worker import AsyncWorker, LoggingHooks, RetryPolicy, Worker
+
+    if metrics_port is not None:
+        _need_metrics()
+        if metrics_port and metrics_port + processes - 1 > 65535:
+            raise click.BadParameter(
+                f"{metrics_port} leaves no port for each of {processes} processes",
+                param_hint="'--metrics-port'",
+            )
 
     # Any: the user's code, which the worker checks (callable, async or not) as it starts.
     handler: Any = _load(handler_target, "MODULE:FUNCTION", "MODULE:FUNCTION")
@@ -199,26 +233,65 @@ def worker(
         return _supervised(url, processes, handler_target, locals())
     runtime = AsyncWorker if inspect.iscoroutinefunction(handler) else Worker
     runner: AsyncWorker[Any] | Worker[Any]
+    hooks: list[Hooks] = [LoggingHooks()]
+    with contextlib.ExitStack() as stack:
+        if metrics_port is not None:
+            hooks.append(_metrics(stack, url, metrics_port, metrics_host, metrics_groups))
+        try:
+            runner = runtime(
+                url,
+                handler,
+                event_type=model,
+                worker_id=worker_id,
+                retry=RetryPolicy(max_attempts=max_attempts),
+                concurrency=concurrency,
+                visibility=visibility,
+                timeout=timeout,
+                grace=grace,
+                min_priority=min_priority,
+                hooks=hooks,
+            )
+        except (TypeError, ValueError) as exc:
+            raise click.UsageError(scrub(str(exc))) from exc
+        logging.getLogger("transports_worker").info("%r started", runner)
+        if health_file is not None:
+            stack.enter_context(_Health(health_file))
+        return _run(runner)
+
+
+def _need_metrics() -> None:
+    """Refuse --metrics-port, naming the extra, where prometheus_client is missing."""
     try:
-        runner = runtime(
-            url,
-            handler,
-            event_type=model,
-            worker_id=worker_id,
-            retry=RetryPolicy(max_attempts=max_attempts),
-            concurrency=concurrency,
-            visibility=visibility,
-            timeout=timeout,
-            grace=grace,
-            min_priority=min_priority,
-        )
-    except (TypeError, ValueError) as exc:
-        raise click.UsageError(scrub(str(exc))) from exc
-    logging.getLogger("transports_worker").info("%r started", runner)
-    if health_file is None:
-        return _run(runner)
-    with _Health(health_file):
-        return _run(runner)
+        from transports_worker import PrometheusHooks  # noqa: F401
+    except ImportError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--metrics-port'") from exc
+
+
+def _metrics(
+    stack: contextlib.ExitStack, url: str, port: int, host: str, groups: int
+) -> PrometheusHooks:
+    """The exporter of the runtime's metrics and the queue's backlog, serving until
+    ``stack`` closes."""
+    from prometheus_client import disable_created_metrics
+
+    from transports_worker import PrometheusHooks, QueueBacklog
+
+    # The ``_created`` series (when each counter began) say nothing a scraper can use.
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated upstream
+    backlog = QueueBacklog(url, groups=groups, cache=BACKLOG_CACHE)
+    stack.callback(backlog.close)
+    exporter = PrometheusHooks(backlog=backlog)
+    try:
+        bound = exporter.serve(port, host)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
+        ) from exc
+    stack.callback(exporter.close)
+    logging.getLogger("transports_worker").info(
+        "serving metrics on http://%s:%d/metrics", host, bound
+    )
+    return exporter
 
 
 def _supervised(url: str, processes: int, target: str, given: dict[str, Any]) -> int:
@@ -235,12 +308,19 @@ def _supervised(url: str, processes: int, target: str, given: dict[str, Any]) ->
     command = [sys.executable, "-m", "transports_cli", "worker", target, *options]
     environ = {**os.environ, URL_VARIABLE: url}
     worker_id = given["worker_id"]
+    port = given["metrics_port"]
 
-    # Each child gets an id of its own: the given one with its number, else its default.
-    commands = [
-        command if worker_id is None else [*command, "--worker-id", f"{worker_id}-{n}"]
-        for n in range(processes)
-    ]
+    def own(n: int) -> list[str]:
+        # Each child gets an id of its own: the given one with its number, else its
+        # default; and a metrics port of its own, the given one plus its number.
+        extra = [] if worker_id is None else ["--worker-id", f"{worker_id}-{n}"]
+        if port is not None:
+            extra += ["--metrics-port", str(port + n if port else 0)]
+            extra += ["--metrics-host", given["metrics_host"]]
+            extra += ["--metrics-groups", str(given["metrics_groups"])]
+        return [*command, *extra]
+
+    commands = [own(n) for n in range(processes)]
 
     def run_all() -> int:
         return supervise(commands, environ)

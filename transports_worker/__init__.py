@@ -4,7 +4,7 @@ It claims only when a slot is free, keeps each lease renewed while its handler r
 cancels a handler whose lease is lost, turns the handler's outcome into ``ack``, ``nack``
 or ``bury``, and shuts down in two steps (drain within ``grace``, then hand leases back).
 Imports only the public contract (``transports_core``); OpenTelemetry only when
-`OpenTelemetryHooks` is made.
+`OpenTelemetryHooks` is asked for, prometheus_client only when `PrometheusHooks` is.
 
 >>> from transports_worker import Worker
 >>> def handle(event, ctx):
@@ -22,11 +22,13 @@ from ._common import EXIT_DRAINED, EXIT_HANDED_BACK
 from ._context import AsyncContext, Context
 from ._hooks import Delivery, Hooks, LoggingHooks
 from ._keeper import AsyncLeaseKeeper, LeaseKeeper, async_lease_keeper, lease_keeper
+from ._metrics import QueueBacklog
 from ._outcomes import Bury, Cancelled, Outcome, Retry, RetryPolicy
 from ._sync import Worker
 
 if TYPE_CHECKING:
     from ._otel import OpenTelemetryHooks
+    from ._prometheus import PrometheusHooks
 
 __all__ = [
     "EXIT_DRAINED",
@@ -43,6 +45,8 @@ __all__ = [
     "LoggingHooks",
     "OpenTelemetryHooks",
     "Outcome",
+    "PrometheusHooks",
+    "QueueBacklog",
     "Retry",
     "RetryPolicy",
     "Worker",
@@ -52,9 +56,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # The OpenTelemetry hooks import opentelemetry: only when asked for.
+    # The exporters' hooks import their libraries: only when asked for.
     if name == "OpenTelemetryHooks":
         from ._otel import OpenTelemetryHooks
 
         return OpenTelemetryHooks
+    if name == "PrometheusHooks":
+        from ._prometheus import PrometheusHooks
+
+        return PrometheusHooks
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

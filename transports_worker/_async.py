@@ -211,6 +211,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                     self._claims.discard(claim)
                 pause.reset()
                 if lease is None:
+                    self._hooks.claimed_nothing(self.worker_id)
                     continue
                 try:
                     await self._deliver(lease, sent, claimer)
@@ -275,6 +276,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             sent=sent,
             on_lost=lost,
             on_renewed=hooks.renewal_of(delivery),
+            on_failed=hooks.renewal_failure_of(delivery),
         )
         ctx = AsyncContext(self.worker_id, keeper, self._stopping, delivery, own)
         hooks.started(delivery)

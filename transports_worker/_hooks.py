@@ -43,7 +43,8 @@ class Hooks:
     """Subclass and override what you need; every method does nothing here.
 
     For each delivery, `started` is called once, then `settled` once, whatever happens
-    (``outcome`` says what). `renewed` and `lost` report the lease keeper's work.
+    (``outcome`` says what). `renewed`, `renewal_failed` and `lost` report the lease
+    keeper's work; `claimed_nothing`, a claim that returned no message.
     """
 
     def started(self, delivery: Delivery) -> None:
@@ -57,8 +58,15 @@ class Hooks:
     def renewed(self, delivery: Delivery) -> None:
         """The lease keeper extended the lease."""
 
+    def renewal_failed(self, delivery: Delivery, error: BaseException) -> None:
+        """A renewal raised ``error`` (anything but `LeaseLost`, which `lost` reports):
+        it is tried again, or the lease is lost if its end is too near."""
+
     def lost(self, delivery: Delivery, error: BaseException) -> None:
         """The lease is gone (`LeaseLost`, or renewals failed until the lease's end)."""
+
+    def claimed_nothing(self, worker_id: str) -> None:
+        """A claim of worker ``worker_id`` returned no message."""
 
 
 class LoggingHooks(Hooks):
@@ -101,7 +109,7 @@ class Fanout:
     that does not override an event is not called for it, so a worker whose hooks listen
     to nothing does no hook work per delivery."""
 
-    EVENTS: Final = ("started", "settled", "renewed", "lost")
+    EVENTS: Final = ("started", "settled", "renewed", "renewal_failed", "lost", "claimed_nothing")
 
     def __init__(self, hooks: Sequence[Hooks]) -> None:
         for hook in hooks:
@@ -118,6 +126,7 @@ class Fanout:
         }
         self._started = self._calls["started"]
         self._settled = self._calls["settled"]
+        self._empty = bool(self._calls["claimed_nothing"])
 
     def _each(self, event: str, *args: object) -> None:
         for call in self._calls[event]:
@@ -153,8 +162,18 @@ class Fanout:
             return None
         return lambda _: self.renewed(delivery)
 
+    def renewal_failure_of(self, delivery: Delivery) -> Callable[[BaseException], None] | None:
+        """A keeper's ``on_failed`` for ``delivery``: None when no hook listens."""
+        if not self._calls["renewal_failed"]:
+            return None
+        return lambda error: self._each("renewal_failed", delivery, error)
+
     def lost(self, delivery: Delivery, error: BaseException) -> None:
         self._each("lost", delivery, error)
+
+    def claimed_nothing(self, worker_id: str) -> None:
+        if self._empty:
+            self._each("claimed_nothing", worker_id)
 
 
 def _failed(call: Callable[..., None], event: str) -> None:

@@ -240,6 +240,7 @@ class _Keeping(Generic[E, T]):
         "_lease",
         "_lost",
         "_margin",
+        "_on_failed",
         "_on_lost",
         "_on_renewed",
         "_released",
@@ -261,6 +262,7 @@ class _Keeping(Generic[E, T]):
         sent: float | None = None,
         on_lost: Callable[[LeaseLost], None] | None = None,
         on_renewed: Callable[[Lease[E]], None] | None = None,
+        on_failed: Callable[[BaseException], None] | None = None,
     ) -> None:
         if type(visibility) is not float or not 0.0 < visibility < NEVER:  # not as checked
             visibility = check_visibility(visibility)
@@ -270,6 +272,7 @@ class _Keeping(Generic[E, T]):
         self._lease = lease
         self._on_lost = on_lost
         self._on_renewed = on_renewed
+        self._on_failed = on_failed
         self._error: LeaseLost | None = None
         self._released = False
         self.renewals = 0
@@ -313,7 +316,14 @@ class _Keeping(Generic[E, T]):
             self._on_renewed(renewed)
         return True
 
+    def _failed(self, error: BaseException) -> None:
+        """A renewal raised ``error``, other than `LeaseLost`: tell ``on_failed``."""
+        if self._on_failed is not None:
+            self._on_failed(error)
+
     def _unvouched(self, error: BaseException) -> bool:
+        if not isinstance(error, LeaseLost):
+            self._failed(error)
         if not isinstance(error, TransportError):
             LOGGER.error("renewing the lease on message %d failed", self._lease.seq, exc_info=error)
         self._lose(error)
@@ -445,6 +455,7 @@ class LeaseKeeper(_Keeping[E, Transport[E]]):
             self._lose(exc)
             return
         except TransportError as exc:
+            self._failed(exc)
             now = time.monotonic()
             if now + self._retry >= self.deadline:
                 self._lose(exc)
@@ -453,6 +464,7 @@ class LeaseKeeper(_Keeping[E, Transport[E]]):
             self.next_renewal = now + self._retry
             return
         except Exception as exc:  # not a passing failure: the lease cannot be kept
+            self._failed(exc)
             LOGGER.exception("renewing the lease on message %d failed", self._lease.seq)
             self._lose(exc)
             return
@@ -563,12 +575,15 @@ class AsyncLeaseKeeper(_Keeping[E, AsyncTransport[E]]):
             done, _ = await asyncio.wait({call}, timeout=max(self.deadline - sent, 0.0))
             if not done:
                 self._stray = call
+                self._failed(TimeoutError("the renewal did not return before the lease's end"))
                 self._lose(None)
                 return
             error = call.exception()
             if isinstance(error, LeaseLost):
                 self._lose(error)
                 return
+            if error is not None:
+                self._failed(error)
             if isinstance(error, TransportError):
                 now = time.monotonic()
                 if now + self._retry >= self.deadline:

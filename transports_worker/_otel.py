@@ -3,25 +3,29 @@
 Spans are named ``transports.deliver`` and carry ``messaging.message.group_id``,
 ``transports.seq``, ``transports.attempt``, ``transports.worker_id`` and, when the
 delivery ends, ``transports.outcome``; a failure records the exception and sets an
-error status. Metrics (all prefixed ``transports.worker.``): ``duration`` (histogram,
-seconds, by outcome), ``deliveries`` (counter, by outcome), ``renewals``, ``lost``
-(counters) and ``in_flight`` (up-down counter). Imports opentelemetry-api only.
+error status. Metrics: those of `_metrics.METRICS`, under their OpenTelemetry names
+(``transports.worker.deliveries``, ``transports.worker.duration`` ...), the runtime's as
+counters, a histogram and an up-down counter, and the backlog of a `QueueBacklog`, if
+given, as observable gauges read at each collection. Imports opentelemetry-api only.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
 from ._hooks import Delivery, Hooks
+from ._metrics import METRICS, BacklogSample, QueueBacklog
 from ._outcomes import Outcome
 
 if TYPE_CHECKING:
-    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider
     from opentelemetry.trace import Span, TracerProvider
 
 try:
     from opentelemetry import metrics, trace
+    from opentelemetry.metrics import Observation
     from opentelemetry.trace import Status, StatusCode
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -32,33 +36,71 @@ __all__ = ["OpenTelemetryHooks"]
 
 SCOPE: Final = "transports_worker"
 FAILED: Final = frozenset({"failed", "buried", "lost"})
+SPECS: Final = {spec.name: spec for spec in METRICS}
+Readings = Callable[[BacklogSample], Iterable[tuple[float, dict[str, str | int]]]]
+
+# What each backlog gauge reads from a sample: (value, attributes) pairs.
+BACKLOG: Final[dict[str, Readings]] = {
+    "transports_queue_up": lambda s: [(1.0 if s.ok else 0.0, {})],
+    "transports_queue_messages": lambda s: [
+        (count, {"transports.state": state}) for state, count in s.totals.items()
+    ],
+    "transports_queue_priority_messages": lambda s: [
+        (count, {"transports.priority": priority, "transports.state": state})
+        for (priority, state), count in sorted(s.by_priority.items())
+    ],
+    "transports_queue_keys": lambda s: [] if s.keys is None else [(s.keys, {})],
+    "transports_queue_held_groups": lambda s: (
+        [] if s.held_groups is None else [(s.held_groups, {})]
+    ),
+    "transports_queue_group_depth": lambda s: [
+        (count, {"transports.group_id": group_id}) for group_id, count in s.deepest
+    ],
+}
+
+
+def _observe_backlog(meter: Meter, backlog: QueueBacklog) -> None:
+    for name, readings in BACKLOG.items():
+        spec = SPECS[name]
+
+        def callback(
+            options: CallbackOptions, readings: Readings = readings
+        ) -> Iterable[Observation]:
+            return [Observation(value, attrs) for value, attrs in readings(backlog.sample())]
+
+        meter.create_observable_gauge(spec.otel, callbacks=[callback], description=spec.help)
 
 
 class OpenTelemetryHooks(Hooks):
-    """Hooks that report to OpenTelemetry; the global providers unless given."""
+    """Hooks that report to OpenTelemetry; the global providers unless given. With
+    ``backlog``, the queue's backlog too, read (at most once per its ``cache``) when the
+    meter provider collects."""
 
     def __init__(
         self,
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
+        backlog: QueueBacklog | None = None,
     ) -> None:
         self._tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
-        self._duration = meter.create_histogram(
-            "transports.worker.duration", unit="s", description="time from claim to settle"
-        )
-        self._deliveries = meter.create_counter(
-            "transports.worker.deliveries", description="deliveries ended, by outcome"
-        )
-        self._renewals = meter.create_counter(
-            "transports.worker.renewals", description="leases extended by the lease keeper"
-        )
-        self._lost = meter.create_counter(
-            "transports.worker.lost", description="leases lost while their handler ran"
-        )
-        self._in_flight = meter.create_up_down_counter(
-            "transports.worker.in_flight", description="handlers running"
-        )
+
+        def counter(name: str) -> metrics.Counter:
+            spec = SPECS[name]
+            return meter.create_counter(spec.otel, description=spec.help)
+
+        spec = SPECS["transports_worker_handler_duration_seconds"]
+        self._duration = meter.create_histogram(spec.otel, unit="s", description=spec.help)
+        self._deliveries = counter("transports_worker_deliveries_total")
+        self._renewals = counter("transports_worker_renewals_total")
+        self._renewal_failures = counter("transports_worker_renewal_failures_total")
+        self._lost = counter("transports_worker_lost_leases_total")
+        self._claimed = counter("transports_worker_claimed_total")
+        self._empty = counter("transports_worker_empty_claims_total")
+        spec = SPECS["transports_worker_in_flight"]
+        self._in_flight = meter.create_up_down_counter(spec.otel, description=spec.help)
+        if backlog is not None:
+            _observe_backlog(meter, backlog)
         self._spans: dict[tuple[int, int, str], Span] = {}
         self._lock = threading.Lock()
 
@@ -80,6 +122,7 @@ class OpenTelemetryHooks(Hooks):
         with self._lock:
             self._spans[self._key(delivery)] = span
         self._in_flight.add(1)
+        self._claimed.add(1)
 
     def settled(
         self, delivery: Delivery, outcome: Outcome, seconds: float, error: BaseException | None
@@ -102,5 +145,11 @@ class OpenTelemetryHooks(Hooks):
     def renewed(self, delivery: Delivery) -> None:
         self._renewals.add(1)
 
+    def renewal_failed(self, delivery: Delivery, error: BaseException) -> None:
+        self._renewal_failures.add(1)
+
     def lost(self, delivery: Delivery, error: BaseException) -> None:
         self._lost.add(1)
+
+    def claimed_nothing(self, worker_id: str) -> None:
+        self._empty.add(1)

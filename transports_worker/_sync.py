@@ -297,6 +297,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                     own = claimer if slot.end_claim() else shared
                 pause.reset()
                 if lease is None:
+                    self._hooks.claimed_nothing(self.worker_id)
                     continue
                 try:
                     self._deliver(lease, sent, own, slot)
@@ -358,6 +359,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             sent=sent,
             on_lost=lost,
             on_renewed=hooks.renewal_of(delivery),
+            on_failed=hooks.renewal_failure_of(delivery),
         )
         ctx = Context(self.worker_id, keeper, self._stopping, delivery, interrupt, own)
         hooks.started(delivery)
