@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Final, Protocol, TypeVar, overload
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from ._errors import UnknownBackend
 from ._models import Event
@@ -202,15 +202,40 @@ def open_async_transport(
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for messages and reprs."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
+    """``url`` with any password replaced by ``***``, for messages and reprs: the one in
+    its user info, a query parameter whose name ends in ``password`` (``?password=``,
+    libpq's ``sslpassword``), and those of a URL given as a query value (``listen_url``)."""
+    head, mark, rest = url.partition("?")
+    query, hash_, fragment = rest.partition("#")
+    base = _redact_netloc(head)
+    if base is None:
         return "<unparseable URL>"
+    return base + mark + _redact_query(query) + hash_ + fragment
+
+
+def _redact_netloc(head: str) -> str | None:
+    try:
+        parts = urlsplit(head)
+    except ValueError:
+        return None
     if parts.password is None:
         # A URL that urlsplit cannot read as SCHEME://USER:PASSWORD@HOST (a typo such as
         # "postgresql:/user:pw@host") may still carry a password: mask any ":...@".
-        return _LOOSE_PASSWORD.sub(":***@", url)
+        return _LOOSE_PASSWORD.sub(":***@", head)
     userinfo = f"{parts.username or ''}:***@"
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=userinfo + host))
+
+
+def _redact_query(query: str) -> str:
+    pairs = []
+    for pair in query.split("&") if query else ():
+        key, eq, value = pair.partition("=")
+        inner = unquote(value)
+        if eq and unquote(key).lower().endswith("password"):
+            value = "***"
+        elif "://" in inner and (hidden := redact_url(inner)) != inner:
+            # Kept readable, but quoted as a query value must be.
+            value = quote(hidden, safe=":/@*")
+        pairs.append(key + eq + value)
+    return "&".join(pairs)

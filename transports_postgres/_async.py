@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -97,8 +98,40 @@ async def configure(conn: AConn) -> None:
     note_goodbye(conn)
 
 
-async def alive(conn: AConn) -> None:
-    check_alive(conn)
+async def _first(cursor: psycopg.AsyncCursor[Any]) -> int:
+    row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+class APool(AsyncConnectionPool[AConn]):
+    """The sync twin's `Pool`, awaited."""
+
+    def __init__(self, options: PostgresOptions) -> None:
+        self._options = options
+        super().__init__(
+            options.conninfo,
+            connection_class=AConn,
+            configure=configure,
+            **pool_arguments(options),
+        )
+
+    async def getconn(self, timeout: float | None = None) -> AConn:
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            conn = await super().getconn(max(0.0, deadline - time.monotonic()))
+            try:
+                check_alive(conn)
+            except psycopg.OperationalError:
+                await self.putconn(conn)
+                options = self._options
+                probe = await psycopg.AsyncConnection.connect(
+                    options.conninfo, **first_connect(options)
+                )
+                await probe.close()
+                await self.drain()
+                continue
+            return conn
 
 
 class _AsyncWaker(Listening):
@@ -118,10 +151,16 @@ class _AsyncWaker(Listening):
 
     async def _listen(self, ready: asyncio.Event) -> None:
         conn: psycopg.AsyncConnection[Any] | None = None
+        pid = 0
         try:
-            conn = await psycopg.AsyncConnection.connect(self._options.conninfo, autocommit=True)
+            target, how = self._target()
+            conn = await psycopg.AsyncConnection.connect(target, **how)
             await conn.execute(self._listen_statement())
-            self.pid = conn.info.backend_pid
+            pid = await _first(await conn.execute(self.BACKEND_PID))
+            if pid != conn.info.backend_pid:
+                async with await psycopg.AsyncConnection.connect(target, **how) as other:
+                    self._heard(pid, await _first(await other.execute(self.BACKEND_PID)))
+            self.pid = pid
             ready.set()
             while not self.closed:
                 async for _ in conn.notifies(timeout=LISTEN_TICK):
@@ -132,7 +171,7 @@ class _AsyncWaker(Listening):
             self._stopped(ready)
             if conn is not None:
                 with contextlib.suppress(psycopg.Error, asyncio.CancelledError):
-                    await conn.execute(*self._goodbye(conn.info.backend_pid))
+                    await conn.execute(*self._goodbye(pid))
                 await conn.close()
 
     async def _start(self) -> int:
@@ -154,13 +193,13 @@ class _AsyncWaker(Listening):
                 # Counted before the registration is awaited: a cancellation landing after
                 # its commit still unregisters below.
                 self._waiting += 1
-                if self._waiting == 1:
+                if self._waiting == 1 and not self.deaf:
                     await run(_ops.Waiter(pid, True))
             yield
         finally:
             if pid is not None:
                 self._waiting -= 1
-                if self._waiting == 0 and not self.closed:
+                if self._waiting == 0 and not self.closed and not self.deaf:
                     # In a task: this claim may be finishing because it was cancelled.
                     chore = asyncio.get_running_loop().create_task(self._unregister(run, pid))
                     self._chores.add(chore)
@@ -196,12 +235,12 @@ class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
     def __init__(self, options: PostgresOptions, event_type: object = Event) -> None:
         self._configure(options, event_type)
         self._ops = self._operations
-        self._pool: AsyncConnectionPool[AConn] | None = None
+        self._pool: APool | None = None
         self._opening: asyncio.Lock | None = None
         self._waker: _AsyncWaker | None = None
         self._giving: GiveBack[Claimed] = GiveBack(self._give_back)
 
-    async def _open(self) -> AsyncConnectionPool[AConn]:
+    async def _open(self) -> APool:
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
@@ -218,13 +257,7 @@ class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
             except psycopg.OperationalError as exc:
                 raise unreachable(self._where, exc) from exc
             await first.close()
-            pool: AsyncConnectionPool[AConn] = AsyncConnectionPool(
-                options.conninfo,
-                connection_class=AConn,
-                check=alive,
-                configure=configure,
-                **pool_arguments(options),
-            )
+            pool = APool(options)
             try:
                 with postgres_errors(self._where, Call("open", writes=False)):
                     await pool.open(wait=True, timeout=options.pool_timeout)
@@ -236,7 +269,7 @@ class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
             self._waker = _AsyncWaker(options)
             return pool
 
-    async def _perform(self, pool: AsyncConnectionPool[AConn], op: _ops.Operation[T]) -> T:
+    async def _perform(self, pool: APool, op: _ops.Operation[T]) -> T:
         call = Call(op.call, op.writes)
         with postgres_errors(self._where, call):
             async with pool.connection() as conn:

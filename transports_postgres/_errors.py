@@ -6,6 +6,8 @@
     ├── connection lost mid-call                 OutcomeUnknown for a call that writes
     │                                            (publish, ack, ...), TransportError for a read
     ├── UndefinedTable                           TransportError: the queue's schema is gone
+    ├── a prepared statement that already exists TransportError: a pooler in transaction
+    │   or does not exist (psycopg's, _pg3_*)    mode is in the way; set prepare_threshold=none
     ├── within, the connection lost              TransportError: the caller's transaction
     │                                            is gone, nothing of it committed
     ├── within, a serialization failure or       TransportError: roll back and run the
@@ -94,6 +96,20 @@ def postgres_errors(where: str, call: Call) -> Iterator[None]:
             raise TransportError(
                 f"{where}: the queue's tables are gone (was its schema dropped?): {reason}"
             ) from exc
+        if isinstance(exc, _PREPARED):
+            # Only psycopg prepares here: the server connection under this client connection
+            # changed between two transactions, as a pooler in transaction mode does.
+            fix = (
+                "on your connection (prepare_threshold=None)"
+                if call.joined
+                else "by adding prepare_threshold=none to the URL"
+            )
+            raise TransportError(
+                f"{where}: {call.name}: {reason}: the connection goes through a pooler in "
+                "transaction mode (PgBouncer?), which hands each transaction to any server "
+                f"connection, so statements prepared on one are unknown on the next; turn "
+                f"psycopg's prepared statements off {fix}"
+            ) from exc
         if isinstance(exc, psycopg.ProgrammingError) and not isinstance(
             exc, pgerrors.InsufficientPrivilege
         ):
@@ -107,6 +123,9 @@ def postgres_errors(where: str, call: Call) -> Iterator[None]:
                 "it again"
             ) from exc
         raise TransportError(f"{where}: {call.name}: PostgreSQL error: {reason}") from exc
+
+
+_PREPARED = (pgerrors.DuplicatePreparedStatement, pgerrors.InvalidSqlStatementName)
 
 
 def _late_key(exc: psycopg.Error) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import threading
 import time
 import weakref
@@ -39,6 +40,7 @@ from ._url import PostgresOptions
 if TYPE_CHECKING:
     import asyncio
 
+logger = logging.getLogger("transports_postgres")
 E = TypeVar("E")
 TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 T = TypeVar("T")
@@ -79,6 +81,12 @@ LISTEN_TICK = 0.5
 def bind(stmt: _ops.Stmt) -> dict[str, Any]:
     """A statement's parameter values by name (both twins)."""
     return dict(zip(stmt.statement.names, stmt.params, strict=True))
+
+
+def _first(cursor: psycopg.Cursor[Any]) -> int:
+    row = cursor.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def has_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
@@ -179,12 +187,49 @@ def check_alive(conn: psycopg.BaseConnection[Any]) -> None:
         raise psycopg.OperationalError("the connection was closed while idle")
 
 
+# Seconds a first connection (on opening, or to see whether the server is back) may take
+# unless the URL's connect_timeout says otherwise: a host that does not answer fails in
+# this time, not in the pool's.
+FIRST_CONNECT_TIMEOUT = 4
+
+
 def first_connect(options: PostgresOptions) -> dict[str, Any]:
     """The first connection's arguments: libpq waits forever for a host that does not
-    answer unless told otherwise, so it gets the pool's timeout unless the URL sets one."""
+    answer unless told otherwise, so it gets a short timeout unless the URL sets one."""
     if "connect_timeout" in conninfo_to_dict(options.conninfo):
         return {}
-    return {"connect_timeout": max(1, round(options.pool_timeout))}
+    return {"connect_timeout": max(1, min(FIRST_CONNECT_TIMEOUT, round(options.pool_timeout)))}
+
+
+class Pool(ConnectionPool[Conn]):
+    """psycopg's pool, checking each connection it lends (`check_alive`) in a way that
+    survives a server restart: psycopg's own ``check`` backs off (1, 2, 4... s) after each
+    dead connection, so a pool holding several waited seconds, or timed out, with the
+    server up. The first dead one found here asks the server directly (one connection,
+    `first_connect`'s short timeout): if it does not answer, the call fails at once with
+    libpq's reason; if it does, every idle connection is dropped, and the pool opens new
+    ones at once (all the idle ones are as old as the dead one)."""
+
+    def __init__(self, options: PostgresOptions) -> None:
+        self._options = options
+        super().__init__(
+            options.conninfo, connection_class=Conn, configure=configure, **pool_arguments(options)
+        )
+
+    def getconn(self, timeout: float | None = None) -> Conn:
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            conn = super().getconn(max(0.0, deadline - time.monotonic()))
+            try:
+                check_alive(conn)
+            except psycopg.OperationalError:
+                self.putconn(conn)
+                options = self._options
+                # Raises libpq's reason when the server is down.
+                psycopg.connect(options.conninfo, **first_connect(options)).close()
+                self.drain()
+                continue
+            return conn
 
 
 def pool_arguments(options: PostgresOptions) -> dict[str, Any]:
@@ -194,7 +239,7 @@ def pool_arguments(options: PostgresOptions) -> dict[str, Any]:
         "min_size": options.pool_min_size,
         "max_size": options.pool_max_size,
         "timeout": options.pool_timeout,
-        "kwargs": {"autocommit": True},
+        "kwargs": {"autocommit": True, "prepare_threshold": options.prepare_threshold},
         "open": False,
         "num_workers": 1,
         "name": f"transports-{options.schema}",
@@ -251,12 +296,46 @@ class Listening:
         self.generation = 0
         self.closed = False
         self._waiting = 0
+        # Whether notifications cannot reach the listener (see `_heard`).
+        self.deaf = False
+        self._warned = False
 
     def _bump(self) -> None:
         raise NotImplementedError
 
     def _listen_statement(self) -> str:
         return f"LISTEN {sql.quote_ident(self._options.schema)}"
+
+    # The server process behind a connection: through a pooler, not the pid the
+    # connection was told at startup (PgBouncer makes that one up).
+    BACKEND_PID = "SELECT pg_backend_pid()"
+
+    def _target(self) -> tuple[str, dict[str, Any]]:
+        """Where the LISTEN connection goes (``listen_url``, else the main URL), and how:
+        it never prepares, so it works through any pooler."""
+        options = self._options
+        return options.listen_url or options.conninfo, {
+            "autocommit": True,
+            "prepare_threshold": None,
+        }
+
+    def _heard(self, pid: int, other: int) -> None:
+        """``pid`` (the listener's server process) was seen through a pooler, and a second
+        connection then got server process ``other``: the same one means the pooler lent
+        the listener's server connection away between transactions (transaction mode),
+        where notifications do not reach the listener. Blocked claims then only look
+        again every recheck; say so once."""
+        self.deaf = other == pid
+        if self.deaf and not self._warned:
+            self._warned = True
+            logger.warning(
+                "%s: the LISTEN connection goes through a pooler in transaction mode, "
+                "where notifications never reach it: a blocked claim looks again every "
+                "%.1f s instead of waking when a message comes; add listen_url=<a URL "
+                "straight to the server> to wake it at once",
+                self._options.display,
+                RECHECK,
+            )
 
     def _goodbye(self, pid: int) -> tuple[str, dict[str, Any]]:
         """The statement, and its values, that unregisters the listener ``pid``."""
@@ -295,10 +374,16 @@ class _Waker(Listening):
 
     def _listen(self, ready: threading.Event) -> None:
         conn: psycopg.Connection[Any] | None = None
+        pid = 0
         try:
-            conn = psycopg.connect(self._options.conninfo, autocommit=True)
+            target, how = self._target()
+            conn = psycopg.connect(target, **how)
             conn.execute(self._listen_statement())
-            self.pid = conn.info.backend_pid
+            pid = _first(conn.execute(self.BACKEND_PID))
+            if pid != conn.info.backend_pid:
+                with psycopg.connect(target, **how) as other:
+                    self._heard(pid, _first(other.execute(self.BACKEND_PID)))
+            self.pid = pid
             ready.set()
             while not self.closed:
                 for _ in conn.notifies(timeout=LISTEN_TICK):
@@ -309,7 +394,7 @@ class _Waker(Listening):
             self._stopped(ready)
             if conn is not None:
                 with contextlib.suppress(psycopg.Error):
-                    conn.execute(*self._goodbye(conn.info.backend_pid))
+                    conn.execute(*self._goodbye(pid))
                 conn.close()
 
     def _start(self) -> int:
@@ -330,7 +415,7 @@ class _Waker(Listening):
         """Listen, and register as waiting while the block runs."""
         with self._count:
             pid = self._start()
-            if self._waiting == 0:
+            if self._waiting == 0 and not self.deaf:
                 run(_ops.Waiter(pid, True))
             self._waiting += 1
         try:
@@ -338,7 +423,7 @@ class _Waker(Listening):
         finally:
             with self._count:
                 self._waiting -= 1
-                if self._waiting == 0 and not self.closed:
+                if self._waiting == 0 and not self.closed and not self.deaf:
                     with contextlib.suppress(TransportError):
                         run(_ops.Waiter(pid, False))
 
@@ -420,13 +505,7 @@ class PostgresTransport(Configured[E], core.TransportBase[E]):
             psycopg.connect(options.conninfo, **first_connect(options)).close()
         except psycopg.OperationalError as exc:
             raise unreachable(self._where, exc) from exc
-        self._pool: ConnectionPool[Conn] = ConnectionPool(
-            options.conninfo,
-            connection_class=Conn,
-            check=check_alive,
-            configure=configure,
-            **pool_arguments(options),
-        )
+        self._pool = Pool(options)
         self._waker = _Waker(options)
         call = Call("open", writes=False)
         try:

@@ -31,6 +31,8 @@ _SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 OnDead = Literal["release", "hold"]
 LeaseCommit = Literal["flush", "async"]
 LEASE_COMMITS = ("flush", "async")
+# psycopg's own default.
+PREPARE_THRESHOLD = 5
 
 
 def _no_clock() -> None:
@@ -54,6 +56,12 @@ class PostgresOptions:
     docs/postgres.md, "Durability").
     ``dedup_window``: seconds a publish's idempotency key is remembered (a day unless
     set): a publish with the same key in the same group within it is a `Duplicate`.
+    ``prepare_threshold``: psycopg's: executions of a statement on one connection before
+    it is prepared on the server (5 unless set; 0: at once); None (``none`` in a URL):
+    never, as a pooler in transaction mode (PgBouncer before 1.21) needs.
+    ``listen_url``: a second URL, straight to the server, for the one LISTEN connection
+    that wakes blocked claims (when the main URL goes through a pooler in transaction
+    mode); None: the main URL. Only libpq's parameters in it (it may hold a password).
     ``clock``: seconds since the epoch, for tests (keyword only); by default every
     timestamp is the server's clock, one clock for every host.
     """
@@ -68,6 +76,8 @@ class PostgresOptions:
     on_dead: OnDead = "release"
     lease_commit: LeaseCommit = "flush"
     dedup_window: float = core.DEDUP_WINDOW
+    prepare_threshold: int | None = PREPARE_THRESHOLD
+    listen_url: str | None = field(default=None, repr=False)
     clock: Callable[[], float | None] = field(default=_no_clock)
 
     @property
@@ -108,6 +118,41 @@ def _lease_commit(value: object) -> LeaseCommit:
     raise ValueError(f"lease_commit must be one of {', '.join(LEASE_COMMITS)}, got {value!r}")
 
 
+def _prepare_threshold(value: object) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+        return None
+    try:
+        return _whole("prepare_threshold", 0)(value)
+    except ValueError:
+        raise ValueError(
+            f"prepare_threshold must be none (never prepare) or a whole number >= 0, got {value!r}"
+        ) from None
+
+
+def _listen_url(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"listen_url must be a PostgreSQL URL, got {type(value).__name__}")
+    display = core.redact_url(value)
+    scheme, sep, rest = value.partition("://")
+    if scheme not in ("postgresql", "postgres") or not sep or "#" in rest:
+        raise ValueError(f"listen_url {display!r} is not a PostgreSQL URL; use {URL_FORMS}")
+    _, _, query = rest.partition("?")
+    ours = sorted(
+        {unquote(pair.partition("=")[0]) for pair in query.split("&") if query}
+        & set(OPTIONS.checks)
+    )
+    if ours:
+        raise ValueError(
+            f"listen_url {display!r} takes libpq's parameters only, not {', '.join(ours)}: "
+            "give those in the main URL"
+        )
+    try:
+        conninfo_to_dict(value)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(f"malformed listen_url {display!r}: {str(exc).strip()}") from None
+    return value
+
+
 OPTIONS = core.OptionTable(
     "PostgreSQL",
     {
@@ -119,6 +164,8 @@ OPTIONS = core.OptionTable(
         "on_dead": core.check_on_dead,
         "lease_commit": _lease_commit,
         "dedup_window": core.seconds_option("dedup_window"),
+        "prepare_threshold": _prepare_threshold,
+        "listen_url": _listen_url,
     },
     keyword_only={"clock": core.check_clock},
     elsewhere="and libpq's, in the URL",

@@ -152,10 +152,40 @@ def test_malformed_url_error_does_not_show_its_password() -> None:
         ("postgresql://user@host/db", "postgresql://user@host/db"),
         ("sqlite:///q.db", "sqlite:///q.db"),
         ("user:secret@host", "user:***@host"),
+        # Passwords in the query, each backend's forms.
+        ("redis://host:6379/0?password=secret", "redis://host:6379/0?password=***"),
+        (
+            "rediss://u@h/0?password=secret&ssl_cert_reqs=none",
+            "rediss://u@h/0?password=***&ssl_cert_reqs=none",
+        ),
+        ("unix:///run/redis.sock?db=2&password=secret", "unix:///run/redis.sock?db=2&password=***"),
+        (
+            "postgresql://u@h/db?schema=q&password=s%26cret&sslmode=require",
+            "postgresql://u@h/db?schema=q&password=***&sslmode=require",
+        ),
+        ("postgres:///db?host=/run/pg&PassWord=secret", "postgres:///db?host=/run/pg&PassWord=***"),
+        (
+            "postgresql://u:secret@h/db?sslpassword=secret",
+            "postgresql://u:***@h/db?sslpassword=***",
+        ),
+        ("sqlite:///q.db?password=secret", "sqlite:///q.db?password=***"),
+        ("postgresql://h/db?password=secret#frag", "postgresql://h/db?password=***#frag"),
+        # A URL as a query value: its own passwords are blanked too.
+        (
+            "postgresql://h/db?listen_url=postgresql%3A%2F%2Fu%3Asecret%40direct%2Fdb",
+            "postgresql://h/db?listen_url=postgresql://u:***@direct/db",
+        ),
+        (
+            "postgresql://h/db?listen_url=postgresql%3A%2F%2Fdirect%2Fdb%3Fpassword%3Dsecret",
+            "postgresql://h/db?listen_url=postgresql://direct/db%3Fpassword%3D***",
+        ),
+        ("postgresql://h/db?password", "postgresql://h/db?password"),
+        ("postgresql://h/db?passwords_seen=3", "postgresql://h/db?passwords_seen=3"),
     ],
 )
 def test_redact_url_hides_passwords(url: str, shown: str) -> None:
     assert redact_url(url) == shown
+    assert "secret" not in shown
 
 
 # A real distribution on sys.path, found through its entry_points.txt
