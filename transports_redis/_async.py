@@ -27,7 +27,7 @@ from transports_core import backend as core
 from transports_core.backend import Claimed, GiveBack, Operation, drive_async
 
 from . import _ops as ops
-from ._errors import Exchange, Node, connecting, redis_errors
+from ._errors import REPLIES, Exchange, Node, connecting, redis_errors
 from ._sync import CLOSE_KEY_MS, Handle, pool_kwargs
 from ._url import RedisOptions
 
@@ -81,7 +81,7 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
                         reply = await conn.read_response(timeout=timeout)
                     else:
                         reply = await conn.read_response()
-                except rex.ResponseError as error:  # an error reply is the call's reply
+                except REPLIES as error:  # an error reply is the call's reply
                     reply = error
             went_through = True
             return reply
@@ -122,7 +122,7 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
         self, call: bytes, source: str | None, writes: bool, name: str, timeout: float = 0
     ) -> Any:
         reply = await self._exchange(Exchange([call]), writes, name, timeout)
-        if isinstance(reply, rex.ResponseError):
+        if isinstance(reply, REPLIES):
             io = partial(self._exchange, writes=writes, name=name, timeout=timeout)
             reply = await drive_async(self._recover(reply, call, source, name), None, io)
         return reply

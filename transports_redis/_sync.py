@@ -35,7 +35,7 @@ from transports_core import backend as core
 from transports_core.backend import Claimed, EventCodec, drive
 
 from . import _ops as ops
-from ._errors import Exchange, Node, Recover, connecting, redis_errors, wakeup
+from ._errors import REPLIES, Exchange, Node, Recover, Reply, connecting, redis_errors, wakeup
 from ._url import RedisOptions
 
 E = TypeVar("E")
@@ -174,9 +174,7 @@ class Handle:
         self._pool_at(node)
         self._home = node
 
-    def _recover(
-        self, reply: rex.ResponseError, call: bytes, source: str | None, name: str
-    ) -> Recover:
+    def _recover(self, reply: Reply, call: bytes, source: str | None, name: str) -> Recover:
         opts = self._options
         return Recover(
             reply, call, source, self._home, self._follow, opts.redacted, name, opts.socket_timeout
@@ -272,7 +270,7 @@ class RedisTransport(Handle, core.TransportBase[E]):
                         with contextlib.suppress(rex.ResponseError):
                             conn.read_response()
                     reply = conn.read_response(timeout=timeout) if timeout else conn.read_response()
-                except rex.ResponseError as error:  # an error reply is the call's reply
+                except REPLIES as error:  # an error reply is the call's reply
                     reply = error
             went_through = True
             return reply
@@ -314,7 +312,7 @@ class RedisTransport(Handle, core.TransportBase[E]):
         self, call: bytes, source: str | None, writes: bool, name: str, timeout: float = 0
     ) -> Any:
         reply = self._exchange(Exchange([call]), writes, name, timeout)
-        if isinstance(reply, rex.ResponseError):
+        if isinstance(reply, REPLIES):
             io = partial(self._exchange, writes=writes, name=name, timeout=timeout)
             reply = drive(self._recover(reply, call, source, name), None, io)
         return reply
