@@ -50,7 +50,13 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
         self._give_back: GiveBack[Claimed | ops.Idle] = GiveBack(self._unclaim)
 
     async def _open(self) -> None:
-        self._check_server(await self._command("INFO", "memory", check=False), stacklevel=4)
+        try:
+            self._check_server(await self._command("INFO", "memory", check=False))
+        except BaseException:
+            # Refused (or failed): no connection is left behind for the loop to find.
+            for pool in list(self._pools.values()):
+                await pool.disconnect()
+            raise
         self._checked = True
 
     async def __aenter__(self) -> Self:

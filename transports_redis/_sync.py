@@ -20,7 +20,6 @@ import os
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import Callable, Generator, Iterable
 from functools import partial
 from typing import Any, TypeVar
@@ -72,17 +71,22 @@ def pool_kwargs(options: RedisOptions, retry: Any = Retry) -> dict[str, Any]:
 
 
 def maxmemory_refusal(options: RedisOptions, info: str) -> str | None:
-    """The complaint about a server whose maxmemory-policy may evict queue keys, if any."""
+    """The complaint about a server whose maxmemory-policy may evict queue keys, if any.
+
+    ``volatile-*`` policies evict only keys that have a TTL, and no key that holds a
+    queue's state has one (only a closing handle's wake-up key does, whose loss delays
+    its waiting claims by at most half the socket timeout): under memory pressure such
+    a server refuses writes, as ``noeviction`` does. ``allkeys-*`` may evict any key."""
     policy = "unknown"
     for line in info.splitlines():
         if line.startswith("maxmemory_policy:"):
             policy = line.partition(":")[2].strip()
-    if policy == "noeviction":
+    if policy == "noeviction" or policy.startswith("volatile-"):
         return None
     return (
-        f"{options.redacted}: maxmemory-policy is {policy!r}: the server may evict queue "
-        "keys and lose messages silently; set maxmemory-policy noeviction (or open with "
-        "maxmemory_policy=warn to accept the risk)"
+        f"{options.redacted}: maxmemory-policy is {policy!r}: the server may evict any of "
+        "the queue's keys, which loses messages and can corrupt the queue (a seq handed "
+        "out twice, a group cut off); set maxmemory-policy noeviction"
     )
 
 
@@ -184,12 +188,10 @@ class Handle:
         if self._closed:
             raise TransportError(f"{self!r} is closed")
 
-    def _check_server(self, info: object, stacklevel: int) -> None:
+    def _check_server(self, info: object) -> None:
         refusal = maxmemory_refusal(self._options, str(info))
         if refusal is not None:
-            if self._options.maxmemory_policy == "refuse":
-                raise TransportError(refusal)
-            warnings.warn(refusal, RuntimeWarning, stacklevel=stacklevel + 1)
+            raise TransportError(refusal)
 
     def _new_claim(self, worker_id: str, visibility: float, min_priority: int) -> ops.Claim:
         opts = self._options
@@ -245,7 +247,7 @@ class RedisTransport(Handle, core.TransportBase[E]):
         pool = redis.ConnectionPool.from_url(options.server, **pool_kwargs(options))
         self._setup(options, event_type, pool)
         try:
-            self._check_server(self._command("INFO", "memory"), stacklevel=3)
+            self._check_server(self._command("INFO", "memory"))
         except BaseException:
             pool.disconnect()
             raise

@@ -22,7 +22,7 @@ URL_FORMS = (
     "or unix:///path/to/redis.sock?db=N&queue=NAME"
 )
 SCHEMES = ("redis", "rediss", "unix")
-MaxmemoryCheck = Literal["refuse", "warn"]
+MaxmemoryCheck = Literal["refuse"]
 OnDead = Literal["release", "hold"]
 CertReqs = Literal["required", "optional", "none"]
 
@@ -37,8 +37,8 @@ class RedisOptions:
     ``socket_timeout`` / ``connect_timeout``: seconds before a silent server is given up
     on (a call then raises `OutcomeUnknown`).
     ``max_attempts`` / ``on_dead``: the dead-letter policy (see `TransportAdmin`).
-    ``maxmemory_policy``: ``refuse`` (default) to open a server whose maxmemory-policy
-    may evict keys, or ``warn`` to open it with a warning.
+    ``maxmemory_policy``: ``refuse``, the only value: a server whose maxmemory-policy may
+    evict the queue's keys is refused (``warn``, which opened one, is refused itself).
     ``dedup_window``: seconds a publish's idempotency key is remembered (default a day);
     each key costs memory for that long (see docs/redis.md).
     ``clock``: seconds since the epoch, for tests (keyword only); None (default): every
@@ -119,9 +119,17 @@ def _db(value: object) -> int:
 
 
 def _maxmemory(value: object) -> MaxmemoryCheck:
-    if value == "refuse" or value == "warn":
+    if value == "refuse":
         return value
-    raise ValueError(f"maxmemory_policy must be refuse or warn, got {value!r}")
+    if value == "warn":
+        # An evicted key silently breaks the queue's structures (a group's chain loses a
+        # link, the seq counter restarts and hands out seqs again): no warning covers that.
+        raise ValueError(
+            "maxmemory_policy=warn is no longer accepted: a server that may evict the "
+            "queue's keys can corrupt the queue, not just lose messages; run it with "
+            "maxmemory-policy noeviction (or a volatile-* policy, see docs/redis.md)"
+        )
+    raise ValueError(f"maxmemory_policy must be refuse, got {value!r}")
 
 
 def _on_dead(value: object) -> OnDead:
