@@ -2,7 +2,9 @@
 `TransportError`s that name the server (never its password), and an error reply either
 becomes one too or is worked around by `Recover`, an operation both runners hand to core.
 
-    redis.ConnectionError / TimeoutError while connecting   -> TransportError (nothing sent)
+    redis.ConnectionError / TimeoutError while connecting   -> Unreachable, a TransportError
+                              (nothing sent); with a cluster or Sentinel URL, the runner
+                              first looks for the queue's node again (a failover)
     an error reply while connecting (SELECT of a database the server does not have)
                                                             -> TransportError (nothing sent)
     redis.ConnectionError / TimeoutError once a write was sent
@@ -20,6 +22,8 @@ becomes one too or is worked around by `Recover`, an operation both runners hand
     LOADING / MASTERDOWN      the server is still loading its data set after a restart,
                               or is a replica cut off from its primary: waited out the
                               same way (these replies, too, say the call did not run)
+    READONLY                  with a cluster or Sentinel URL: the node was a primary and
+                              is a replica now; the runner looks for the new primary
     any other error reply (OOM, READONLY, a script error)   -> TransportError
 
 None of the replies that are worked around ran the call, so sending it again never does
@@ -75,6 +79,25 @@ class Exchange(NamedTuple):
     pause: float = 0.0
 
 
+class Unreachable(TransportError):
+    """A node could not be connected to: nothing was sent (never raised to callers as
+    its own class; the runners catch it to look for the queue's node again)."""
+
+
+class NotReplicated(OutcomeUnknown):
+    """A write ran on the primary, but fewer replicas than ``wait_replicas`` confirmed
+    it in time: a failover may still lose it."""
+
+    def __init__(self, operation: str, reason: str) -> None:
+        super().__init__(operation, reason)
+        self.args = (f"{operation}: ran on the primary, outcome unknown ({reason})",)
+
+
+# How long a runner waits between looks for the queue's node after a failover.
+FIRST_LOOK = 0.05
+LONGEST_LOOK = 0.5
+
+
 @contextmanager
 def connecting(server: str) -> Iterator[None]:
     """Opening a connection: whatever fails, nothing reached the server."""
@@ -92,8 +115,14 @@ def connecting(server: str) -> Iterator[None]:
                 f" over TLS ({seen}: check ssl_ca_certs, and ssl_certfile and ssl_keyfile "
                 "if the server asks for a client certificate)"
             )
-        raise TransportError(f"{server}: {why} ({exc})") from exc
+        raise Unreachable(f"{server}: {why} ({exc})") from exc
     except rex.ResponseError as exc:  # a reply to the connection's setup (SELECT, HELLO)
+        if "cluster mode" in str(exc).lower():
+            raise TransportError(
+                f"{server}: the server is a Redis Cluster node, which has only database "
+                f"0 ({exc}); drop the /N from the URL, and open the cluster as "
+                "redis+cluster://host:port,host:port/?queue=NAME"
+            ) from exc
         if "db index" in str(exc).lower():
             raise TransportError(
                 f"{server}: the server has no database by that number ({exc}); it has as "
