@@ -93,6 +93,7 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
         with connecting(server):
             conn = await self._connection(node, pool)
         wait = self._wait_call if writes else None
+        replicated: object = None
         went_through = False
         try:
             with redis_errors(server, name, writes):
@@ -109,7 +110,11 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
                         reply = await conn.read_response()
                 except REPLIES as error:  # an error reply is the call's reply
                     reply = error
-                replicated = None if wait is None else await conn.read_response()
+                if wait is not None:
+                    try:
+                        replicated = await conn.read_response()
+                    except REPLIES as error:  # WAIT on what has become a replica
+                        replicated = error
             went_through = True
         except BaseException:
             await conn.disconnect()

@@ -216,14 +216,17 @@ class Handle:
     def _replicated(self, name: str, reply: object, replicated: object) -> None:
         """Raise if ``reply``, a write's, reached fewer replicas than asked for."""
         wanted = self._options.wait_replicas
-        if isinstance(reply, REPLIES) or not isinstance(replicated, int) or replicated >= wanted:
-            return
-        raise NotReplicated(
-            name,
-            f"{self._options.redacted}: {replicated} of the {wanted} replicas asked for "
-            f"(wait_replicas) had it after {self._options.wait_timeout:g} s; a failover "
-            "may lose it",
-        )
+        if isinstance(reply, REPLIES) or (isinstance(replicated, int) and replicated >= wanted):
+            return  # an error reply: the call's own error tells what happened
+        server = self._options.redacted
+        if isinstance(replicated, int):
+            why = (
+                f"{replicated} of the {wanted} replicas asked for (wait_replicas) had it "
+                f"after {self._options.wait_timeout:g} s; a failover may lose it"
+            )
+        else:
+            why = f"WAIT failed ({replicated}); a failover may lose it"
+        raise NotReplicated(name, f"{server}: {why}")
 
     def _refuse_if_closed(self) -> None:
         if self._closed:
@@ -317,6 +320,7 @@ class RedisTransport(Handle, core.TransportBase[E]):
         with connecting(server):
             conn = self._connection(node, pool)
         wait = self._wait_call if writes else None
+        replicated: object = None
         went_through = False
         try:
             with redis_errors(server, name, writes):
@@ -330,7 +334,11 @@ class RedisTransport(Handle, core.TransportBase[E]):
                     reply = conn.read_response(timeout=timeout) if timeout else conn.read_response()
                 except REPLIES as error:  # an error reply is the call's reply
                     reply = error
-                replicated = None if wait is None else conn.read_response()
+                if wait is not None:
+                    try:
+                        replicated = conn.read_response()
+                    except REPLIES as error:  # WAIT on what has become a replica
+                        replicated = error
             went_through = True
         except BaseException:
             conn.disconnect()

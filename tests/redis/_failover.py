@@ -72,15 +72,21 @@ class Outcome:
     # it returned, or raised NotReplicated (ran, but no replica confirmed it).
     recovered_after: float
     before: int  # publishes that returned before the kill
+    longest_gap: float  # seconds, the longest time between two publishes that ran
 
 
 def read_publisher(journal: Path, killed_at: float) -> Outcome:
     published: dict[int, int] = {}
     failed = before = 0
     first_after = None
+    last_ran, longest_gap = None, 0.0
     for line in journal.read_text().splitlines():
         seq, n, at, *error = line.split()
         ran = seq != "-" or error == ["NotReplicated"]
+        if ran:
+            if last_ran is not None:
+                longest_gap = max(longest_gap, float(at) - last_ran)
+            last_ran = float(at)
         if float(at) >= killed_at and first_after is None and ran:
             first_after = float(at)
         if seq == "-":
@@ -91,7 +97,7 @@ def read_publisher(journal: Path, killed_at: float) -> Outcome:
         if float(at) < killed_at:
             before += 1
     assert first_after is not None, "no publish reached a primary after the kill"
-    return Outcome(published, failed, first_after - killed_at, before)
+    return Outcome(published, failed, first_after - killed_at, before, longest_gap)
 
 
 def check_nothing_acknowledged_lost(

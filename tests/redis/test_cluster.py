@@ -172,6 +172,7 @@ def test_after_a_primary_is_killed_calls_go_to_its_promoted_replica_and_lose_not
         assert len(outcome.published) == 600
         assert outcome.before >= 150
         assert outcome.recovered_after < 10, outcome
+        assert outcome.longest_gap < 10, outcome
         drained = []
         with open_transport(url) as transport:
             assert isinstance(transport, RedisTransport)
@@ -183,7 +184,8 @@ def test_after_a_primary_is_killed_calls_go_to_its_promoted_replica_and_lose_not
             assert transport.check() == []
         _failover.check_nothing_acknowledged_lost(outcome, consumed, drained)
         print(  # the figures for the commit message (pytest -s)
-            f"recovered {outcome.recovered_after:.2f} s after the kill; "
+            f"recovered {outcome.recovered_after:.2f} s after the kill; longest gap "
+            f"{outcome.longest_gap:.2f} s; "
             f"{outcome.failed} publishes raised; {len(drained)} drained after the run"
         )
 
