@@ -10,12 +10,16 @@ import asyncio
 import multiprocessing
 import re
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
+from conformance._suites import AsyncUrlSuite, UrlSuite
 from transports_core import Event, TransportError, open_async_transport, open_transport
+from transports_core.conformance import CAPABILITIES, PARALLEL_CLAIMS, WITHIN
 from transports_redis import RedisTransport
 from transports_redis._url import parse_url
 
@@ -220,3 +224,39 @@ def test_a_cluster_url_names_its_seed_nodes_and_keeps_the_password_out_of_sight(
 def test_a_bad_cluster_url_is_refused_naming_what_is_wrong(url: str, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         parse_url(url, {})
+
+
+@pytest.fixture(scope="module")
+def replicated_cluster() -> Iterator[list[PrivateServer]]:
+    """Six servers, three primaries with a replica each, for every test of a class."""
+    with local_cluster(6, 1) as nodes:
+        deadline = time.monotonic() + 30
+        for node in nodes:
+            while command(node, "INFO", "replication")["role"] == "master" and not _replicated(
+                node
+            ):
+                assert time.monotonic() < deadline, "the replicas did not catch up"
+                time.sleep(0.05)
+        yield nodes
+
+
+class _OnTheCluster:
+    """The conformance suite through a ``redis+cluster://`` URL with ``wait_replicas=1``:
+    every call found through the slot map, every write confirmed by a replica."""
+
+    capabilities: ClassVar[Iterable[str]] = CAPABILITIES - {PARALLEL_CLAIMS, WITHIN}
+
+    @pytest.fixture
+    def transport_url(self, replicated_cluster: list[PrivateServer]) -> str:
+        queue = f"conf-{uuid.uuid4().hex[:12]}"
+        return cluster_url(replicated_cluster, queue, "&wait_replicas=1")
+
+
+@pytest.mark.slow
+class TestClusterConformance(_OnTheCluster, UrlSuite):
+    pass
+
+
+@pytest.mark.slow
+class TestAsyncClusterConformance(_OnTheCluster, AsyncUrlSuite):
+    pass
