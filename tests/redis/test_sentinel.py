@@ -13,16 +13,19 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import redis
 
+from conformance._suites import AsyncUrlSuite, UrlSuite
 from transports_core import Event, TransportError, open_async_transport, open_transport
+from transports_core.conformance import CAPABILITIES, PARALLEL_CLAIMS, WITHIN
 from transports_redis import RedisTransport
 from transports_redis._url import parse_url
 
@@ -85,6 +88,18 @@ def _sentinel(primary: PrivateServer) -> Iterator[int]:
 
 @pytest.fixture
 def watched() -> Iterator[Watched]:
+    with _watched() as setup:
+        yield setup
+
+
+@pytest.fixture(scope="module")
+def watched_for_the_module() -> Iterator[Watched]:
+    with _watched() as setup:
+        yield setup
+
+
+@contextmanager
+def _watched() -> Iterator[Watched]:
     with ExitStack() as stack:
         primary = stack.enter_context(private_server())
         replica = stack.enter_context(private_server("--replicaof", "127.0.0.1", str(primary.port)))
@@ -192,3 +207,26 @@ def test_a_forced_failover_during_a_run_loses_nothing_with_wait_replicas(
         f"{outcome.longest_gap:.2f} s; "
         f"{outcome.failed} publishes raised; {len(drained)} drained after the run"
     )
+
+
+class _ThroughSentinel:
+    """The conformance suite through a ``redis+sentinel://`` URL with
+    ``wait_replicas=1``: the primary found through the Sentinel, every write confirmed
+    by the replica."""
+
+    capabilities: ClassVar[Iterable[str]] = CAPABILITIES - {PARALLEL_CLAIMS, WITHIN}
+
+    @pytest.fixture
+    def transport_url(self, watched_for_the_module: Watched) -> str:
+        url = watched_for_the_module.url("&wait_replicas=1")
+        return url.replace("queue=sq", f"queue=conf-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.mark.slow
+class TestSentinelConformance(_ThroughSentinel, UrlSuite):
+    pass
+
+
+@pytest.mark.slow
+class TestAsyncSentinelConformance(_ThroughSentinel, AsyncUrlSuite):
+    pass
