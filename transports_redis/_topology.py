@@ -13,6 +13,8 @@ says it no longer serves the queue (MOVED, READONLY), a failover. Imports redis.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 from urllib.parse import unquote
 
@@ -65,8 +67,14 @@ class Locator:
         self._options = options
         self._cluster: cluster.RedisCluster | None = None
         self._sentinel: sentinel.Sentinel | None = None
+        # The threads of one handle may all look at once after a failover: one asks.
+        self._lock = threading.Lock()
 
     def locate(self) -> Node:
+        with self._lock:
+            return self._locate()
+
+    def _locate(self) -> Node:
         opts = self._options
         try:
             if opts.topology == "sentinel":
@@ -109,8 +117,13 @@ class AsyncLocator:
         self._options = options
         self._cluster: acluster.RedisCluster | None = None
         self._sentinel: asentinel.Sentinel | None = None
+        self._lock = asyncio.Lock()
 
     async def locate(self) -> Node:
+        async with self._lock:
+            return await self._locate()
+
+    async def _locate(self) -> Node:
         opts = self._options
         try:
             if opts.topology == "sentinel":
