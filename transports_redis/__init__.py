@@ -1,7 +1,8 @@
 """The Redis backend: a durable queue on a Redis server, one Lua script per operation.
 
-Registered under the URL schemes ``redis``, ``rediss`` (TLS) and ``unix``, sync and async
-(``redis://localhost:6379/0?queue=orders``). See docs/redis.md."""
+Registered under the URL schemes ``redis``, ``rediss`` (TLS), ``unix``,
+``redis+cluster``/``rediss+cluster`` (Redis Cluster) and ``redis+sentinel``, sync and
+async (``redis://localhost:6379/0?queue=orders``). See docs/redis.md."""
 
 from __future__ import annotations
 

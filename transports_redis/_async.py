@@ -27,8 +27,18 @@ from transports_core import backend as core
 from transports_core.backend import Claimed, GiveBack, Operation, drive_async
 
 from . import _ops as ops
-from ._errors import Exchange, Node, connecting, redis_errors
+from ._errors import (
+    FIRST_LOOK,
+    LONGEST_LOOK,
+    REPLIES,
+    Exchange,
+    Node,
+    Unreachable,
+    connecting,
+    redis_errors,
+)
 from ._sync import CLOSE_KEY_MS, Handle, pool_kwargs
+from ._topology import AsyncLocator
 from ._url import RedisOptions
 
 try:
@@ -44,13 +54,26 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
     """`RedisTransport` as coroutines, over ``redis.asyncio``."""
 
     def __init__(self, options: RedisOptions, event_type: object = Event) -> None:
-        pool = aredis.ConnectionPool.from_url(options.server, **pool_kwargs(options, Retry))
+        self._locator = None if options.topology == "server" else AsyncLocator(options)
+        # With a cluster or Sentinel URL, a stand-in until `_open` finds the queue's node.
+        server = options.server if self._locator is None else options.node_url(options.nodes[0])
+        pool = aredis.ConnectionPool.from_url(server, **pool_kwargs(options, Retry))
         self._setup(options, event_type, pool)
         self._checked = False
         self._give_back: GiveBack[Claimed | ops.Idle] = GiveBack(self._unclaim)
 
     async def _open(self) -> None:
-        self._check_server(await self._command("INFO", "memory", check=False), stacklevel=4)
+        try:
+            if self._locator is not None:
+                self._follow(await self._locator.locate())
+            self._check_server(await self._command("INFO", "memory", check=False))
+        except BaseException:
+            # Refused (or failed): no connection is left behind for the loop to find.
+            for pool in list(self._pools.values()):
+                await pool.disconnect()
+            if self._locator is not None:
+                await self._locator.close()
+            raise
         self._checked = True
 
     async def __aenter__(self) -> Self:
@@ -61,7 +84,7 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
     # -- the runner ------------------------------------------------------------------
 
     async def _exchange(self, step: Exchange, writes: bool, name: str, timeout: float = 0) -> Any:
-        """Send ``step``'s commands; the last reply (an error reply as its exception)."""
+        """The sync twin's, awaited."""
         if step.pause:
             await asyncio.sleep(step.pause)
         node = self._home if step.node is None else step.node
@@ -69,11 +92,15 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
         server = self._options.redacted
         with connecting(server):
             conn = await self._connection(node, pool)
+        wait = self._wait_call if writes else None
+        replicated: object = None
         went_through = False
         try:
             with redis_errors(server, name, writes):
                 try:
-                    await conn.send_packed_command(step.commands)
+                    await conn.send_packed_command(
+                        step.commands if wait is None else [*step.commands, wait]
+                    )
                     for _ in step.commands[1:]:  # ASKING's: the call's own reply tells
                         with contextlib.suppress(rex.ResponseError):
                             await conn.read_response()
@@ -81,10 +108,14 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
                         reply = await conn.read_response(timeout=timeout)
                     else:
                         reply = await conn.read_response()
-                except rex.ResponseError as error:  # an error reply is the call's reply
+                except REPLIES as error:  # an error reply is the call's reply
                     reply = error
+                if wait is not None:
+                    try:
+                        replicated = await conn.read_response()
+                    except REPLIES as error:  # WAIT on what has become a replica
+                        replicated = error
             went_through = True
-            return reply
         except BaseException:
             await conn.disconnect()
             raise
@@ -93,6 +124,27 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
                 await pool.release(conn)
                 if self._closed:  # closed while this call ran: its connection goes too
                     await conn.disconnect()
+        if wait is not None:
+            self._replicated(name, reply, replicated)
+        return reply
+
+    async def _reach(self, step: Exchange, writes: bool, name: str, timeout: float = 0) -> Any:
+        """The sync twin's, awaited."""
+        waited, pause = 0.0, FIRST_LOOK
+        while True:
+            try:
+                reply = await self._exchange(step, writes, name, timeout)
+            except Unreachable as exc:
+                if not self._relocation(exc, step, waited):
+                    raise
+            else:
+                if not (isinstance(reply, REPLIES) and self._relocation(reply, step, waited)):
+                    return reply
+            await asyncio.sleep(pause)
+            waited, pause = waited + pause, min(pause * 2, LONGEST_LOOK)
+            assert self._locator is not None  # `_relocation` said so
+            with contextlib.suppress(TransportError):  # no node yet: look again later
+                self._follow(await self._locator.locate())
 
     async def _connection(self, node: Node, pool: Any) -> Any:
         """The sync twin's, awaited."""
@@ -121,8 +173,8 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
     async def _send(
         self, call: bytes, source: str | None, writes: bool, name: str, timeout: float = 0
     ) -> Any:
-        reply = await self._exchange(Exchange([call]), writes, name, timeout)
-        if isinstance(reply, rex.ResponseError):
+        reply = await self._reach(Exchange([call]), writes, name, timeout)
+        if isinstance(reply, REPLIES):
             io = partial(self._exchange, writes=writes, name=name, timeout=timeout)
             reply = await drive_async(self._recover(reply, call, source, name), None, io)
         return reply
@@ -247,3 +299,5 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
             await self._pools[node].release(conn)
         for pool in list(self._pools.values()):
             await pool.disconnect(inuse_connections=False)
+        if self._locator is not None:
+            await self._locator.close()

@@ -2,7 +2,9 @@
 `TransportError`s that name the server (never its password), and an error reply either
 becomes one too or is worked around by `Recover`, an operation both runners hand to core.
 
-    redis.ConnectionError / TimeoutError while connecting   -> TransportError (nothing sent)
+    redis.ConnectionError / TimeoutError while connecting   -> Unreachable, a TransportError
+                              (nothing sent); with a cluster or Sentinel URL, the runner
+                              first looks for the queue's node again (a failover)
     an error reply while connecting (SELECT of a database the server does not have)
                                                             -> TransportError (nothing sent)
     redis.ConnectionError / TimeoutError once a write was sent
@@ -17,13 +19,21 @@ becomes one too or is worked around by `Recover`, an operation both runners hand
                               (or no node serves it yet): the call is sent again after a
                               short pause, for up to ``socket_timeout`` seconds, then
                               -> TransportError that says nothing was done
+    LOADING / MASTERDOWN      the server is still loading its data set after a restart,
+                              or is a replica cut off from its primary: waited out the
+                              same way (these replies, too, say the call did not run)
+    READONLY                  with a cluster or Sentinel URL: the node was a primary and
+                              is a replica now; the runner looks for the new primary
     any other error reply (OOM, READONLY, a script error)   -> TransportError
 
 None of the replies that are worked around ran the call, so sending it again never does
 anything twice. Retries are off in the pools the runners build: nothing is ever sent
 twice behind the caller's back. An error reply is a value here (`exchange` returns it),
 told apart by its text, since redis-py gives the cluster replies their own classes only
-in its newer versions. Imports redis only for its exception classes (redis.asyncio
+in its newer versions. redis-py raises LOADING as a ConnectionError (`BusyLoadingError`),
+though the reply was read whole and the connection is sound: `REPLIES` names it beside
+`ResponseError`, so that it is a reply here too, never a lost connection (which would
+make a write's outcome unknown). Imports redis only for its exception classes (redis.asyncio
 raises the same ones).
 """
 
@@ -41,6 +51,14 @@ from transports_core.backend import Operation, Steps
 from ._ops import command
 
 Node = tuple[str, int]
+# What an error reply is raised as: see the module's docstring for LOADING's class.
+Reply = rex.ResponseError | rex.BusyLoadingError
+REPLIES: tuple[type[rex.ResponseError], type[rex.BusyLoadingError]] = (
+    rex.ResponseError,
+    rex.BusyLoadingError,
+)
+# Replies that guarantee the call did not run, and that time may cure: waited out.
+WAITED_OUT = ("TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN")
 
 ASKING: bytes = command("ASKING")
 # A migration pauses the queue (see docs/redis.md, Cluster): look again soon, then less often.
@@ -61,6 +79,25 @@ class Exchange(NamedTuple):
     pause: float = 0.0
 
 
+class Unreachable(TransportError):
+    """A node could not be connected to: nothing was sent (never raised to callers as
+    its own class; the runners catch it to look for the queue's node again)."""
+
+
+class NotReplicated(OutcomeUnknown):
+    """A write ran on the primary, but fewer replicas than ``wait_replicas`` confirmed
+    it in time: a failover may still lose it."""
+
+    def __init__(self, operation: str, reason: str) -> None:
+        super().__init__(operation, reason)
+        self.args = (f"{operation}: ran on the primary, outcome unknown ({reason})",)
+
+
+# How long a runner waits between looks for the queue's node after a failover.
+FIRST_LOOK = 0.05
+LONGEST_LOOK = 0.5
+
+
 @contextmanager
 def connecting(server: str) -> Iterator[None]:
     """Opening a connection: whatever fails, nothing reached the server."""
@@ -78,8 +115,14 @@ def connecting(server: str) -> Iterator[None]:
                 f" over TLS ({seen}: check ssl_ca_certs, and ssl_certfile and ssl_keyfile "
                 "if the server asks for a client certificate)"
             )
-        raise TransportError(f"{server}: {why} ({exc})") from exc
+        raise Unreachable(f"{server}: {why} ({exc})") from exc
     except rex.ResponseError as exc:  # a reply to the connection's setup (SELECT, HELLO)
+        if "cluster mode" in str(exc).lower():
+            raise TransportError(
+                f"{server}: the server is a Redis Cluster node, which has only database "
+                f"0 ({exc}); drop the /N from the URL, and open the cluster as "
+                "redis+cluster://host:port,host:port/?queue=NAME"
+            ) from exc
         if "db index" in str(exc).lower():
             raise TransportError(
                 f"{server}: the server has no database by that number ({exc}); it has as "
@@ -101,24 +144,35 @@ def redis_errors(server: str, operation: str, writes: bool) -> Iterator[None]:
 
 # redis-py strips the code off the replies it has a class for (which, depends on its
 # version): the class tells the code then. MOVED before ASK, its base class.
-_CODES: tuple[tuple[type[rex.ResponseError], str], ...] = (
+# MASTERDOWN before CLUSTERDOWN, its base class.
+_CODES: tuple[tuple[type[rex.RedisError], str], ...] = (
     (rex.NoScriptError, "NOSCRIPT"),
     (rex.MovedError, "MOVED"),
     (rex.AskError, "ASK"),
     (rex.TryAgainError, "TRYAGAIN"),
+    (rex.MasterDownError, "MASTERDOWN"),
     (rex.ClusterDownError, "CLUSTERDOWN"),
+    (rex.BusyLoadingError, "LOADING"),
     (rex.OutOfMemoryError, "OOM"),
     (rex.ReadOnlyError, "READONLY"),
 )
 
 
-def error_code(reply: rex.ResponseError) -> tuple[str, str]:
+def error_code(reply: Reply) -> tuple[str, str]:
     """The code of an error reply (``MOVED``) and the text after it."""
     for cls, code in _CODES:
         if isinstance(reply, cls):
             return code, str(reply)
     code, _, rest = str(reply).partition(" ")
     return code, rest
+
+
+_UNSETTLED = {
+    "TRYAGAIN": "the queue's slot is migrating between cluster nodes and did not settle",
+    "CLUSTERDOWN": "the queue's slot is migrating between cluster nodes and did not settle",
+    "LOADING": "the server was still loading its data set (after a restart)",
+    "MASTERDOWN": "the server is a replica that lost its primary, and it did not come back",
+}
 
 
 def _node(rest: str, current: Node) -> Node:
@@ -139,7 +193,7 @@ class Recover(Operation[Exchange, Any, Any]):
 
     def __init__(
         self,
-        reply: rex.ResponseError,
+        reply: Reply,
         call: bytes,
         source: str | None,
         home: Node,
@@ -165,7 +219,7 @@ class Recover(Operation[Exchange, Any, Any]):
             if kind == "NOSCRIPT" and self.source is not None and node not in loaded:
                 # A restarted or flushed server has lost the script: load it, once per node.
                 done = yield Exchange([command("SCRIPT", "LOAD", self.source)], node)
-                if isinstance(done, rex.ResponseError):
+                if isinstance(done, REPLIES):
                     raise refused(done, server, operation) from done
                 loaded.add(node)
             elif kind == "MOVED":
@@ -181,19 +235,18 @@ class Recover(Operation[Exchange, Any, Any]):
                 loaded.discard(None)
             elif kind == "ASK":
                 node = _node(rest, home)
-            elif kind in ("TRYAGAIN", "CLUSTERDOWN"):
+            elif kind in WAITED_OUT:
                 if waited >= self.patience:
                     raise TransportError(
-                        f"{server}: {operation}: the queue's slot is migrating between "
-                        f"cluster nodes and did not settle within {self.patience:g} s; "
-                        f"nothing was done, try again ({text})"
+                        f"{server}: {operation}: {_UNSETTLED[kind]} within "
+                        f"{self.patience:g} s; nothing was done, try again ({text})"
                     )
                 wait, waited, pause = pause, waited + pause, min(pause * 2, LONGEST_PAUSE)
                 node = None  # ask the queue's node again: the migration may have moved on
             else:
                 raise refused(reply, server, operation) from reply
             answer = yield Exchange([call] if node is None else [ASKING, call], node, wait)
-            if not isinstance(answer, rex.ResponseError):
+            if not isinstance(answer, REPLIES):
                 return answer
             reply = answer
 
@@ -204,16 +257,16 @@ def wakeup(reply: object, server: str, close_key: str) -> str | None:
     claim it looks with then follows; any other error reply raises."""
     if reply is None:
         return None
-    if isinstance(reply, rex.ResponseError):
+    if isinstance(reply, REPLIES):
         code, _ = error_code(reply)
-        if code not in ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"):
+        if code not in ("MOVED", "ASK", *WAITED_OUT):
             raise refused(reply, server, "blpop") from reply
         return "redirect"
     # [key, token]: redis-py reads an array reply as a list.
     return "close" if isinstance(reply, list) and reply[0] == close_key else "token"
 
 
-def refused(reply: rex.ResponseError, server: str, operation: str) -> TransportError:
+def refused(reply: Reply, server: str, operation: str) -> TransportError:
     """The error to raise for an error reply that no retry can get around."""
     code, rest = error_code(reply)
     if code == "OOM":

@@ -20,7 +20,6 @@ import os
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import Callable, Generator, Iterable
 from functools import partial
 from typing import Any, TypeVar
@@ -35,7 +34,22 @@ from transports_core import backend as core
 from transports_core.backend import Claimed, EventCodec, drive
 
 from . import _ops as ops
-from ._errors import Exchange, Node, Recover, connecting, redis_errors, wakeup
+from ._errors import (
+    FIRST_LOOK,
+    LONGEST_LOOK,
+    REPLIES,
+    Exchange,
+    Node,
+    NotReplicated,
+    Recover,
+    Reply,
+    Unreachable,
+    connecting,
+    error_code,
+    redis_errors,
+    wakeup,
+)
+from ._topology import Locator
 from ._url import RedisOptions
 
 E = TypeVar("E")
@@ -72,17 +86,22 @@ def pool_kwargs(options: RedisOptions, retry: Any = Retry) -> dict[str, Any]:
 
 
 def maxmemory_refusal(options: RedisOptions, info: str) -> str | None:
-    """The complaint about a server whose maxmemory-policy may evict queue keys, if any."""
+    """The complaint about a server whose maxmemory-policy may evict queue keys, if any.
+
+    ``volatile-*`` policies evict only keys that have a TTL, and no key that holds a
+    queue's state has one (only a closing handle's wake-up key does, whose loss delays
+    its waiting claims by at most half the socket timeout): under memory pressure such
+    a server refuses writes, as ``noeviction`` does. ``allkeys-*`` may evict any key."""
     policy = "unknown"
     for line in info.splitlines():
         if line.startswith("maxmemory_policy:"):
             policy = line.partition(":")[2].strip()
-    if policy == "noeviction":
+    if policy == "noeviction" or policy.startswith("volatile-"):
         return None
     return (
-        f"{options.redacted}: maxmemory-policy is {policy!r}: the server may evict queue "
-        "keys and lose messages silently; set maxmemory-policy noeviction (or open with "
-        "maxmemory_policy=warn to accept the risk)"
+        f"{options.redacted}: maxmemory-policy is {policy!r}: the server may evict any of "
+        "the queue's keys, which loses messages and can corrupt the queue (a seq handed "
+        "out twice, a group cut off); set maxmemory-policy noeviction"
     )
 
 
@@ -115,6 +134,8 @@ class Handle:
         # each with the moment it went idle.
         self._idle: dict[Node, list[tuple[Any, float]]] = {self._home: []}
         self._pid = os.getpid()
+        n = options.wait_replicas
+        self._wait_call = ops.command("WAIT", n, int(options.wait_timeout * 1000)) if n else None
 
     @property
     def _pool(self) -> Any:
@@ -174,24 +195,47 @@ class Handle:
         self._pool_at(node)
         self._home = node
 
-    def _recover(
-        self, reply: rex.ResponseError, call: bytes, source: str | None, name: str
-    ) -> Recover:
+    def _recover(self, reply: Reply, call: bytes, source: str | None, name: str) -> Recover:
         opts = self._options
         return Recover(
             reply, call, source, self._home, self._follow, opts.redacted, name, opts.socket_timeout
         )
 
+    def _relocation(self, failure: object, step: Exchange, waited: float) -> bool:
+        """Whether a call whose ``step`` met ``failure`` (`Unreachable`, or its reply),
+        having waited ``waited`` seconds for it so far, looks for the queue's node again
+        and is sent there: with a cluster or Sentinel URL, when nothing was sent (the
+        node is down) or nothing ran (READONLY: a primary turned replica), within
+        ``socket_timeout``."""
+        if self._options.topology == "server" or step.node is not None:
+            return False
+        if isinstance(failure, REPLIES) and error_code(failure)[0] != "READONLY":
+            return False
+        return waited < self._options.socket_timeout
+
+    def _replicated(self, name: str, reply: object, replicated: object) -> None:
+        """Raise if ``reply``, a write's, reached fewer replicas than asked for."""
+        wanted = self._options.wait_replicas
+        if isinstance(reply, REPLIES) or (isinstance(replicated, int) and replicated >= wanted):
+            return  # an error reply: the call's own error tells what happened
+        server = self._options.redacted
+        if isinstance(replicated, int):
+            why = (
+                f"{replicated} of the {wanted} replicas asked for (wait_replicas) had it "
+                f"after {self._options.wait_timeout:g} s; a failover may lose it"
+            )
+        else:
+            why = f"WAIT failed ({replicated}); a failover may lose it"
+        raise NotReplicated(name, f"{server}: {why}")
+
     def _refuse_if_closed(self) -> None:
         if self._closed:
             raise TransportError(f"{self!r} is closed")
 
-    def _check_server(self, info: object, stacklevel: int) -> None:
+    def _check_server(self, info: object) -> None:
         refusal = maxmemory_refusal(self._options, str(info))
         if refusal is not None:
-            if self._options.maxmemory_policy == "refuse":
-                raise TransportError(refusal)
-            warnings.warn(refusal, RuntimeWarning, stacklevel=stacklevel + 1)
+            raise TransportError(refusal)
 
     def _new_claim(self, worker_id: str, visibility: float, min_priority: int) -> ops.Claim:
         opts = self._options
@@ -244,18 +288,30 @@ class RedisTransport(Handle, core.TransportBase[E]):
     """A durable transport on a Redis server (or one cluster node's slot), over redis-py."""
 
     def __init__(self, options: RedisOptions, event_type: object = Event) -> None:
-        pool = redis.ConnectionPool.from_url(options.server, **pool_kwargs(options))
+        self._locator = None if options.topology == "server" else Locator(options)
+        try:
+            server = options.server
+            if self._locator is not None:
+                server = options.node_url(self._locator.locate())
+            pool = redis.ConnectionPool.from_url(server, **pool_kwargs(options))
+        except BaseException:
+            if self._locator is not None:
+                self._locator.close()
+            raise
         self._setup(options, event_type, pool)
         try:
-            self._check_server(self._command("INFO", "memory"), stacklevel=3)
+            self._check_server(self._command("INFO", "memory"))
         except BaseException:
             pool.disconnect()
+            if self._locator is not None:
+                self._locator.close()
             raise
 
     # -- the runner ------------------------------------------------------------------
 
     def _exchange(self, step: Exchange, writes: bool, name: str, timeout: float = 0) -> Any:
-        """Send ``step``'s commands; the last reply (an error reply as its exception)."""
+        """Send ``step``'s commands (and a write's WAIT, with ``wait_replicas``); the last
+        reply (an error reply as its exception)."""
         if step.pause:
             time.sleep(step.pause)
         node = self._home if step.node is None else step.node
@@ -263,19 +319,27 @@ class RedisTransport(Handle, core.TransportBase[E]):
         server = self._options.redacted
         with connecting(server):
             conn = self._connection(node, pool)
+        wait = self._wait_call if writes else None
+        replicated: object = None
         went_through = False
         try:
             with redis_errors(server, name, writes):
                 try:
-                    conn.send_packed_command(step.commands)
+                    conn.send_packed_command(
+                        step.commands if wait is None else [*step.commands, wait]
+                    )
                     for _ in step.commands[1:]:  # ASKING's: the call's own reply tells
                         with contextlib.suppress(rex.ResponseError):
                             conn.read_response()
                     reply = conn.read_response(timeout=timeout) if timeout else conn.read_response()
-                except rex.ResponseError as error:  # an error reply is the call's reply
+                except REPLIES as error:  # an error reply is the call's reply
                     reply = error
+                if wait is not None:
+                    try:
+                        replicated = conn.read_response()
+                    except REPLIES as error:  # WAIT on what has become a replica
+                        replicated = error
             went_through = True
-            return reply
         except BaseException:
             conn.disconnect()
             raise
@@ -284,6 +348,28 @@ class RedisTransport(Handle, core.TransportBase[E]):
                 pool.release(conn)
                 if self._closed:  # closed while this call ran: its connection goes too
                     conn.disconnect()
+        if wait is not None:
+            self._replicated(name, reply, replicated)
+        return reply
+
+    def _reach(self, step: Exchange, writes: bool, name: str, timeout: float = 0) -> Any:
+        """`_exchange`, but after a failover (see `_relocation`) the call goes to the
+        queue's node once it is found again."""
+        waited, pause = 0.0, FIRST_LOOK
+        while True:
+            try:
+                reply = self._exchange(step, writes, name, timeout)
+            except Unreachable as exc:
+                if not self._relocation(exc, step, waited):
+                    raise
+            else:
+                if not (isinstance(reply, REPLIES) and self._relocation(reply, step, waited)):
+                    return reply
+            time.sleep(pause)
+            waited, pause = waited + pause, min(pause * 2, LONGEST_LOOK)
+            assert self._locator is not None  # `_relocation` said so
+            with contextlib.suppress(TransportError):  # no node yet: look again later
+                self._follow(self._locator.locate())
 
     def _connection(self, node: Node, pool: Any) -> Any:
         """A connection to ``node`` ready to send: an idle one of this handle's, or the
@@ -313,8 +399,8 @@ class RedisTransport(Handle, core.TransportBase[E]):
     def _send(
         self, call: bytes, source: str | None, writes: bool, name: str, timeout: float = 0
     ) -> Any:
-        reply = self._exchange(Exchange([call]), writes, name, timeout)
-        if isinstance(reply, rex.ResponseError):
+        reply = self._reach(Exchange([call]), writes, name, timeout)
+        if isinstance(reply, REPLIES):
             io = partial(self._exchange, writes=writes, name=name, timeout=timeout)
             reply = drive(self._recover(reply, call, source, name), None, io)
         return reply
@@ -419,3 +505,5 @@ class RedisTransport(Handle, core.TransportBase[E]):
             self._pools[node].release(conn)
         for pool in list(self._pools.values()):
             pool.disconnect(inuse_connections=False)
+        if self._locator is not None:
+            self._locator.close()

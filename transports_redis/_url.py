@@ -1,9 +1,13 @@
 """Redis URLs and options -> `RedisOptions`, through one typed whitelist.
 
-``redis://[[user]:password@]host[:port][/db]?queue=NAME&...``, ``rediss://`` (TLS) or
-``unix:///path/to/socket?db=N&queue=NAME``. Options come from the URL query (strings,
-coerced here) or keyword arguments (typed values, checked here), one place each; the
-connection part is handed to redis-py without its query. Imports no driver.
+``redis://[[user]:password@]host[:port][/db]?queue=NAME&...``, ``rediss://`` (TLS),
+``unix:///path/to/socket?db=N&queue=NAME``, a Redis Cluster through several seed nodes
+``redis+cluster://[[user]:password@]h1:p1,h2:p2/?queue=NAME`` (``rediss+cluster://``
+over TLS), or the primary a set of Sentinels names,
+``redis+sentinel://[[user]:password@]s1:p1,s2:p2/SERVICE?queue=NAME``. Options come
+from the URL query (strings, coerced here) or keyword arguments (typed values, checked
+here), one place each; the connection part is handed to redis-py without its query.
+Imports no driver.
 """
 
 from __future__ import annotations
@@ -13,16 +17,22 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from transports_core import backend as core
 
 URL_FORMS = (
-    "redis://[[user]:password@]host[:port][/db]?queue=NAME, rediss://... (TLS) "
-    "or unix:///path/to/redis.sock?db=N&queue=NAME"
+    "redis://[[user]:password@]host[:port][/db]?queue=NAME, rediss://... (TLS), "
+    "unix:///path/to/redis.sock?db=N&queue=NAME, "
+    "redis+cluster://[[user]:password@]host:port,host:port/?queue=NAME (rediss+cluster:// "
+    "over TLS) or redis+sentinel://[[user]:password@]host:port,host:port/SERVICE?queue=NAME"
 )
-SCHEMES = ("redis", "rediss", "unix")
-MaxmemoryCheck = Literal["refuse", "warn"]
+SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel")
+Topology = Literal["server", "cluster", "sentinel"]
+Node = tuple[str, int]
+# The ports Redis and Sentinel listen on unless told otherwise.
+DEFAULT_PORTS = {"cluster": 6379, "sentinel": 26379}
+MaxmemoryCheck = Literal["refuse"]
 OnDead = Literal["release", "hold"]
 CertReqs = Literal["required", "optional", "none"]
 
@@ -32,13 +42,20 @@ class RedisOptions:
     """Everything a Redis transport is opened with.
 
     ``server``: the connection URL without its query (it may hold a password: never
-    shown; see `redacted`). ``db``: the database number of a ``unix://`` URL.
+    shown; see `redacted`). ``db``: the database number of a ``unix://`` or
+    ``redis+sentinel://`` URL.
+    ``topology``: ``server`` (one server, the URL's), ``cluster`` (a Redis Cluster found
+    through the seed ``nodes``) or ``sentinel`` (the primary that the Sentinels at
+    ``nodes`` name for ``service``); see `node_url`.
+    ``wait_replicas``: after every call that writes, wait (Redis ``WAIT``) until that
+    many replicas have the write, for at most ``wait_timeout`` seconds; fewer makes the
+    call raise `OutcomeUnknown` (a failover may lose it). 0 (default): no waiting.
     ``queue``: the queue's name; its keys all start with ``dt:{queue}:``.
     ``socket_timeout`` / ``connect_timeout``: seconds before a silent server is given up
     on (a call then raises `OutcomeUnknown`).
     ``max_attempts`` / ``on_dead``: the dead-letter policy (see `TransportAdmin`).
-    ``maxmemory_policy``: ``refuse`` (default) to open a server whose maxmemory-policy
-    may evict keys, or ``warn`` to open it with a warning.
+    ``maxmemory_policy``: ``refuse``, the only value: a server whose maxmemory-policy may
+    evict the queue's keys is refused (``warn``, which opened one, is refused itself).
     ``dedup_window``: seconds a publish's idempotency key is remembered (default a day);
     each key costs memory for that long (see docs/redis.md).
     ``clock``: seconds since the epoch, for tests (keyword only); None (default): every
@@ -68,6 +85,11 @@ class RedisOptions:
     ssl_password: str | None = field(default=None, repr=False)
     ssl_cert_reqs: CertReqs = "required"
     ssl_check_hostname: bool | None = None
+    topology: Topology = "server"
+    nodes: tuple[Node, ...] = ()
+    service: str | None = None
+    wait_replicas: int = 0
+    wait_timeout: float = 1.0
 
     def __repr__(self) -> str:
         shown = (f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
@@ -81,7 +103,7 @@ class RedisOptions:
     @property
     def tls(self) -> dict[str, Any]:
         """The TLS settings for redis-py's connections (none for a plain connection)."""
-        if not self.server.startswith("rediss://"):
+        if not self.server.startswith(("rediss://", "rediss+cluster://")):
             return {}
         check = self.ssl_check_hostname
         return {
@@ -92,6 +114,16 @@ class RedisOptions:
             "ssl_cert_reqs": self.ssl_cert_reqs,
             "ssl_check_hostname": self.ssl_cert_reqs != "none" if check is None else check,
         }
+
+    def node_url(self, node: Node) -> str:
+        """The URL of one data node (a cluster's, or the primary a Sentinel names), with
+        the credentials of `server`: what each node's pool is made from."""
+        scheme = "rediss" if self.tls else "redis"
+        netloc = self.server.partition("://")[2].partition("/")[0]
+        userinfo = netloc.rpartition("@")[0]
+        host = f"[{node[0]}]" if ":" in node[0] else node[0]
+        db = "" if self.db is None else f"/{self.db}"
+        return f"{scheme}://{userinfo + '@' if userinfo else ''}{host}:{node[1]}{db}"
 
 
 def _queue(value: object) -> str:
@@ -119,9 +151,17 @@ def _db(value: object) -> int:
 
 
 def _maxmemory(value: object) -> MaxmemoryCheck:
-    if value == "refuse" or value == "warn":
+    if value == "refuse":
         return value
-    raise ValueError(f"maxmemory_policy must be refuse or warn, got {value!r}")
+    if value == "warn":
+        # An evicted key silently breaks the queue's structures (a group's chain loses a
+        # link, the seq counter restarts and hands out seqs again): no warning covers that.
+        raise ValueError(
+            "maxmemory_policy=warn is no longer accepted: a server that may evict the "
+            "queue's keys can corrupt the queue, not just lose messages; run it with "
+            "maxmemory-policy noeviction (or a volatile-* policy, see docs/redis.md)"
+        )
+    raise ValueError(f"maxmemory_policy must be refuse, got {value!r}")
 
 
 def _on_dead(value: object) -> OnDead:
@@ -154,6 +194,14 @@ def _flag(name: str) -> Callable[[object], bool]:
     return check
 
 
+def _replicas(value: object) -> int:
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
+        raise ValueError(f"wait_replicas must be a number of replicas from 0 to 100, got {value!r}")
+    return value
+
+
 def _passphrase(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError("ssl_password must be a string")  # never shown
@@ -176,25 +224,80 @@ OPTIONS = core.OptionTable(
         "ssl_keyfile": _file("ssl_keyfile"),
         "ssl_cert_reqs": _cert_reqs,
         "ssl_check_hostname": _flag("ssl_check_hostname"),
+        "wait_replicas": _replicas,
+        "wait_timeout": core.seconds_option("wait_timeout"),
     },
     # Never from the URL: a callable, and a secret (messages show a URL with its query).
     keyword_only={"clock": core.check_clock, "ssl_password": _passphrase},
 )
 
 
+def _nodes(hosts: str, default_port: int, shown: str) -> tuple[Node, ...]:
+    """``h1:p1,h2:p2`` (a bracketed IPv6 address too) as (host, port) pairs."""
+    nodes = []
+    for item in hosts.split(","):
+        try:
+            parts = urlsplit(f"//{item}")
+            host, port = parts.hostname, parts.port
+        except ValueError:
+            host = port = None
+        if not host or port == 0 or parts.netloc != item:
+            raise ValueError(
+                f"Redis URL {shown!r}: {item!r} is not a host[:port] node; use {URL_FORMS}"
+            )
+        nodes.append((host, port or default_port))
+    return tuple(nodes)
+
+
+def _several(url: str, scheme: str, shown: str) -> tuple[Topology, tuple[Node, ...], str | None]:
+    """The topology, nodes and service of a ``redis+cluster://`` or ``redis+sentinel://``
+    URL (whose netloc urlsplit cannot read: it has several ports)."""
+    topology: Topology = "sentinel" if scheme.endswith("sentinel") else "cluster"
+    rest = url.partition("://")[2].partition("?")[0]
+    netloc, _, path = rest.partition("/")
+    hosts = netloc.rpartition("@")[2]
+    if not hosts:
+        raise ValueError(f"Redis URL {shown!r} names no node; use {URL_FORMS}")
+    nodes = _nodes(hosts, DEFAULT_PORTS[topology], shown)
+    if topology == "cluster":
+        if path.isascii() and path.isdigit() and int(path) != 0:
+            raise ValueError(
+                f"Redis URL {shown!r}: a Redis Cluster has only database 0, so the URL "
+                f"cannot name database {path}; drop '/{path}' (and move the data: a "
+                "cluster's keys are all in database 0)"
+            )
+        if path not in ("", "0"):
+            raise ValueError(
+                f"Redis URL {shown!r}: a cluster URL has no path (or /0), got {path!r}"
+            )
+        return topology, nodes, None
+    if not path or "/" in path or not path.isprintable():
+        raise ValueError(
+            f"Redis URL {shown!r}: a Sentinel URL names the service as its path "
+            f"(/mymaster), got {path!r}; use {URL_FORMS}"
+        )
+    return topology, nodes, unquote(path)
+
+
 def parse_url(url: str, options: Mapping[str, object]) -> RedisOptions:
     """Check ``url`` and ``options`` and return the options to open with."""
     shown = core.redact_url(url)
+    scheme = url.partition("://")[0]
+    topology: Topology = "server"
+    nodes: tuple[Node, ...] = ()
+    service = None
     try:
         parts = urlsplit(url)
-        port = parts.port
+        port = None if "+" in scheme else parts.port
     except ValueError as exc:
         raise ValueError(f"malformed Redis URL {shown!r} ({exc}); use {URL_FORMS}") from None
     if parts.scheme not in SCHEMES or not url.startswith(f"{parts.scheme}://"):
         raise ValueError(f"malformed Redis URL {shown!r}; use {URL_FORMS}")
     if parts.fragment:
         raise ValueError(f"Redis URL {shown!r} has a fragment (#...); use {URL_FORMS}")
-    if parts.scheme == "unix":
+    if "+" in parts.scheme:
+        topology, nodes, service = _several(url, parts.scheme, shown)
+    elif parts.scheme == "unix":
         if parts.netloc or not parts.path.startswith("/") or len(parts.path) < 2:
             raise ValueError(f"Redis URL {shown!r} names no socket path; use {URL_FORMS}")
     else:
@@ -213,14 +316,24 @@ def parse_url(url: str, options: Mapping[str, object]) -> RedisOptions:
         # Before any message that shows the URL: it would show the secret too.
         raise ValueError(f"{', '.join(OPTIONS.keyword_only)} may only be given as keywords")
     chosen = OPTIONS.choose(url, query, options)
-    if "db" in chosen and parts.scheme != "unix":
+    if "db" in chosen and parts.scheme not in ("unix", "redis+sentinel"):
+        if topology == "cluster":
+            raise ValueError(f"Redis URL {shown!r}: a Redis Cluster has only database 0")
         raise ValueError(f"Redis URL {shown!r}: give the database as its path (/N), not db=")
     tls = sorted(key for key in chosen if key.startswith("ssl_"))
-    if tls and parts.scheme != "rediss":
+    if tls and parts.scheme not in ("rediss", "rediss+cluster"):
         raise ValueError(f"Redis URL {shown!r}: {', '.join(tls)} need a rediss:// (TLS) URL")
     if "ssl_keyfile" in chosen and "ssl_certfile" not in chosen:
         raise ValueError("ssl_keyfile needs ssl_certfile, the certificate it is the key of")
     if chosen.get("ssl_cert_reqs") == "none" and chosen.get("ssl_check_hostname") is True:
         raise ValueError("ssl_check_hostname=true needs ssl_cert_reqs required or optional")
     server = f"{parts.scheme}://{parts.netloc}{parts.path}"
-    return OPTIONS.build(RedisOptions, chosen, server=server)
+    built = OPTIONS.build(
+        RedisOptions, chosen, server=server, topology=topology, nodes=nodes, service=service
+    )
+    if built.wait_replicas and built.wait_timeout >= built.socket_timeout:
+        raise ValueError(
+            f"wait_timeout ({built.wait_timeout:g} s) must be shorter than socket_timeout "
+            f"({built.socket_timeout:g} s): WAIT's reply is read within socket_timeout"
+        )
+    return built

@@ -21,8 +21,10 @@ from .server import PrivateServer
 
 
 @contextmanager
-def local_cluster(size: int = 3) -> Iterator[list[PrivateServer]]:
-    """``size`` primaries, no replicas, every slot assigned; stopped and removed after."""
+def local_cluster(size: int = 3, replicas: int = 0, *extra: str) -> Iterator[list[PrivateServer]]:
+    """``size`` servers, ``replicas`` replicas a primary (``size / (1 + replicas)``
+    primaries), every slot assigned; ``extra``: more server arguments; stopped and
+    removed after."""
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         pytest.skip("redis-server and redis-cli are needed for the cluster tests")
     root = Path(tempfile.mkdtemp(prefix="dt-cluster-"))
@@ -33,13 +35,13 @@ def local_cluster(size: int = 3) -> Iterator[list[PrivateServer]]:
             directory.mkdir()
             node = PrivateServer(
                 directory, "--cluster-enabled", "yes",
-                "--cluster-config-file", str(directory / "nodes.conf"),
+                "--cluster-config-file", str(directory / "nodes.conf"), *extra,
             )  # fmt: skip
             node.start()
             nodes.append(node)
         subprocess.run(
             ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
-             "--cluster-replicas", "0", "--cluster-yes"],
+             "--cluster-replicas", str(replicas), "--cluster-yes"],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
         for node in nodes:

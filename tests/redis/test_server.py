@@ -159,15 +159,6 @@ def test_a_flushed_script_cache_is_loaded_again() -> None:
         raw.close()
 
 
-def test_an_evicting_maxmemory_policy_is_refused_or_warned_about() -> None:
-    with private_server("--maxmemory-policy", "allkeys-lru") as server:
-        with pytest.raises(TransportError, match="maxmemory-policy is 'allkeys-lru'"):
-            open_transport(with_queue(server.url, "lru"))
-        with pytest.warns(RuntimeWarning, match="allkeys-lru"):
-            transport = open_transport(with_queue(server.url, "lru"), maxmemory_policy="warn")
-        transport.close()
-
-
 def test_a_full_server_refuses_publishes_but_workers_still_drain_it() -> None:
     with private_server("--maxmemory-policy", "noeviction") as server:
         raw = redis.Redis(port=server.port)

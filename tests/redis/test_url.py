@@ -30,13 +30,13 @@ def test_the_dedup_window_comes_from_the_url_or_a_keyword() -> None:
 def test_our_options_leave_the_server_url_bare() -> None:
     options = parse_url(
         "rediss://app:s3cret@h:6390/1?queue=orders&max_attempts=5&on_dead=HOLD"
-        "&socket_timeout=2.5&connect_timeout=1&maxmemory_policy=warn",
+        "&socket_timeout=2.5&connect_timeout=1&maxmemory_policy=refuse",
         {},
     )
     assert options.server == "rediss://app:s3cret@h:6390/1"
     assert (options.queue, options.max_attempts, options.on_dead) == ("orders", 5, "hold")
     assert (options.socket_timeout, options.connect_timeout) == (2.5, 1.0)
-    assert options.maxmemory_policy == "warn"
+    assert options.maxmemory_policy == "refuse"
     assert "s3cret" not in options.redacted
     assert "s3cret" not in repr(options)
     assert "server='rediss://app:***@h:6390/1', queue='orders'" in repr(options)
@@ -78,6 +78,7 @@ def test_keywords_are_typed_and_cannot_repeat_the_url() -> None:
         ("redis://h?socket_timeout=-1", "socket_timeout"),
         ("redis://h?socket_timeout=inf", "socket_timeout"),
         ("redis://h?maxmemory_policy=ignore", "maxmemory_policy"),
+        ("redis://h?maxmemory_policy=warn", "no longer accepted"),
         ("redis://h?dedup_window=0", "dedup_window"),
         ("redis://h?dedup_window=nan", "dedup_window"),
         ("redis://h?db=1", "as its path"),
