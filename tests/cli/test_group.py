@@ -111,7 +111,7 @@ def test_inspect_shows_delayed_paused_and_tenants(tmp_path: Path) -> None:
     assert "Paused groups (1): order-2" in text
     assert "Tenants: (none) weight 1, 1 group, acme weight 1, 1 group" in text
     header = next(line for line in text.splitlines() if line.startswith("priority"))
-    assert header.split()[4] == "delayed"
+    assert header.split()[5] == "delayed"  # priority, ready, in flight, parked, delayed
 
 
 def test_group_takes_its_url_from_the_environment(tmp_path: Path) -> None:

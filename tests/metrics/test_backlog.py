@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -74,7 +75,7 @@ def test_a_sample_reads_the_totals_priorities_and_deepest_groups(url: str) -> No
     finally:
         backlog.close()
     assert sample.ok
-    assert sample.totals == {"ready": 3, "in_flight": 0, "parked": 0, "dead": 0}
+    assert sample.totals == {"ready": 3, "in_flight": 0, "parked": 0, "dead": 0, "delayed": 0}
     assert sample.by_priority[(0, "ready")] == 2
     assert sample.by_priority[(3, "ready")] == 1
     assert (sample.keys, sample.held_groups) == (0, 0)
@@ -86,7 +87,7 @@ def test_samples_within_the_cache_share_one_read(url: str) -> None:
 
     def opener() -> TransportAdmin:
         handles.append(Counting(url))
-        return handles[-1]
+        return cast(TransportAdmin, handles[-1])
 
     backlog = QueueBacklog(opener, cache=3600)
     first, second = backlog.sample(), backlog.sample()
@@ -102,7 +103,7 @@ def test_with_no_cache_every_sample_reads_again_on_one_handle(url: str) -> None:
 
     def opener() -> TransportAdmin:
         handles.append(Counting(url))
-        return handles[-1]
+        return cast(TransportAdmin, handles[-1])
 
     backlog = QueueBacklog(opener, cache=0, groups=0)
     backlog.sample()
