@@ -139,7 +139,9 @@ for node in tree.body:
         for alias in node.names:
             importlib.import_module(alias.name)
     elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-        importlib.import_module(node.module)
+        imported = importlib.import_module(node.module)
+        for alias in node.names:  # names a package loads lazily (PEP 562) load now too
+            getattr(imported, alias.name, None)
 WATCHED = ("sqlite3.connect", "socket.connect", "subprocess.Popen", "os.fork",
            "os.posix_spawn", "os.exec", "os.system")
 seen = []
