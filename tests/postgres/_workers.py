@@ -62,7 +62,18 @@ def resilient(url: str, worker_id: str, journal: str, stop: str) -> None:
     claim finds nothing."""
     from transports_core import OutcomeUnknown, TransportError
 
-    with open(journal, "a", buffering=1) as out, open_transport(url) as transport:
+    # The server may be down or starting when this process starts: opening (which checks
+    # the server at once) is tried again too, for as long as a restart can take.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            transport = open_transport(url)
+            break
+        except TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    with open(journal, "a", buffering=1) as out, transport:
         while True:
             try:
                 lease = transport.claim(worker_id, 5.0, wait=0.5)
