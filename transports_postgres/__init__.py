@@ -5,7 +5,8 @@ Registered under the URL schemes ``postgresql`` and ``postgres``, sync and async
 
 from __future__ import annotations
 
-from transports_core.backend import FEATURES, build_backend
+from transports_core.backend import FEATURES as _FEATURES
+from transports_core.backend import build_backend
 
 from . import _url
 from ._async import AsyncPostgresTransport
@@ -16,5 +17,5 @@ __all__ = ["AsyncPostgresTransport", "PostgresOptions", "PostgresTransport", "ba
 
 
 backend = build_backend(
-    _url.parse_url, PostgresTransport, AsyncPostgresTransport, features=FEATURES
+    _url.parse_url, PostgresTransport, AsyncPostgresTransport, features=_FEATURES
 )

@@ -6,7 +6,8 @@ async (``redis://localhost:6379/0?queue=orders``). See docs/redis.md."""
 
 from __future__ import annotations
 
-from transports_core.backend import FEATURES, build_backend
+from transports_core.backend import FEATURES as _FEATURES
+from transports_core.backend import build_backend
 
 from . import _url
 from ._async import AsyncRedisTransport
@@ -16,4 +17,4 @@ from ._url import RedisOptions
 __all__ = ["AsyncRedisTransport", "RedisOptions", "RedisTransport", "backend"]
 
 
-backend = build_backend(_url.parse_url, RedisTransport, AsyncRedisTransport, features=FEATURES)
+backend = build_backend(_url.parse_url, RedisTransport, AsyncRedisTransport, features=_FEATURES)

@@ -60,7 +60,8 @@ def test_usage_error_exits_2_with_one_line_on_stderr(args: list[str], said: str)
         (
             "nope://somewhere",
             "no transport backend for scheme 'nope'; known schemes: "
-            "postgres, postgresql, redis, rediss, sqlite, unix",
+            "postgres, postgresql, redis, redis+cluster, redis+sentinel, rediss, rediss+cluster, "
+            "sqlite, unix",
         ),
         ("not a url", "malformed transport URL"),
         ("sqlite:///no/such/directory/q.db", "does not exist"),

@@ -99,14 +99,15 @@ def test_table_shows_totals_oldest_and_deepest_groups(tmp_path: Path) -> None:
         "in",
         "flight",
         "parked",
+        "delayed",
         "dead",
         "oldest",
         "seq",
     ]
-    assert lines[3].split() == ["0", "2", "1", "1", "0", "1"]
-    assert lines[4].split() == ["1", "0", "0", "0", "1", "-"]
-    assert lines[5].split() == ["2", "3", "0", "0", "0", "5"]
-    assert lines[6].split() == ["total", "5", "1", "1", "1", "1"]
+    assert lines[3].split() == ["0", "2", "1", "1", "0", "0", "1"]
+    assert lines[4].split() == ["1", "0", "0", "0", "0", "1", "-"]
+    assert lines[5].split() == ["2", "3", "0", "0", "0", "0", "5"]
+    assert lines[6].split() == ["total", "5", "1", "1", "0", "1", "1"]
     assert "Oldest waiting message: seq 1, head of group 'leased' (priority 0, in flight)" in lines
     deep = next(line for line in lines if line.startswith("deep "))
     assert deep.split()[:5] == ["deep", "2", "3", "5", "ready"]

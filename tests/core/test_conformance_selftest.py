@@ -219,7 +219,7 @@ def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_passes_a_sqlite_file_and_prints_one_line_per_property(tmp_path: Path) -> None:
-    chosen = "fifo_per_group or priority_floor or lease_recovery or contention_processes"
+    chosen = "fifo_per_group or test_priority_floor or lease_recovery or contention_processes"
     done = run_cli(tmp_path, "sqlite:///queue.db", "--", "-k", chosen)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()[1:-1]

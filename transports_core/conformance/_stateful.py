@@ -67,6 +67,7 @@ _runs = itertools.count()
 class _ManualTime:
     visibilities = (1.0, 2.0, 5.0)
     delays = (0.0, 0.0, 1.0, 3.0)
+    handling = (0.0, 0.0, 0.5)  # time a handler takes before it nacks
     publish_delays = (1.0, 4.0)
     steps = (0.5, 1.5, 3.0, 6.0)
     slack = 0.01
@@ -94,6 +95,7 @@ class _ManualTime:
 class _RealTime:
     visibilities = (0.6, 60.0)
     delays = (0.0, 0.0, 0.6)
+    handling = (0.0,)
     publish_delays = (0.6,)
     steps = (0.7,)
     slack = 0.05
@@ -325,9 +327,17 @@ def check_against_model(
                 lambda: self.model.ack(key, lease.worker_id, lease.attempt),
             )
 
-        @rule(lease=leases, delay=st.sampled_from(timing.delays), handle=via)
-        def nack(self, lease: Lease[Event], delay: float, handle: int) -> None:
+        @rule(
+            lease=leases,
+            delay=st.sampled_from(timing.delays),
+            handling=st.sampled_from(timing.handling),
+            handle=via,
+        )
+        def nack(self, lease: Lease[Event], delay: float, handling: float, handle: int) -> None:
             key = self.key(lease)
+            if handling:
+                # The handler worked a while first: a park counts from the nack, not the claim.
+                timing.advance(handling, self.model.deadlines())
             now = timing.now()
             self.settle(
                 lease,
