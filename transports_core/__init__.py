@@ -26,7 +26,7 @@ from ._errors import (
     UnknownBackend,
     Unsupported,
 )
-from ._models import Duplicate, Event, Lease, Message
+from ._models import Duplicate, Event, Lease, Message, Settlement
 from ._protocol import AsyncTransport, Transport
 from ._registry import (
     ENTRY_POINT_GROUP,
@@ -60,6 +60,7 @@ __all__ = [
     "QueueStats",
     "QueuedMessage",
     "RequeueRefused",
+    "Settlement",
     "TenantInfo",
     "Transport",
     "TransportAdmin",

@@ -23,12 +23,14 @@ from types import TracebackType
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ._admin import DeadLetter, GroupInfo, HeldGroup, QueuedMessage, QueueStats, TenantInfo
-from ._codec import EventCodec, Item
-from ._errors import LeaseLost, TransportError
-from ._models import Lease, Message
+from ._batch import settle_op
+from ._codec import Claimed, EventCodec, Item
+from ._errors import EventDecodeError, LeaseLost, TransportError
+from ._models import Lease, Message, Settlement
 from ._seam import Operation
 from ._validate import (
     DEDUP_WINDOW,
+    check_count,
     check_group_id,
     check_lease,
     check_limit,
@@ -36,6 +38,7 @@ from ._validate import (
     check_seq,
     check_tenant,
     check_visibility,
+    check_wait,
     check_weight,
     check_worker_id,
     no_options,
@@ -185,6 +188,20 @@ class Operations(Protocol):
 
     def Tenants(self) -> Operation[Any, Any, list[TenantInfo]]: ...
 
+    # Batches of the operations above and of the transport's claim (see `_batch`), each
+    # run in one transaction and, where the backend can, one round trip.
+
+    # (Their arguments are operations this same module built: Any, as each backend's
+    # own types of them are narrower than core's.)
+
+    def ClaimMany(self, claim: Any, limit: int, /) -> Operation[Any, Any, list[Claimed]]: ...
+
+    def SettleMany(self, settles: list[Any], /) -> Operation[Any, Any, list[LeaseLost]]: ...
+
+    def AckAndClaim(self, ack: Any, claim: Any, /) -> Operation[Any, Any, Any]:
+        """The ack, then the claim; the claim's value (a `Claimed` when it leased)."""
+        ...
+
 
 class ReuseLast(Generic[P, T]):
     """Calls ``build`` (an operation's class, say) and keeps what it returned while the
@@ -281,6 +298,41 @@ def publishing(
     )
 
 
+def settles_of(
+    ops: Operations, items: Iterable[Settlement[object]], on_dead: str
+) -> list[Operation[Any, Any, None]]:
+    """The single operations of ``settle_many``'s items, every one built and checked
+    before any runs."""
+    settles = []
+    for item in items:
+        if not isinstance(item, Settlement):
+            raise TypeError(f"settle_many takes Settlement values, not {item!r}")
+        settles.append(settle_op(ops, item, on_dead))
+    return settles
+
+
+def decoded(codec: EventCodec[E], claimed: list[Claimed], before: list[Lease[E]]) -> list[Lease[E]]:
+    """``before`` and the leases of ``claimed``, their events decoded. One that does not
+    decode raises its `EventDecodeError`, the others' leases on it as ``others``, so that
+    none is left without a holder."""
+    leases, failed = list(before), None
+    for one in claimed:
+        try:
+            leases.append(one.lease(codec))
+        except EventDecodeError as error:
+            failed = failed or error
+            if failed is not error:
+                failed.others.append(error.lease)
+    if failed is not None:
+        failed.others[:0] = leases
+        raise failed
+    return leases
+
+
+def claim_args(limit: int, wait: float) -> tuple[int, float]:
+    return check_count(limit, "limit"), check_wait(wait)
+
+
 class Writes(Generic[E]):
     """The calls that write and may run inside a transaction: ``publish``,
     ``publish_many``, ``ack``, ``nack`` and ``bury``, over ``_run(op)``. `TransportBase`
@@ -333,6 +385,14 @@ class Writes(Generic[E]):
 
     def bury(self, lease: Lease[object], reason: str) -> None:
         self._run(self._ops.BuryLease(lease, reason, self._on_dead))
+
+    def settle_many(self, items: Iterable[Settlement[object]]) -> list[LeaseLost]:
+        settles = settles_of(self._ops, items, self._on_dead)
+        return self._run(self._ops.SettleMany(settles)) if settles else []
+
+    def ack_many(self, leases: Iterable[Lease[object]]) -> list[LeaseLost]:
+        acks = [self._ops.Ack(lease) for lease in leases]
+        return self._run(self._ops.SettleMany(acks)) if acks else []
 
 
 class Joined(Protocol):
@@ -400,6 +460,52 @@ class TransportBase(Writes[E], Closing):
         """A runner of operations on ``conn`` (see `Joined`), after checking that ``conn``
         is a connection to this transport's store that its statements can run in."""
         raise cannot_join(self)
+
+    def _claim_op(
+        self, worker_id: str, visibility: float, min_priority: int
+    ) -> Operation[Any, Any, Any]:
+        """The checked operation of one ``claim`` that does not wait."""
+        raise NotImplementedError
+
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
+    ) -> Lease[E] | None:
+        raise NotImplementedError
+
+    def claim_many(
+        self,
+        worker_id: str,
+        visibility: float,
+        limit: int,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> list[Lease[E]]:
+        limit, wait = claim_args(limit, wait)
+        claim = self._claim_op(worker_id, visibility, min_priority)
+        leases = decoded(self._codec, self._run(self._ops.ClaimMany(claim, limit)), [])
+        if leases or not wait:
+            return leases
+        first = self.claim(worker_id, visibility, min_priority, wait)
+        if first is None or limit == 1:
+            return [] if first is None else [first]
+        return decoded(self._codec, self._run(self._ops.ClaimMany(claim, limit - 1)), [first])
+
+    def ack_and_claim(
+        self,
+        lease: Lease[object],
+        worker_id: str,
+        visibility: float,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> Lease[E] | None:
+        wait = check_wait(wait)
+        op = self._ops.AckAndClaim(
+            self._ops.Ack(lease), self._claim_op(worker_id, visibility, min_priority)
+        )
+        claimed = self._run(op)
+        if isinstance(claimed, Claimed):
+            return claimed.lease(self._codec)
+        return self.claim(worker_id, visibility, min_priority, wait) if wait else None
 
     def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
         return self._run(self._ops.Extend(lease, visibility))
@@ -498,6 +604,14 @@ class AsyncWrites(Generic[E]):
     async def bury(self, lease: Lease[object], reason: str) -> None:
         await self._run(self._ops.BuryLease(lease, reason, self._on_dead))
 
+    async def settle_many(self, items: Iterable[Settlement[object]]) -> list[LeaseLost]:
+        settles = settles_of(self._ops, items, self._on_dead)
+        return await self._run(self._ops.SettleMany(settles)) if settles else []
+
+    async def ack_many(self, leases: Iterable[Lease[object]]) -> list[LeaseLost]:
+        acks = [self._ops.Ack(lease) for lease in leases]
+        return await self._run(self._ops.SettleMany(acks)) if acks else []
+
 
 class AsyncWithin(AsyncWrites[E]):
     """`Within` for the async twin: ``await transport.within(conn).ack(lease)``."""
@@ -533,6 +647,53 @@ class AsyncTransportBase(AsyncWrites[E], AsyncClosing):
     def _join(self, conn: object) -> AsyncJoined:
         """`TransportBase._join` for the async twin's connections."""
         raise cannot_join(self)
+
+    def _claim_op(
+        self, worker_id: str, visibility: float, min_priority: int
+    ) -> Operation[Any, Any, Any]:
+        """The checked operation of one ``claim`` that does not wait."""
+        raise NotImplementedError
+
+    async def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, wait: float = 0
+    ) -> Lease[E] | None:
+        raise NotImplementedError
+
+    async def claim_many(
+        self,
+        worker_id: str,
+        visibility: float,
+        limit: int,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> list[Lease[E]]:
+        limit, wait = claim_args(limit, wait)
+        claim = self._claim_op(worker_id, visibility, min_priority)
+        leases = decoded(self._codec, await self._run(self._ops.ClaimMany(claim, limit)), [])
+        if leases or not wait:
+            return leases
+        first = await self.claim(worker_id, visibility, min_priority, wait)
+        if first is None or limit == 1:
+            return [] if first is None else [first]
+        rest = await self._run(self._ops.ClaimMany(claim, limit - 1))
+        return decoded(self._codec, rest, [first])
+
+    async def ack_and_claim(
+        self,
+        lease: Lease[object],
+        worker_id: str,
+        visibility: float,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> Lease[E] | None:
+        wait = check_wait(wait)
+        op = self._ops.AckAndClaim(
+            self._ops.Ack(lease), self._claim_op(worker_id, visibility, min_priority)
+        )
+        claimed = await self._run(op)
+        if isinstance(claimed, Claimed):
+            return claimed.lease(self._codec)
+        return await self.claim(worker_id, visibility, min_priority, wait) if wait else None
 
     async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
         return await self._run(self._ops.Extend(lease, visibility))

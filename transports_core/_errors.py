@@ -17,6 +17,7 @@ Bad arguments are not transport errors: they raise ``ValueError`` or ``TypeError
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from ._models import Lease
 
@@ -52,7 +53,8 @@ class EventDecodeError(TransportError):
 
     The message *is* leased: ``lease`` (whose ``event`` is the raw JSON text) can be
     passed to ``ack`` to drop it or to ``nack`` to park it. The pydantic error is the
-    ``__cause__``.
+    ``__cause__``. Raised by ``claim_many``, ``others`` holds the batch's other leases
+    (those that decoded, and the raw ones of any other that did not), held as well.
     """
 
     def __init__(self, lease: Lease[str], reason: str) -> None:
@@ -60,6 +62,7 @@ class EventDecodeError(TransportError):
             f"message {lease.seq} of group {lease.group_id!r} does not decode: {reason}"
         )
         self.lease = lease
+        self.others: list[Lease[Any]] = []
 
     @property
     def raw(self) -> str:

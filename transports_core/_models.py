@@ -1,5 +1,6 @@
 """The values every transport speaks: the default `Event` model, the `Lease`, a `Message`
-to publish, and the `Duplicate` seq of a publish whose key was used already.
+to publish, a `Settlement` of a batch of settles, and the `Duplicate` seq of a publish
+whose key was used already.
 
 Imports nothing from the rest of the package, so every other module may import it.
 """
@@ -7,11 +8,11 @@ Imports nothing from the rest of the package, so every other module may import i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["Duplicate", "Event", "Lease", "Message"]
+__all__ = ["Duplicate", "Event", "Lease", "Message", "Settlement"]
 
 E_co = TypeVar("E_co", covariant=True)
 
@@ -67,6 +68,30 @@ class Message(Generic[E_co]):
     delay: float = 0
     hold: bool = False
     tenant: str | None = None
+
+
+_ACTIONS = ("ack", "nack", "bury")
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement(Generic[E_co]):
+    """One item of ``settle_many``: what to do with a held lease, as ``ack``, ``nack``
+    or ``bury`` would: ``Settlement(lease)`` acks, ``Settlement(lease, "nack", delay=5)``
+    parks for five seconds, ``Settlement(lease, "bury", reason="bad input")`` makes a
+    dead letter. The arguments are checked as those calls check them, before anything
+    of the batch is written."""
+
+    lease: Lease[E_co]
+    action: Literal["ack", "nack", "bury"] = "ack"
+    delay: float = 0
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.action not in _ACTIONS:
+            raise ValueError(
+                f"a settlement's action must be one of {', '.join(_ACTIONS)}, "
+                f"not {self.action!r}"
+            )
 
 
 class Duplicate(int):

@@ -1,6 +1,6 @@
 """The interface every transport implements, and the contract written once.
 
-Imports only ``_models``; knows nothing of any backend.
+Imports only ``_models`` and ``_errors``; knows nothing of any backend.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Protocol, TypeVar, runtime_checkable
 
-from ._models import Lease, Message
+from ._errors import LeaseLost
+from ._models import Lease, Message, Settlement
 
 try:
     from typing import Self
@@ -141,6 +142,49 @@ class Transport(Protocol[E]):
         """
         ...
 
+    def claim_many(
+        self,
+        worker_id: str,
+        visibility: float,
+        limit: int,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> list[Lease[E]]:
+        """Lease up to ``limit`` messages, each of a different group, in one call: the
+        ones, and in the order, that ``limit`` successive ``claim`` calls would lease
+        (round-robin, the priority floor, tenants' turns), fewer when fewer are
+        deliverable. With ``wait > 0`` it blocks as ``claim`` does until at least one is.
+
+        A message that does not decode raises `EventDecodeError` carrying it, with the
+        batch's other leases in its ``others``."""
+        ...
+
+    def settle_many(self, items: Iterable[Settlement[object]]) -> list[LeaseLost]:
+        """Settle several leases in one call and one commit, each `Settlement` as its
+        ``ack``, ``nack`` or ``bury`` would. Each is fenced by its own lease: those no
+        longer current change nothing and come back as `LeaseLost` values (not raised),
+        in their order; the others take effect. A bad item rejects the whole batch
+        before anything is written."""
+        ...
+
+    def ack_many(self, leases: Iterable[Lease[object]]) -> list[LeaseLost]:
+        """`settle_many` of acks."""
+        ...
+
+    def ack_and_claim(
+        self,
+        lease: Lease[object],
+        worker_id: str,
+        visibility: float,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> Lease[E] | None:
+        """Ack ``lease`` and claim the next message in one call, as ``ack`` then
+        ``claim`` would. When the lease is no longer current it raises `LeaseLost` and
+        claims nothing. With ``wait > 0`` a claim that finds nothing blocks as ``claim``
+        does (the ack has taken effect by then)."""
+        ...
+
     def close(self) -> None:
         """Release the connection. Idempotent."""
         ...
@@ -185,6 +229,28 @@ class AsyncTransport(Protocol[E]):
     async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]: ...
 
     async def bury(self, lease: Lease[object], reason: str) -> None: ...
+
+    async def claim_many(
+        self,
+        worker_id: str,
+        visibility: float,
+        limit: int,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> list[Lease[E]]: ...
+
+    async def settle_many(self, items: Iterable[Settlement[object]]) -> list[LeaseLost]: ...
+
+    async def ack_many(self, leases: Iterable[Lease[object]]) -> list[LeaseLost]: ...
+
+    async def ack_and_claim(
+        self,
+        lease: Lease[object],
+        worker_id: str,
+        visibility: float,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> Lease[E] | None: ...
 
     async def close(self) -> None: ...
 

@@ -11,6 +11,9 @@ without breaking anyone. It holds:
   `seconds_option`;
 * the operation shape and its drivers (`Operation`, `More`/`MORE`, `drive`,
   `drive_async`): a backend writes its calls as sans-I/O operations and core runs them;
+  `inline` runs one inside another's steps, and `claiming_many`, `settling_many` and
+  `then_claiming` are the steps of the batch calls (``claim_many``, ``settle_many``,
+  ``ack_and_claim``) over a backend's single operations;
   the wait plan of a blocking claim (`wait_plan`, `WaitState`, `LOOK`, `CLAIM`,
   `Backoff`, driven by `wait_for`/`wait_for_async`); `GiveBack`, the rule for a
   cancelled async claim;
@@ -58,6 +61,7 @@ from ._base import (
     TransportBase,
     cannot_join,
 )
+from ._batch import Part, claiming_many, inline, settling_many, then_claiming
 from ._codec import Claimed, EventCodec, Item
 from ._options import OptionTable, build_backend, check_clock, seconds_option
 from ._registry import ENTRY_POINT_GROUP, FEATURES, Backend, redact_url, register_backend
@@ -144,6 +148,7 @@ __all__ = [
     "Operation",
     "Operations",
     "OptionTable",
+    "Part",
     "ReuseLast",
     "Settle",
     "Steps",
@@ -175,16 +180,20 @@ __all__ = [
     "check_wait",
     "check_weight",
     "check_worker_id",
+    "claiming_many",
     "dead_letter",
     "drive",
     "drive_async",
     "exhausted_reason",
     "group_info",
     "held_group",
+    "inline",
     "queue_stats",
     "redact_url",
     "register_backend",
     "seconds_option",
+    "settling_many",
+    "then_claiming",
     "wait_for",
     "wait_for_async",
     "wait_plan",

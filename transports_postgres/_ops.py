@@ -1142,21 +1142,6 @@ def joined_prelude(op: Operation[Any]) -> Batch:
     return prelude
 
 
-def _as_steps(op: core.Operation[Batch, list[Result], T], now: float | None) -> Steps[T]:
-    """``op`` as one generator of batches: what core's `drive` does with it, without the
-    I/O (`first` and `done`, then ``More``'s next operation or `steps`)."""
-    batch = op.first(now)
-    while batch is not None:
-        value = op.done((yield batch), now)
-        if not isinstance(value, More):
-            return value
-        if value.then is None:
-            break
-        op = value.then
-        batch = op.first(now)
-    return (yield from op.steps(now))
-
-
 # What a joined operation's runner sends when it failed after its savepoint was made: its
 # statements are undone and the savepoint goes, the caller's transaction usable again.
 UNDO: Final = (Stmt(sql.ROLLBACK_TO_SAVEPOINT), Stmt(sql.RELEASE_SAVEPOINT))
@@ -1174,7 +1159,7 @@ class Joined(core.Operation[Batch, list[Result], T]):
         self.op, self.opened = op, False
 
     def steps(self, now: float | None) -> Steps[T]:
-        body = _as_steps(Bare(self.op), now)
+        body = core.inline(Bare(self.op), now)
         try:
             batch = next(body)
         except StopIteration as stop:  # nothing to send: no savepoint either
@@ -1190,6 +1175,68 @@ class Joined(core.Operation[Batch, list[Result], T]):
             value = stop.value
         yield (Stmt(sql.RELEASE_SAVEPOINT),)
         return value
+
+
+# --- batches: core's steps over the single operations, in one transaction ------------------
+
+
+def _bare(op: core.Operation[Batch, list[Result], T], now: float | None) -> Steps[T]:
+    """One operation inside a batch's transaction: without a bracket of its own."""
+    assert isinstance(op, Operation)  # a batch is made of this backend's operations
+    return core.inline(Bare(op), now)
+
+
+def _flushing(op: Operation[Any]) -> Operation[Any]:
+    """``op`` without a `synchronous_commit` of its own: in a batch's one transaction a
+    claim's or nack's setting would apply to its acks too."""
+    if isinstance(op, LeaseClaim):
+        return Claim(op.worker_id, op.visibility, op.min_priority, op.max_attempts, op.on_dead)
+    if isinstance(op, Nack) and op.lease_commit is not None:
+        return Nack(op.lease, op.delay)
+    return op
+
+
+class ClaimMany(Operation[list[core.Claimed]]):
+    """Up to ``limit`` successive claims, in one transaction."""
+
+    __slots__ = ("claim", "limit")
+    call = "claim_many"
+
+    def __init__(self, claim: Claim, limit: int) -> None:
+        self.claim: Operation[Any] = _flushing(claim)
+        self.limit = limit
+
+    def body(self, now: float | None) -> Steps[list[core.Claimed]]:
+        return core.claiming_many(self.claim, self.limit, now, _bare)
+
+
+class SettleMany(Operation[list[dt.LeaseLost]]):
+    """Acks, nacks and buries, each fenced by its lease, in one transaction."""
+
+    __slots__ = ("settles",)
+    call = "settle_many"
+
+    def __init__(self, settles: list[Operation[None]]) -> None:
+        self.settles = [_flushing(op) for op in settles]
+
+    def body(self, now: float | None) -> Steps[list[dt.LeaseLost]]:
+        return core.settling_many(self.settles, now, _bare)
+
+
+class AckAndClaim(Operation[core.Claimed | None]):
+    """An ack and the next claim, in one transaction."""
+
+    __slots__ = ("ack", "claim")
+    call = "ack_and_claim"
+
+    def __init__(self, ack: Operation[None], claim: Claim) -> None:
+        self.ack, self.claim = ack, _flushing(claim)
+
+    def body(self, now: float | None) -> Steps[core.Claimed | None]:
+        result: core.Claimed | None = yield from core.then_claiming(
+            self.ack, self.claim, now, _bare
+        )
+        return result
 
 
 class Operations:
@@ -1244,3 +1291,6 @@ class Operations:
     Peek = Peek
     SetTenantWeight = SetTenantWeight
     Tenants = Tenants
+    ClaimMany = ClaimMany
+    SettleMany = SettleMany
+    AckAndClaim = AckAndClaim

@@ -473,6 +473,9 @@ class Configured(Generic[E]):
         self._closed = False
         self._recheck = RECHECK if options.server_clock else RECHECK_INJECTED_CLOCK
 
+    def _claim_op(self, worker_id: str, visibility: float, min_priority: int) -> _ops.Claim:
+        return self._operations.claim(worker_id, visibility, min_priority)
+
     def _plan(self, wait: float) -> Generator[core.WaitStep, object, None]:
         """The plan of a blocked claim: it claims again when woken by a notification, at
         the end of the next lease or park, and looks again after `_recheck` seconds."""

@@ -383,6 +383,46 @@ class BuryLease(_Settle[None]):
 # --- admin ---------------------------------------------------------------------------
 
 
+# --- batches: core's steps over the single operations --------------------------------------
+
+
+class ClaimMany(Op[list[core.Claimed]]):
+    """Up to ``limit`` successive claims, one script call each."""
+
+    __slots__ = ("claim", "limit")
+
+    def __init__(self, claim: Claim, limit: int) -> None:
+        self.claim, self.limit = claim, limit
+
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, list[core.Claimed]]:
+        return core.claiming_many(self.claim, self.limit, now)
+
+
+class SettleMany(Op[list[dt.LeaseLost]]):
+    """Acks, nacks and buries, each fenced by its lease, one script call each."""
+
+    __slots__ = ("settles",)
+
+    def __init__(self, settles: list[Op[None]]) -> None:
+        self.settles = settles
+
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, list[dt.LeaseLost]]:
+        return core.settling_many(self.settles, now)
+
+
+class AckAndClaim(Op["core.Claimed | Idle"]):
+    """An ack, then the next claim."""
+
+    __slots__ = ("ack", "claim")
+
+    def __init__(self, ack: Op[None], claim: Claim) -> None:
+        self.ack, self.claim = ack, claim
+
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, core.Claimed | Idle]:
+        result: core.Claimed | Idle = yield from core.then_claiming(self.ack, self.claim, now)
+        return result
+
+
 def promoted(now: float | None) -> core.Steps[ScriptCall, Any, str]:
     """Steps that move the delayed messages due at ``now`` into their groups, `CHUNK` a
     call, as a claim would; their value is the time they used, for the next steps."""

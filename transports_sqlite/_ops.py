@@ -505,6 +505,33 @@ def BuryLease(lease: dt.Lease[object], reason: str, on_dead: str) -> Op[None]:
     return Plan(steps)
 
 
+# --- batches: core's steps over the single ops, in one transaction -------------------------
+
+
+def ClaimMany(claim: Claim, limit: int) -> Op[list[core.Claimed]]:
+    """Up to ``limit`` successive claims, in one transaction and one commit."""
+    return Plan(partial(core.claiming_many, claim, limit), durable=claim.durable, wakes=False)
+
+
+def SettleMany(settles: list[Op[None]]) -> Op[list[dt.LeaseLost]]:
+    """Acks, nacks and buries, each fenced by its lease, in one transaction."""
+    return Plan(
+        partial(core.settling_many, settles),
+        durable=any(op.durable for op in settles),
+        wakes=any(op.wakes for op in settles),
+    )
+
+
+def AckAndClaim(ack: Op[None], claim: Claim) -> Op[core.Claimed | None]:
+    """An ack and the next claim, in one transaction and one commit: brief, as each is."""
+    return Plan(
+        partial(core.then_claiming, ack, claim),
+        durable=ack.durable,
+        wakes=ack.wakes,
+        brief=ack.brief and claim.brief,
+    )
+
+
 def _fence(lease: dt.Lease[object]) -> dict[str, Any]:
     """The values by which a statement matches the current lease (see _LEASE_HOLDER)."""
     return {

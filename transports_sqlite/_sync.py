@@ -389,6 +389,9 @@ class Twin(Generic[E]):
             )
         )
 
+    def _claim_op(self, worker_id: str, visibility: float, min_priority: int) -> Claim:
+        return self._claims(worker_id, visibility, min_priority)
+
     def _claim_of(
         self, worker_id: str, visibility: float, min_priority: int, wait: float
     ) -> tuple[Claim, float]:

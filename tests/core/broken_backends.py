@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
 import transports_core as dt
@@ -84,6 +85,12 @@ class Defects:
     unweighted: bool = False  # tenants are ignored: plain round-robin over groups
     tenant_catch_up: bool = False  # a tenant back from idle catches up on missed turns
     tenant_each_publish: bool = False  # every publish sets its group's tenant
+    many_reversed: bool = False  # claim_many hands its batch out in reverse order
+    many_one: bool = False  # claim_many leases one message however many are asked for
+    many_ignores_floor: bool = False  # claim_many ignores min_priority
+    many_all_or_nothing: bool = False  # settle_many raises at a stale lease, the rest unsettled
+    many_unfenced: bool = False  # settle_many acts on the seq, whoever holds it now
+    claims_after_lost_ack: bool = False  # ack_and_claim claims though its ack found no lease
 
 
 @dataclass
@@ -504,6 +511,72 @@ class MemoryTransport(core.Closing):
                 if woken and s.defects.impatient_wait:
                     break
         return lease
+
+    def claim_many(
+        self,
+        worker_id: str,
+        visibility: float,
+        limit: int,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> list[dt.Lease[Any]]:
+        worker_id, visibility = core.check_worker_id(worker_id), core.check_visibility(visibility)
+        min_priority = core.check_priority(min_priority, "min_priority")
+        limit, wait = core.check_count(limit, "limit"), core.check_wait(wait)
+        d = self._store.defects
+        floor = 0 if d.many_ignores_floor else min_priority
+        first = self.claim(worker_id, visibility, floor, wait)
+        leases = [] if first is None else [first]
+        with self._locked():
+            while leases and len(leases) < (1 if d.many_one else limit):
+                lease = self._try_claim(worker_id, visibility, floor)
+                if lease is None:
+                    break
+                leases.append(lease)
+        return leases[::-1] if d.many_reversed else leases
+
+    def settle_many(self, items: Iterable[dt.Settlement[object]]) -> list[dt.LeaseLost]:
+        d = self._store.defects
+        calls: list[Callable[[], None]] = []
+        for item in items:
+            if not isinstance(item, dt.Settlement):
+                raise TypeError(f"settle_many takes Settlement values, not {item!r}")
+            self._lease(item.lease)
+            if item.action == "ack":
+                calls.append(partial(self._ack, item.lease, not d.many_unfenced))
+            elif item.action == "nack":
+                calls.append(partial(self.nack, item.lease, core.check_delay(item.delay)))
+            else:
+                core.check_reason(item.reason)
+                calls.append(partial(self.bury, item.lease, item.reason))
+        stale = []
+        for call in calls:
+            try:
+                call()
+            except dt.LeaseLost as lost:
+                if d.many_all_or_nothing:
+                    raise
+                stale.append(lost)
+        return stale
+
+    def ack_many(self, leases: Iterable[dt.Lease[object]]) -> list[dt.LeaseLost]:
+        return self.settle_many([dt.Settlement(lease) for lease in leases])
+
+    def ack_and_claim(
+        self,
+        lease: dt.Lease[object],
+        worker_id: str,
+        visibility: float,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> dt.Lease[Any] | None:
+        core.check_wait(wait)
+        try:
+            self.ack(lease)
+        except dt.LeaseLost:
+            if not self._store.defects.claims_after_lost_ack:
+                raise
+        return self.claim(worker_id, visibility, min_priority, wait)
 
     # -- settling --------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from transports_core import (
     Lease,
     LeaseLost,
     Message,
+    Settlement,
     Transport,
     TransportAdmin,
 )
@@ -310,6 +311,39 @@ class _Tracked(Closing):
 
     def extend(self, lease: Lease[Event], visibility: float) -> Lease[Event]:
         return self._inner.extend(lease, visibility)
+
+    def claim_many(
+        self,
+        worker_id: str,
+        visibility: float,
+        limit: int,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> list[Lease[Event]]:
+        leases = self._inner.claim_many(worker_id, visibility, limit, min_priority, wait)
+        self._leases.extend(leases)
+        return leases
+
+    def settle_many(self, items: Iterable[Settlement[object]]) -> list[LeaseLost]:
+        items = list(items)
+        self._parks.extend(self._now() + i.delay for i in items if i.action == "nack" and i.delay)
+        return self._inner.settle_many(items)
+
+    def ack_many(self, leases: Iterable[Lease[object]]) -> list[LeaseLost]:
+        return self._inner.ack_many(leases)
+
+    def ack_and_claim(
+        self,
+        lease: Lease[object],
+        worker_id: str,
+        visibility: float,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> Lease[Event] | None:
+        got = self._inner.ack_and_claim(lease, worker_id, visibility, min_priority, wait)
+        if got is not None:
+            self._leases.append(got)
+        return got
 
     def close(self) -> None:
         self._inner.close()

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from transports_core import AsyncTransport, Lease, Message
+from transports_core import AsyncTransport, Lease, LeaseLost, Message, Settlement
 from transports_core.backend import Closing
 
 try:
@@ -128,6 +128,36 @@ class BlockingTransport(Closing, Generic[E]):
 
     def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
         return self._portal.run(self.async_transport.extend(lease, visibility))
+
+    def claim_many(
+        self,
+        worker_id: str,
+        visibility: float,
+        limit: int,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> list[Lease[E]]:
+        return self._portal.run(
+            self.async_transport.claim_many(worker_id, visibility, limit, min_priority, wait)
+        )
+
+    def settle_many(self, items: Iterable[Settlement[object]]) -> list[LeaseLost]:
+        return self._portal.run(self.async_transport.settle_many(items))
+
+    def ack_many(self, leases: Iterable[Lease[object]]) -> list[LeaseLost]:
+        return self._portal.run(self.async_transport.ack_many(leases))
+
+    def ack_and_claim(
+        self,
+        lease: Lease[object],
+        worker_id: str,
+        visibility: float,
+        min_priority: int = 0,
+        wait: float = 0,
+    ) -> Lease[E] | None:
+        return self._portal.run(
+            self.async_transport.ack_and_claim(lease, worker_id, visibility, min_priority, wait)
+        )
 
     def close(self) -> None:
         self._portal.run(self.async_transport.close())
