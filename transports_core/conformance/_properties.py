@@ -91,6 +91,10 @@ TENANT_ON_CREATE: Final = "tenant-set-when-the-group-is-created"
 TENANT_FLOOR: Final = "tenant-priority-floor-filters-first"
 TENANT_WEIGHTS: Final = "tenant-weights-stored-and-checked"
 TENANT_REFUSED: Final = "tenant-refused-without-tenants"
+BATCH_CLAIM: Final = "claim-many-as-successive-claims"
+BATCH_FENCING: Final = "settle-many-fences-each-lease"
+BATCH_ACK_CLAIM: Final = "ack-and-claim-acks-then-claims"
+BATCH_BAD_INPUT: Final = "batch-bad-input-changes-nothing"
 
 # What each property means, in the order the CLI reports them.
 PROPERTIES: Final[dict[str, str]] = {
@@ -176,4 +180,8 @@ PROPERTIES: Final[dict[str, str]] = {
     TENANT_FLOOR: "the priority floor filters before tenants are weighed",
     TENANT_WEIGHTS: "set_tenant_weight stores 1-1000 and refuses anything else",
     TENANT_REFUSED: "a backend without tenants refuses a publish with one: Unsupported",
+    BATCH_CLAIM: "claim_many leases what as many claims would, in order, one per free group",
+    BATCH_FENCING: "settle_many and ack_many fence each lease, report the stale, settle the rest",
+    BATCH_ACK_CLAIM: "ack_and_claim acks then claims; a stale lease raises and claims nothing",
+    BATCH_BAD_INPUT: "a bad limit or settlement refuses the whole batch and changes nothing",
 }

@@ -189,15 +189,23 @@ def check_against_model(
             return self.keys[lease.seq]
 
         @initialize(
-            batch=st.lists(st.tuples(groups, priorities), min_size=4, max_size=12),
+            batch=st.lists(
+                st.tuples(groups, priorities, tenant_names, later), min_size=4, max_size=12
+            ),
         )
-        def seed(self, batch: list[tuple[str, int]]) -> None:
-            # Start from a backlog: from an empty store most steps would claim nothing.
-            for group, priority in batch:
-                self.publish(group, priority, 0, None, (0.0, False))
+        def seed(self, batch: list[tuple[str, int, str | None, tuple[float, bool]]]) -> None:
+            # Start from a backlog: from an empty store most steps would claim nothing. Its
+            # groups get their tenants and delays here too, so that a delayed message or a
+            # tenant's share comes to the head of a group within a few steps.
+            for group, priority, tenant, when in batch:
+                self.publish(group, priority, 0, tenant, when)
 
         def tenant(self, name: str | None) -> str | None:
-            return None if name is None else self.prefix + name
+            if name is None and (fresh or not tenants):
+                return None
+            # The default tenant's share of turns outlives an example on a shared store,
+            # where the model would start it afresh: there each example has its own.
+            return self.prefix + (name or "t0")
 
         @rule(
             group=groups,
@@ -466,9 +474,7 @@ def check_against_model(
                 database=None,
                 print_blob=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-                phases=tuple(Phase)
-                if shrink
-                else tuple(p for p in Phase if p is not Phase.shrink),
+                phases=tuple(Phase) if shrink else tuple(p for p in Phase if p is not Phase.shrink),
             ),
         )
     finally:

@@ -13,6 +13,7 @@ import pytest
 from ._admin import AdminScenarios
 from ._async_native import AsyncNativeScenarios
 from ._base import AsyncJoinFactory, AsyncTransportFactory, JoinFactory, TransportFactory
+from ._batches import BatchScenarios
 from ._blocking import BlockingSession, BlockingTransport, Portal
 from ._bury import BuryScenarios
 from ._claim import ClaimScenarios
@@ -47,6 +48,7 @@ class TransportSuite(
     TimerScenarios,
     ControlScenarios,
     TenantScenarios,
+    BatchScenarios,
     ModelScenarios,
 ):
     """Every scenario of the contract, for a sync `Transport`.
