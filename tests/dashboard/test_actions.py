@@ -87,7 +87,9 @@ def test_actions_need_the_token_and_the_csrf_token(
         browser.get(running.at("/login"))
         browser.find_element(By.ID, "token").send_keys("not-the-token-at-all-000")
         browser.find_element(By.ID, "sign-in").click()
-        assert "wrong token" in browser.find_element(By.ID, "refused").text
+        # The click submits a form: wait for the answer's page rather than race its load.
+        refused = WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "refused"))
+        assert "wrong token" in refused[0].text
         assert state(url) == before
 
         # The right one does; that session's cookie without its CSRF token, or from
