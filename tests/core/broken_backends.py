@@ -61,6 +61,7 @@ class Defects:
     racy_claim: bool = False  # picks and marks a message under two separate locks
     ignore_event_type: bool = False  # encodes and decodes every event as the default Event
     decode_unleased: bool = False  # a message that does not decode is not leased after all
+    many_decode_alone: bool = False  # claim_many's EventDecodeError carries no others
     ignore_keys: bool = False  # takes a key and stores the message anyway
     keys_across_groups: bool = False  # a key is one for the whole queue, not per group
     forget_key_on_ack: bool = False  # an acked message's key is forgotten with it
@@ -525,14 +526,27 @@ class MemoryTransport(core.Closing):
         limit, wait = core.check_count(limit, "limit"), core.check_wait(wait)
         d = self._store.defects
         floor = 0 if d.many_ignores_floor else min_priority
-        first = self.claim(worker_id, visibility, floor, wait)
+        failed: list[dt.EventDecodeError] = []
+        try:
+            first = self.claim(worker_id, visibility, floor, wait)
+        except dt.EventDecodeError as error:
+            failed.append(error)
+            first = None
         leases = [] if first is None else [first]
         with self._locked():
-            while leases and len(leases) < (1 if d.many_one else limit):
-                lease = self._try_claim(worker_id, visibility, floor)
+            while (leases or failed) and len(leases) + len(failed) < (1 if d.many_one else limit):
+                try:
+                    lease = self._try_claim(worker_id, visibility, floor)
+                except dt.EventDecodeError as error:
+                    failed.append(error)
+                    continue
                 if lease is None:
                     break
                 leases.append(lease)
+        if failed:
+            head = failed[0]
+            head.others = [] if d.many_decode_alone else [*leases, *(e.lease for e in failed[1:])]
+            raise head
         return leases[::-1] if d.many_reversed else leases
 
     def settle_many(self, items: Iterable[dt.Settlement[object]]) -> list[dt.LeaseLost]:

@@ -14,11 +14,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from transports_core import Event, Lease, LeaseLost, Message, Settlement, Transport
+from transports_core import (
+    Event,
+    EventDecodeError,
+    Lease,
+    LeaseLost,
+    Message,
+    Settlement,
+    Transport,
+)
 
-from ._base import checks, must_raise
-from ._properties import BATCH_ACK_CLAIM, BATCH_BAD_INPUT, BATCH_CLAIM, BATCH_FENCING
-from ._steps import Steps, ev, publish, take
+from ._base import MULTI_HANDLE, checks, must_raise
+from ._edges import Placed
+from ._properties import (
+    BATCH_ACK_CLAIM,
+    BATCH_BAD_INPUT,
+    BATCH_CLAIM,
+    BATCH_FENCING,
+    DECODE_ERROR,
+)
+from ._steps import Steps, ev, must_not_lose, publish, take
 
 # Six groups, of priorities 0 to 3, two messages each: (suffix, priority).
 _LAYOUT = [("g0", 0), ("g1", 2), ("g2", 0), ("g3", 3), ("g4", 1), ("g5", 2)]
@@ -96,6 +111,45 @@ class BatchScenarios(Steps):
         assert t.claim_many("w3", self.hold, 3) == [], (
             f"{BATCH_CLAIM}: with every group in flight, claim_many leased something"
         )
+
+    @checks(DECODE_ERROR)
+    def test_decode_error_of_claim_many_holds_the_whole_batch(self) -> None:
+        self.require(MULTI_HANDLE)
+        loose = self.open()
+        typed = self.open(event_type=Placed)
+        stored = [
+            ("a", Event(kind="placed", order=1)),
+            ("b", Event(note="not an order")),
+            ("c", Event(kind="placed", order=3)),
+            ("d", Event(note="nor this")),
+        ]
+        seqs = [loose.publish(group, event) for group, event in stored]
+        error = must_raise(
+            DECODE_ERROR,
+            EventDecodeError,
+            "claim_many of four, two stored as plain Events, on a transport of Placed",
+            lambda: typed.claim_many("w1", self.hold, 4),
+        )
+        assert error.lease.seq == seqs[1], (
+            f"{DECODE_ERROR}: claim_many's EventDecodeError carried seq {error.lease.seq}, "
+            f"not the first that failed ({seqs[1]})"
+        )
+        held = sorted(lease.seq for lease in [error.lease, *error.others])
+        assert held == seqs, (
+            f"{DECODE_ERROR}: claim_many's EventDecodeError held {held} (lease and others), "
+            f"not the whole batch {seqs}: the rest would be leased with no holder"
+        )
+        orders = [lease.event.order for lease in error.others if isinstance(lease.event, Placed)]
+        assert orders == [1, 3], (
+            f"{DECODE_ERROR}: the batch's decoded leases carried orders {orders}, not [1, 3]"
+        )
+        for lease in [error.lease, *error.others]:
+            must_not_lose(
+                f"an ack of seq {lease.seq} from claim_many's EventDecodeError",
+                lambda lease=lease: typed.ack(lease),  # type: ignore[misc]
+            )
+        left = loose.claim("w2", self.hold)
+        assert left is None, f"{DECODE_ERROR}: after the batch's acks, claim gave {left}"
 
     @checks(BATCH_FENCING)
     def test_settle_many_fences_each_lease_and_settles_the_rest(self) -> None:

@@ -390,7 +390,8 @@ def check_against_model(
             handle=via,
         )
         def publish_many(self, batch: list[tuple[str, int]], handle: int) -> None:
-            keys = [self.model.publish(group, priority) for group, priority in batch]
+            now = timing.now()  # due delayed messages join their groups first, as in publish
+            keys = [self.model.publish(group, priority, now) for group, priority in batch]
             items = [
                 (self.prefix + group, Event(n=key), priority)
                 for (group, priority), key in zip(batch, keys, strict=True)
