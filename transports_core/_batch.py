@@ -30,6 +30,9 @@ S = TypeVar("S")
 R = TypeVar("R")
 T = TypeVar("T")
 
+# How far apart in time a batch stamps its successive claims (seconds).
+TURN_STEP = 1e-6
+
 # How a backend runs one single operation inside a batch's transaction.
 Part = Callable[[Operation[Any, Any, Any], "float | None"], Steps[Any, Any, Any]]
 
@@ -54,10 +57,16 @@ def claiming_many(
 ) -> Steps[Any, Any, list[Claimed]]:
     """Up to ``limit`` successive ``claim``s, stopping at the first that leases nothing:
     what ``limit`` calls of ``claim`` would lease, in their order. A claim's value is a
-    `Claimed` or anything else that says it found nothing (None, say)."""
+    `Claimed` or anything else that says it found nothing (None, say).
+
+    Each claim after the first reads the clock a microsecond later than the one before
+    (when the backend's operations take the time from it): a group's turn is the time of
+    its last claim, and the batch's groups must keep the order they were served in, not
+    tie at one instant and fall back to the order of their messages."""
     got: list[Claimed] = []
     while len(got) < limit:
-        claimed = yield from part(claim, now)
+        at = None if now is None else now + len(got) * TURN_STEP
+        claimed = yield from part(claim, at)
         if not isinstance(claimed, Claimed):
             break
         got.append(claimed)

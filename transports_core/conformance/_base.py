@@ -326,8 +326,10 @@ class _Tracked(Closing):
 
     def settle_many(self, items: Iterable[Settlement[object]]) -> list[LeaseLost]:
         items = list(items)
-        self._parks.extend(self._now() + i.delay for i in items if i.action == "nack" and i.delay)
-        return self._inner.settle_many(items)
+        stale = self._inner.settle_many(items)  # a bad item raises here, before any note
+        parked = [i for i in items if i.action == "nack" and i.delay]
+        self._parks.extend(self._now() + i.delay for i in parked)
+        return stale
 
     def ack_many(self, leases: Iterable[Lease[object]]) -> list[LeaseLost]:
         return self._inner.ack_many(leases)

@@ -38,7 +38,7 @@ except ImportError as exc:  # the rest of the suite runs on pytest alone
 else:
     HYPOTHESIS_MISSING = None
 
-from transports_core import Event, Lease, LeaseLost, Transport
+from transports_core import Event, Lease, LeaseLost, Message, Settlement, Transport
 
 from ._base import (
     ADMIN,
@@ -125,7 +125,7 @@ class _RealTime:
             time.sleep(left)
 
 
-def _describe(lease: Lease[Event] | None, keys: dict[int, int]) -> str:
+def _describe(lease: Lease[Any] | None, keys: dict[int, int]) -> str:
     if lease is None:
         return "None"
     return (
@@ -270,6 +270,18 @@ def check_against_model(
             assume(timing.judgeable(started, timing.now()))
             want = self.model.claim(worker, started, visibility, min_priority)
             call = f"claim({worker!r}, {visibility}, min_priority={min_priority})"
+            self.agree(got, want, worker, call, started)
+            return multiple() if got is None else got
+
+        def agree(
+            self,
+            got: Lease[Event] | None,
+            want: ModelLease | None,
+            worker: str,
+            call: str,
+            started: float,
+        ) -> None:
+            """A lease from the backend is the model's, and is kept for later steps."""
             same = (
                 got is None
                 if want is None
@@ -282,7 +294,7 @@ def check_against_model(
                 f"{_expected(want, self.prefix)}"
             )
             if got is None or want is None:
-                return multiple()
+                return
             assert got.event == Event(n=want.key), f"{MODEL}: {call} gave event {got.event!r}"
             assert (
                 -timing.slack
@@ -290,7 +302,36 @@ def check_against_model(
                 <= timing.slack + (timing.now() - started)
             ), f"{MODEL}: {call} gave expires_at {got.expires_at}, expected {want.expires_at}"
             self.live[(want.key, worker, want.attempt)] = got
-            return got
+
+        @rule(
+            target=leases,
+            worker=workers,
+            visibility=st.sampled_from(timing.visibilities),
+            min_priority=st.sampled_from([0, 0, 2]),
+            limit=st.integers(1, 4),
+            handle=via,
+        )
+        def claim_many(
+            self, worker: str, visibility: float, min_priority: int, limit: int, handle: int
+        ) -> MultipleResults[Lease[Event]]:
+            timing.before_claim(self.model.deadlines())
+            started = timing.now()
+            got = self.handles[handle].claim_many(worker, visibility, limit, min_priority)
+            assume(timing.judgeable(started, timing.now()))
+            wants: list[ModelLease] = []
+            while len(wants) < limit:
+                want = self.model.claim(worker, started, visibility, min_priority)
+                if want is None:
+                    break
+                wants.append(want)
+            call = f"claim_many({worker!r}, {visibility}, {limit}, min_priority={min_priority})"
+            assert len(got) == len(wants), (
+                f"{MODEL}: {call} returned {[_describe(g, self.keys) for g in got]}; the model "
+                f"expected {[_expected(w, self.prefix) for w in wants]}"
+            )
+            for one, want in zip(got, wants, strict=True):
+                self.agree(one, want, worker, call, started)
+            return multiple(*got)
 
         @rule(
             target=leases,
@@ -355,6 +396,66 @@ def check_against_model(
             )
 
         @rule(
+            items=st.lists(
+                st.tuples(leases, st.sampled_from(["ack", "nack"]), st.sampled_from(timing.delays)),
+                min_size=1,
+                max_size=3,
+            ),
+            handle=via,
+        )
+        def settle_many(self, items: list[tuple[Lease[Event], str, float]], handle: int) -> None:
+            now = timing.now()
+            settlements: list[Settlement[object]] = []
+            expected: list[Lease[Event]] = []
+            for lease, action, delay in items:
+                key, worker, attempt = self.key(lease), lease.worker_id, lease.attempt
+                try:
+                    if action == "ack":
+                        self.model.ack(key, worker, attempt)
+                    else:
+                        self.model.nack(key, worker, attempt, now, delay)
+                except Stale:
+                    expected.append(lease)
+                delay = delay if action == "nack" else 0.0
+                settlements.append(Settlement(lease, action, delay))  # type: ignore[arg-type]
+            stale = [lost.lease for lost in self.handles[handle].settle_many(settlements)]
+            assert stale == expected, (
+                f"{MODEL}: settle_many of {[(_describe(x, self.keys), a) for x, a, _ in items]} "
+                f"reported {[_describe(x, self.keys) for x in stale]} stale; the model "
+                f"{[_describe(x, self.keys) for x in expected]}"
+            )
+
+        @rule(
+            target=leases,
+            lease=leases,
+            worker=workers,
+            visibility=st.sampled_from(timing.visibilities),
+            handle=via,
+        )
+        def ack_and_claim(
+            self, lease: Lease[Event], worker: str, visibility: float, handle: int
+        ) -> Lease[Event] | MultipleResults[Lease[Event]]:
+            key = self.key(lease)
+            timing.before_claim(self.model.deadlines())
+            started = timing.now()
+            call = f"ack_and_claim({_describe(lease, self.keys)}, {worker!r}, {visibility})"
+            try:
+                got = self.handles[handle].ack_and_claim(lease, worker, visibility)
+            except LeaseLost:
+                got, lost = None, True
+            else:
+                lost = False
+            assume(timing.judgeable(started, timing.now()))
+            try:
+                self.model.ack(key, lease.worker_id, lease.attempt)
+            except Stale:
+                assert lost, f"{MODEL}: {call} succeeded; the lease is stale in the model"
+                return multiple()
+            assert not lost, f"{MODEL}: {call} raised LeaseLost; the lease is current"
+            self.agree(got, self.model.claim(worker, started, visibility, 0), worker, call, started)
+            return multiple() if got is None else got
+
+        @rule(
             target=leases,
             lease=leases,
             visibility=st.sampled_from(timing.visibilities),
@@ -386,15 +487,18 @@ def check_against_model(
             timing.advance(seconds, self.model.deadlines())
 
         @rule(
-            batch=st.lists(st.tuples(groups, priorities), min_size=1, max_size=4),
+            batch=st.lists(st.tuples(groups, priorities, tenant_names), min_size=1, max_size=4),
             handle=via,
         )
-        def publish_many(self, batch: list[tuple[str, int]], handle: int) -> None:
+        def publish_many(self, batch: list[tuple[str, int, str | None]], handle: int) -> None:
             now = timing.now()  # due delayed messages join their groups first, as in publish
-            keys = [self.model.publish(group, priority, now) for group, priority in batch]
+            keys = [
+                self.model.publish(group, priority, now, tenant=self.tenant(tenant))
+                for group, priority, tenant in batch
+            ]
             items = [
-                (self.prefix + group, Event(n=key), priority)
-                for (group, priority), key in zip(batch, keys, strict=True)
+                Message(self.prefix + group, Event(n=key), priority, tenant=self.tenant(tenant))
+                for (group, priority, tenant), key in zip(batch, keys, strict=True)
             ]
             seqs = self.handles[handle].publish_many(items)
             assert (len(seqs), seqs) == (len(keys), sorted(seqs)), (
