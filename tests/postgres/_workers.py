@@ -34,6 +34,27 @@ def drain(url: str, worker_id: str, journal: str, idle_wait: float) -> None:
     Path(journal).write_text("".join(lines))
 
 
+def drain_many(url: str, worker_id: str, journal: str, limit: int, idle_wait: float) -> None:
+    """`drain` in batches: ``claim_many`` of ``limit`` until one waits ``idle_wait`` s in
+    vain, each batch acked with ``ack_many``. Journal, per message, `drain`'s line and the
+    worker's id; the acking time is read once per batch, just before its ack is sent."""
+    lines = []
+    clock = psycopg.connect(url.partition("?")[0], autocommit=True)
+    with open_transport(url) as transport:
+        while leases := transport.claim_many(worker_id, VISIBILITY, limit, wait=idle_wait):
+            row = clock.execute(SERVER_NOW).fetchone()
+            assert row is not None
+            for lease in leases:
+                claimed_at = lease.expires_at - VISIBILITY
+                lines.append(
+                    f"{lease.seq} {lease.group_id} {lease.event.n} {lease.attempt} "
+                    f"{claimed_at!r} {row[0]!r} {worker_id}\n"
+                )
+            assert transport.ack_many(leases) == []
+    clock.close()
+    Path(journal).write_text("".join(lines))
+
+
 def hold(url: str, ready: str) -> None:
     """Claim one message with a short lease, say so, and hang until killed."""
     with open_transport(url) as transport:
