@@ -46,7 +46,7 @@ GROUPS = 24
 Shape = tuple[str, int, int, int]
 
 
-def _shape(leases: list[Lease[Event]]) -> list[Shape]:
+def _shape(leases: list[Lease[Any]]) -> list[Shape]:
     return [(x.group_id, x.seq, x.event.n, x.attempt) for x in leases]
 
 
