@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -34,13 +35,17 @@ def drain(url: str, worker_id: str, journal: str, idle_wait: float) -> None:
     Path(journal).write_text("".join(lines))
 
 
-def drain_many(url: str, worker_id: str, journal: str, limit: int, idle_wait: float) -> None:
-    """`drain` in batches: ``claim_many`` of ``limit`` until one waits ``idle_wait`` s in
-    vain, each batch acked with ``ack_many``. Journal, per message, `drain`'s line and the
-    worker's id; the acking time is read once per batch, just before its ack is sent."""
+def drain_many(
+    url: str, worker_id: str, journal: str, limit: int, idle_wait: float, start: Any
+) -> None:
+    """`drain` in batches, once every worker is at ``start`` (a barrier): ``claim_many``
+    of ``limit`` until one waits ``idle_wait`` s in vain, each batch acked with
+    ``ack_many``. Journal, per message, `drain`'s line and the worker's id; the acking
+    time is read once per batch, just before its ack is sent."""
     lines = []
     clock = psycopg.connect(url.partition("?")[0], autocommit=True)
     with open_transport(url) as transport:
+        start.wait(60)
         while leases := transport.claim_many(worker_id, VISIBILITY, limit, wait=idle_wait):
             row = clock.execute(SERVER_NOW).fetchone()
             assert row is not None

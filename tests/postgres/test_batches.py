@@ -301,9 +301,13 @@ def test_processes_claiming_in_batches_never_share_a_group_and_lose_nothing(
     for (group, event, _), seq in zip(items, queue.publish_many(items), strict=True):
         published[seq] = (group, event.n)
     spawn = multiprocessing.get_context("spawn")
+    # Each child starts claiming once all have their transport open: none drains it alone.
+    ready = spawn.Barrier(PROCESSES)
     journals = [tmp_path / f"w{i}.journal" for i in range(PROCESSES)]
     children = [
-        spawn.Process(target=_workers.drain_many, args=(queue_url, f"w{i}", str(journal), 7, 2.0))
+        spawn.Process(
+            target=_workers.drain_many, args=(queue_url, f"w{i}", str(journal), 7, 2.0, ready)
+        )
         for i, journal in enumerate(journals)
     ]
     for child in children:
