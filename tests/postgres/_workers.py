@@ -40,20 +40,27 @@ def drain_many(
 ) -> None:
     """`drain` in batches, once every worker is at ``start`` (a barrier): ``claim_many``
     of ``limit`` until one waits ``idle_wait`` s in vain, each batch acked with
-    ``ack_many``. Journal, per message, `drain`'s line and the worker's id; the acking
-    time is read once per batch, just before its ack is sent."""
+    ``ack_many`` (no lease of it may be lost). Journal, per message: ``seq group n
+    attempt got_at acking_at worker`` on the server's clock, read just after the batch
+    came back (its leases began before) and just before its ack is sent (they end after).
+    Not the lease's own start, as in `drain`: a batch statement takes its snapshot, and
+    so its leases, a planning time after the statement's timestamp."""
     lines = []
     clock = psycopg.connect(url.partition("?")[0], autocommit=True)
+
+    def now() -> float:
+        row = clock.execute(SERVER_NOW).fetchone()
+        assert row is not None
+        return float(row[0])
+
     with open_transport(url) as transport:
         start.wait(60)
         while leases := transport.claim_many(worker_id, VISIBILITY, limit, wait=idle_wait):
-            row = clock.execute(SERVER_NOW).fetchone()
-            assert row is not None
+            got_at, acking_at = now(), now()
             for lease in leases:
-                claimed_at = lease.expires_at - VISIBILITY
                 lines.append(
                     f"{lease.seq} {lease.group_id} {lease.event.n} {lease.attempt} "
-                    f"{claimed_at!r} {row[0]!r} {worker_id}\n"
+                    f"{got_at!r} {acking_at!r} {worker_id}\n"
                 )
             assert transport.ack_many(leases) == []
     clock.close()
