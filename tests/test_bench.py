@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import keys, timers
+from bench import batch, keys, timers
 from tests.core.broken_backends import MemoryStore
 from transports_core import Backend, register_backend
 
@@ -164,3 +164,50 @@ def test_timers_benchmark_prints_claim_costs_and_wake_latencies(
     # A due message cannot wake a claim before it is due, nor (here) much after.
     assert 0 < figures["wake for a due message, median (ms)"] < 1000
     assert (store.messages, store.timers) == ({}, {}), "the run left messages behind"
+
+
+def _batch_figures(out: str) -> dict[str, float | None]:
+    figures: dict[str, float | None] = {}
+    for line in out.splitlines()[1:]:
+        label, _, value = line.rpartition(" ")
+        figures[" ".join(label.split())] = None if value == "-" else float(value.replace(",", ""))
+    return figures
+
+
+def test_batch_benchmark_prints_rates_and_ratios_on_sqlite(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert batch.main(["--quick"]) == 0
+    figures = _batch_figures(capsys.readouterr().out)
+    assert list(figures) == [
+        "claim+ack, one at a time (msg/s)",
+        "claim_many+ack_many (msg/s)",
+        "raw floor, bare SQL batches (msg/s)",
+        "batch / single (target >= 8 on PG)",
+        "batch / floor (target >= 0.7)",
+    ]
+    single, many, raw, over_single, over_raw = figures.values()
+    assert (raw, over_raw) == (None, None)  # the raw floor is PostgreSQL's only
+    assert single is not None
+    assert many is not None
+    assert over_single is not None
+    # One round: the ratio is that round's, the rates printed to the unit.
+    assert over_single == pytest.approx(many / single, rel=0.01, abs=0.01)
+
+
+def test_batch_benchmark_measures_the_raw_floor_on_postgresql(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tests.postgres.server import server_url
+
+    url = server_url()
+    assert batch.main(["--quick", "--url", url]) == 0
+    figures = _batch_figures(capsys.readouterr().out)
+    assert all(value for value in figures.values()), figures
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'bench\\_batch\\_%'"
+        ).fetchone()
+    assert left == (0,), "the run left its schemas behind"

@@ -1186,28 +1186,119 @@ def _bare(op: core.Operation[Batch, list[Result], T], now: float | None) -> Step
     return core.inline(Bare(op), now)
 
 
+def _flushing_claim(claim: Claim) -> Claim:
+    if isinstance(claim, LeaseClaim):
+        return Claim(
+            claim.worker_id, claim.visibility, claim.min_priority, claim.max_attempts, claim.on_dead
+        )
+    return claim
+
+
 def _flushing(op: Operation[Any]) -> Operation[Any]:
     """``op`` without a `synchronous_commit` of its own: in a batch's one transaction a
     claim's or nack's setting would apply to its acks too."""
-    if isinstance(op, LeaseClaim):
-        return Claim(op.worker_id, op.visibility, op.min_priority, op.max_attempts, op.on_dead)
+    if isinstance(op, Claim):
+        return _flushing_claim(op)
     if isinstance(op, Nack) and op.lease_commit is not None:
         return Nack(op.lease, op.delay)
     return op
 
 
-class ClaimMany(Operation[list[core.Claimed]]):
-    """Up to ``limit`` successive claims, in one transaction."""
+# A batch's turns are stamped this far apart on the server's clock (seconds), so that the
+# next claims take its groups in the order it took them; with an injected clock, as many
+# successive claims stamp the one reading they are given.
+TURN_STEP: Final = 1e-6
 
-    __slots__ = ("claim", "limit")
+
+class ClaimMany(Operation[list[core.Claimed]]):
+    """Up to ``limit`` successive claims, after the ``got`` already made. One statement
+    (`sql.CLAIM_MANY`) leases what they would while a claim's first try would do
+    (`sql.CLAIM_READY`); what it cannot decide goes on as the single claim goes on: a
+    head out of deliveries, leased, in `ClaimManyRest` (buried, then successive claims);
+    nothing found, in `ClaimManyWake`. A claim of a transport opened with
+    ``lease_commit=async`` keeps its setting here: the statement only moves leases."""
+
+    __slots__ = ("claim", "got", "lease_commit", "limit")
     call = "claim_many"
 
-    def __init__(self, claim: Claim, limit: int) -> None:
-        self.claim: Operation[Any] = _flushing(claim)
-        self.limit = limit
+    def __init__(self, claim: Claim, limit: int, got: Sequence[core.Claimed] = ()) -> None:
+        self.lease_commit = claim.lease_commit
+        self.claim = _flushing_claim(claim)
+        self.limit, self.got = limit, list(got)
+
+    def first(self, now: float | None) -> Batch:
+        c = self.claim
+        step = TURN_STEP if now is None else 0.0
+        params = (c.min_priority, now, self.limit - len(self.got), c.max_attempts)
+        lease = (c.worker_id, c.visibility, step, self.lease_commit)
+        return (Stmt(sql.CLAIM_MANY, (*params, *lease)),)
+
+    def done(self, results: list[Result], now: float | None) -> list[core.Claimed] | More:
+        rows, claim, got = results[0].rows, self.claim, list(self.got)
+        for row in rows:
+            if claim._due(row):
+                return More(ClaimManyRest(claim, self.limit, got, row))
+            got.append(claim._claimed(row))
+        if rows or len(got) == self.limit:
+            return got
+        return More(ClaimManyWake(claim, self.limit, got))
+
+
+class ClaimManyWake(Operation[list[core.Claimed]]):
+    """The next claim of a batch whose statement found nothing, as `ClaimRest` makes it:
+    wake the lapsed groups and claim again (one round trip). A lease found, the batch
+    goes on in one statement again (`ClaimMany`); delayed messages due or tenants, in
+    `ClaimManyRest`."""
+
+    __slots__ = ("claim", "got", "limit")
+    call = "claim_many"
+
+    def __init__(self, claim: Claim, limit: int, got: list[core.Claimed]) -> None:
+        self.claim, self.limit, self.got = claim, limit, got
+
+    def first(self, now: float | None) -> Batch | None:
+        return ClaimRest(self.claim, None).first(now)
+
+    def done(self, results: list[Result], now: float | None) -> list[core.Claimed] | More:
+        rows, claim = results[1].rows, self.claim
+        if not rows:
+            due, tenanted = results[2].rows[0]
+            return (
+                More(ClaimManyRest(claim, self.limit, self.got, None))
+                if due or tenanted
+                else self.got
+            )
+        if claim._due(rows[0]):
+            return More(ClaimManyRest(claim, self.limit, self.got, rows[0]))
+        got = [*self.got, claim._claimed(rows[0])]
+        return got if len(got) == self.limit else More(ClaimMany(claim, self.limit, got))
+
+
+class ClaimManyRest(Operation[list[core.Claimed]]):
+    """The rest of a batch, in one transaction, as the generic batch makes it: first the
+    rest of the claim its statement could not finish (``row``: a head out of deliveries,
+    leased, buried as `ClaimRest` buries it; None: delayed messages due or tenants, a
+    `ClaimTurn`), then successive claims (`core.claiming_many`)."""
+
+    __slots__ = ("claim", "got", "limit", "row")
+    call = "claim_many"
+
+    def __init__(
+        self, claim: Claim, limit: int, got: list[core.Claimed], row: Sequence[Any] | None
+    ) -> None:
+        self.claim, self.limit, self.got, self.row = claim, limit, got, row
 
     def body(self, now: float | None) -> Steps[list[core.Claimed]]:
-        return core.claiming_many(self.claim, self.limit, now, _bare)
+        claim, row = self.claim, self.row
+        if row is None:
+            claimed = yield from _bare(ClaimTurn(claim), now)
+        else:
+            claimed = yield from _bury_and_claim(claim, row, now)
+        if claimed is None:
+            return self.got
+        got = [*self.got, claimed]
+        rest = yield from core.claiming_many(claim, self.limit - len(got), now, _bare)
+        return got + rest
 
 
 class SettleMany(Operation[list[dt.LeaseLost]]):
@@ -1221,6 +1312,42 @@ class SettleMany(Operation[list[dt.LeaseLost]]):
 
     def body(self, now: float | None) -> Steps[list[dt.LeaseLost]]:
         return core.settling_many(self.settles, now, _bare)
+
+
+class AckMany(Operation[list[dt.LeaseLost]]):
+    """Acks of leases on distinct groups: their groups locked in order
+    (`sql.LOCK_BATCH_GROUPS`), then every current lease acked by one statement
+    (`sql.ACK_MANY`), in one round trip and one transaction; the stale ones reported."""
+
+    __slots__ = ("acks", "fences")
+    call = "settle_many"
+
+    def __init__(self, acks: list[Ack]) -> None:
+        self.acks = acks
+        columns: tuple[list[Any], ...] = ([], [], [], [])
+        for ack in acks:
+            for column, value in zip(columns, ack.fence, strict=True):
+                column.append(value)
+        self.fences = columns
+
+    def first(self, now: float | None) -> Batch:
+        return (
+            Stmt(sql.LOCK_BATCH_GROUPS, (self.fences[0],)),
+            Stmt(sql.ACK_MANY, (*self.fences, now)),
+        )
+
+    def done(self, results: list[Result], now: float | None) -> list[dt.LeaseLost]:
+        acked = set(results[1].rows[0][0])
+        return [dt.LeaseLost(ack.lease) for n, ack in enumerate(self.acks, 1) if n not in acked]
+
+
+def settle_many(settles: list[Operation[None]]) -> SettleMany | AckMany:
+    """The operation of one settle_many: `AckMany` when every item is an ack and no two
+    share a group (one statement cannot move a group's head twice), else `SettleMany`."""
+    acks = [op for op in settles if type(op) is Ack]
+    if len(acks) == len(settles) and len({ack.fence[0] for ack in acks}) == len(acks):
+        return AckMany(acks)
+    return SettleMany(settles)
 
 
 class AckAndClaim(Operation[core.Claimed | None]):
@@ -1273,6 +1400,9 @@ class Operations:
     def Extend(self, lease: dt.Lease[T], visibility: float, /) -> Extend[T]:
         return Extend(lease, visibility, self.lease_commit)
 
+    def SettleMany(self, settles: list[Operation[None]], /) -> SettleMany | AckMany:
+        return settle_many(settles)
+
     # The others take no option: the module's own classes.
     Publish = Publish
     PublishWith = PublishWith
@@ -1292,5 +1422,4 @@ class Operations:
     SetTenantWeight = SetTenantWeight
     Tenants = Tenants
     ClaimMany = ClaimMany
-    SettleMany = SettleMany
     AckAndClaim = AckAndClaim

@@ -724,6 +724,59 @@ SELECT coalesce((SELECT min(due) FROM {{s}}.timers), 'Infinity') <= {_NOW},
     ("now",),
 )
 
+# claim_many's first try, one statement, for what CLAIM_READY's guard allows: the first
+# :limit free groups at or above the floor in round-robin order, locked (those another
+# claimer holds are skipped, as CLAIM skips them), which is the order :limit successive
+# claims would take them in, since each claimed group stops being free. Each head is
+# leased as CLAIM leases it; the turns are stamped :step apart (a microsecond on the
+# server's clock, none with an injected one, where successive claims stamp one reading),
+# so the next claim goes on with the rotation in the batch's order. With :max_attempts,
+# the batch stops at the first head out of deliveries, which is leased all the same
+# (that claim buries it under its fence and claims again: see `_ops.ClaimMany`). The
+# heads are found one probe each, and the rows leased by their keys, so that no plan
+# reads the whole of either table. The leases come back in the order they were taken.
+CLAIM_MANY: Final = Statement(
+    f"""
+WITH c AS MATERIALIZED (
+    SELECT group_id, locked_by, head_seq, attempt, last_claimed_at FROM {{s}}.groups
+     WHERE free AND NOT paused AND priority >= :min_priority
+       AND coalesce((SELECT min(busy_until) FROM {{s}}.groups), 'Infinity') >= {_NOW}{_SIMPLE}
+     ORDER BY last_claimed_at, head_seq
+     LIMIT :limit
+     FOR NO KEY UPDATE SKIP LOCKED
+), o AS MATERIALIZED (
+    SELECT c.group_id, c.locked_by, m.event, m.base,
+           row_number() OVER (ORDER BY c.last_claimed_at, c.head_seq) AS n,
+           c.attempt - m.base >= :max_attempts::integer AS spent
+      FROM c CROSS JOIN LATERAL (
+        SELECT event, base FROM {{s}}.messages m
+         WHERE m.group_id = c.group_id AND m.seq = c.head_seq LIMIT 1) m
+), k AS MATERIALIZED (
+    SELECT o.* FROM o
+     WHERE o.n <= coalesce((SELECT min(n) FROM o WHERE spent), :limit)
+), t AS (SELECT {_NOW} AS now), u AS (
+    UPDATE {{s}}.groups g
+       SET locked_by = :worker_id, lock_expiry = t.now + :visibility,
+           busy_until = t.now + :visibility, attempt = g.attempt + 1,
+           last_claimed_at = t.now + (k.n - 1) * :step::float8
+      FROM k, t, {_LEASE_COMMIT}
+     WHERE g.group_id = ANY (ARRAY(SELECT group_id FROM k)) AND g.group_id = k.group_id
+    RETURNING g.head_seq, g.group_id, k.event, g.attempt, g.lock_expiry, k.base, k.locked_by, k.n
+)
+SELECT head_seq, group_id, event, attempt, lock_expiry, base, locked_by FROM u ORDER BY n
+""",
+    (
+        "min_priority",
+        "now",
+        "limit",
+        "max_attempts",
+        "worker_id",
+        "visibility",
+        "step",
+        "lease_commit",
+    ),
+)
+
 # --- settle -------------------------------------------------------------------------------------
 
 # ack, nack, extend and bury act only on the current lease: the group's head is that seq,
@@ -831,6 +884,77 @@ SELECT g.n, (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM moved) AND {_ANY_WAITE
   FROM (SELECT count(*) AS n FROM gone) g
 """,
     (*FENCE_NAMES, "now"),
+)
+
+# ack_many, first: every group of the batch locked, in group order (as publish_many locks
+# its groups, so the two never deadlock), by key whatever its lease (as a settle in a
+# caller's transaction locks its group: in repeatable read, a group changed since the
+# snapshot then fails with a serialization error, where its fence read in the snapshot
+# would report a current lease as lost). Then ACK_MANY, in a fresh statement whose
+# snapshot sees any publish that committed before these locks were granted.
+LOCK_BATCH_GROUPS: Final = Statement(
+    """
+SELECT 1 FROM {s}.groups WHERE group_id = ANY (:group_ids::text[])
+ ORDER BY group_id
+   FOR UPDATE
+""",
+    ("group_ids",),
+)
+_BATCH_FENCES = (
+    "unnest(:group_ids::text[], :seqs::bigint[], :worker_ids::text[], :attempts::integer[]) "
+    "WITH ORDINALITY AS b (group_id, seq, worker_id, attempt, n)"
+)
+_B_FENCE = (
+    "g.group_id = b.group_id AND g.head_seq = b.seq AND g.locked_by = b.worker_id "
+    "AND g.attempt = b.attempt AND g.group_id = ANY (:group_ids::text[])"
+)
+BATCH_FENCE_NAMES: Final = ("group_ids", "seqs", "worker_ids", "attempts")
+# Every current lease of the batch (its groups distinct, locked by LOCK_BATCH_GROUPS) acked as
+# ACK acks one: its head goes, the next message becomes the head, free, with the
+# deliveries it had (moved back under its own seq if it joined when due; held if not
+# due), and a group with none left goes. The heads and next messages are found one probe
+# each and changed through the row ids found (the rows are under their groups' locks);
+# the groups through their keys. What comes back: the places (1-based) in the batch of
+# the leases acked; a blocked claim is woken.
+ACK_MANY: Final = Statement(
+    f"""
+WITH lease AS MATERIALIZED (
+    SELECT b.group_id, b.seq, b.n, h.ctid AS head
+      FROM {_BATCH_FENCES}
+      JOIN {{s}}.groups g ON {_B_FENCE}
+     CROSS JOIN LATERAL (
+        SELECT m.ctid FROM {{s}}.messages m
+         WHERE m.group_id = b.group_id AND m.seq = b.seq LIMIT 1) h
+), nxt AS MATERIALIZED (
+    SELECT lease.group_id, x.*
+      FROM lease CROSS JOIN LATERAL (
+        SELECT m.ctid AS at, m.seq, m.attempt, m.id, m.not_before FROM {{s}}.messages m
+         WHERE m.group_id = lease.group_id AND m.seq > lease.seq
+         ORDER BY m.seq LIMIT 1) x
+), gone AS (
+    DELETE FROM {{s}}.messages
+     WHERE ctid = ANY (ARRAY(SELECT head FROM lease))
+       AND group_id = ANY (ARRAY(SELECT group_id FROM lease))
+), moved AS (
+    UPDATE {{s}}.groups g {_TO_NEXT}
+      FROM nxt
+     WHERE g.group_id = ANY (ARRAY(SELECT group_id FROM nxt)) AND g.group_id = nxt.group_id
+    RETURNING 1
+), back AS (
+    UPDATE {{s}}.messages m SET seq = nxt.id, id = NULL
+      FROM nxt
+     WHERE m.ctid = ANY (ARRAY(SELECT at FROM nxt WHERE id IS NOT NULL))
+       AND m.ctid = nxt.at AND nxt.id IS NOT NULL
+), dropped AS (
+    DELETE FROM {{s}}.groups
+     WHERE group_id = ANY (ARRAY(
+        SELECT group_id FROM lease
+         WHERE NOT EXISTS (SELECT 1 FROM nxt WHERE nxt.group_id = lease.group_id)))
+)
+SELECT (SELECT coalesce(array_agg(n ORDER BY n), '{{}}') FROM lease),
+       (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM moved) AND {_ANY_WAITER})
+""",
+    (*BATCH_FENCE_NAMES, "now"),
 )
 
 # A nack with a delay parks the head until then, holding the group.

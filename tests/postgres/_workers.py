@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -30,6 +31,38 @@ def drain(url: str, worker_id: str, journal: str, idle_wait: float) -> None:
                 f"{claimed_at!r} {row[0]!r}\n"
             )
             transport.ack(lease)
+    clock.close()
+    Path(journal).write_text("".join(lines))
+
+
+def drain_many(
+    url: str, worker_id: str, journal: str, limit: int, idle_wait: float, start: Any
+) -> None:
+    """`drain` in batches, once every worker is at ``start`` (a barrier): ``claim_many``
+    of ``limit`` until one waits ``idle_wait`` s in vain, each batch acked with
+    ``ack_many`` (no lease of it may be lost). Journal, per message: ``seq group n
+    attempt got_at acking_at worker`` on the server's clock, read just after the batch
+    came back (its leases began before) and just before its ack is sent (they end after).
+    Not the lease's own start, as in `drain`: a batch statement takes its snapshot, and
+    so its leases, a planning time after the statement's timestamp."""
+    lines = []
+    clock = psycopg.connect(url.partition("?")[0], autocommit=True)
+
+    def now() -> float:
+        row = clock.execute(SERVER_NOW).fetchone()
+        assert row is not None
+        return float(row[0])
+
+    with open_transport(url) as transport:
+        start.wait(60)
+        while leases := transport.claim_many(worker_id, VISIBILITY, limit, wait=idle_wait):
+            got_at, acking_at = now(), now()
+            for lease in leases:
+                lines.append(
+                    f"{lease.seq} {lease.group_id} {lease.event.n} {lease.attempt} "
+                    f"{got_at!r} {acking_at!r} {worker_id}\n"
+                )
+            assert transport.ack_many(leases) == []
     clock.close()
     Path(journal).write_text("".join(lines))
 
