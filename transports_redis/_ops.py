@@ -414,8 +414,9 @@ Settling = Ack | Nack | BuryLease
 
 
 class ClaimMany(Op[list[core.Claimed]]):
-    """Up to ``limit`` successive claims: `BATCH` of them a script call, which makes
-    them one after another as that many claims would, until one finds nothing."""
+    """Up to ``limit`` successive claims: `BATCH` of them a script call (or fewer, when
+    the claims free a crowd of lapsed leases), which makes them one after another as
+    that many claims would, until one finds nothing."""
 
     __slots__ = ("claim", "limit")
     script = scripts.CLAIM_MANY
@@ -431,8 +432,11 @@ class ClaimMany(Op[list[core.Claimed]]):
             # from the time the last one reached (see `scripts.CLAIM_MANY`).
             at = None if now is None else now + len(got) * scripts.TICK
             reply = yield (self.script, (*self.claim.args(at), asked))
-            got += [self.claim.leased(reply, at) for at in range(0, len(reply), 5)]
-            if len(reply) < 5 * asked:
+            leased = [self.claim.leased(reply, i) for i in range(1, len(reply), 5)]
+            got += leased
+            # Fewer than asked: a claim found nothing, unless the script stopped after
+            # freeing many lapsed leases (or promoting many delayed messages).
+            if len(leased) < asked and int(reply[0]) == 0:
                 break
         return got
 

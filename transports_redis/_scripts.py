@@ -907,6 +907,9 @@ local function tenant_helpers()
   return {turn = turn, account = account, tenant_pick = tenant_pick}
 end
 local X = nil
+-- the delayed messages promoted and the lapsed leases and ended parks freed by the
+-- claims of this script so far (a batch stops at `sweep` of them: see CLAIM_MANY)
+local moved = 0
 local function next_timer()
   local t = redis.call('ZRANGE', K.tm, 0, 0, 'WITHSCORES')
   if t[2] then return tonumber(t[2]) end
@@ -926,12 +929,13 @@ if extras > 0 then
   if timer ~= nil then tenants = extras > 1 end
 end
 if timer ~= nil and timer <= now then
-  timer_helpers().promote(now, PROMOTE)
+  moved = moved + timer_helpers().promote(now, PROMOTE)
   timer, tenants = next_timer(), true  -- a promoted message may have made a tenant's group
 end
 local first = earliest()
 if first ~= nil and first < now then
   local due = redis.call('ZRANGEBYSCORE', K.busy, '-inf', '(' .. f17(now), 'LIMIT', 0, c.sweep)
+  moved = moved + #due
   for _, group in ipairs(due) do
     local r = load(group)
     redis.call('ZREM', K.busy, group)
@@ -1025,18 +1029,22 @@ CLAIM: Final = Script(
 # scripts would lease, in their order (the caller keeps `limit` small enough that the
 # server is not stopped for long: `_ops.BATCH`). Each claim is made a `TICK` after the
 # one before, as successive claims would be: a group's last claim orders the
-# round-robin, which would otherwise take the groups of one batch by name. Reply: seq,
-# group, raw, att, due of each lease, one after another.
+# round-robin, which would otherwise take the groups of one batch by name. Each claim
+# may free up to `sweep` lapsed leases and promote up to PROMOTE delayed messages: once
+# the claims made have moved `sweep` of those, the script stops, so that a crowd of
+# them does not make it long, and says so. Reply: 1 when it stopped so (the caller goes
+# on in another script), else 0; then seq, group, raw, att, due of each lease.
 CLAIM_MANY: Final = Script(
     "claim_many",
     (*CLAIM_ARGS, "limit"),
     CLAIMING
     + r"""
-local now, out = clock(A.now), {}
-for i = 1, tonumber(A.limit) do
+local now, out, limit = clock(A.now), {0}, tonumber(A.limit)
+for i = 1, limit do
   local got = claim_one(now + (i - 1) * TICK, A)
   if got[1] == 0 then break end
   for j = 2, 6 do out[#out + 1] = got[j] end
+  if moved >= tonumber(A.sweep) and i < limit then out[1] = 1; break end
 end
 return out
 """.replace("TICK", repr(TICK)),

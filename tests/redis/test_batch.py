@@ -359,3 +359,30 @@ def test_settle_many_reports_exactly_the_stale_items_and_settles_the_others(
         assert t.ack_many(again) == []
         clock.set(START + 60)
         assert [(x.group_id, x.attempt) for x in t.claim_many("w4", 10, 10)] == [("e", 2)]
+
+
+def test_a_batch_that_frees_a_crowd_of_lapsed_leases_goes_on_in_more_scripts(
+    server_queue: tuple[str, str], twin_queue: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scripts, "SWEEP", 3)  # a claim frees at most 3; a batch stops at 3
+    clocks = Clock(START), Clock(START)
+    a = open_transport(with_queue(*server_queue), clock=clocks[0])
+    b = open_transport(with_queue(*twin_queue), clock=clocks[1])
+    assert isinstance(a, RedisTransport)
+    assert isinstance(b, RedisTransport)
+    with a, b:
+        for t in (a, b):
+            t.publish_many(_messages(30))
+        assert [_shape(x) for x in a.claim_many("w", 1.25, 30)] == [
+            _shape(x) for x in _singles(b, 30, 0, 1.25)
+        ]
+        for clock in clocks:
+            clock.set(START + 5)  # all 30 leases lapse
+        got: list[Lease[Event]] = []
+        sent = _scripts_sent(
+            server_queue[0], server_queue[1], lambda: got.extend(a.claim_many("w", 1.25, 30))
+        )
+        assert [_shape(x) for x in got] == [_shape(x) for x in _singles(b, 30, 0, 1.25)]
+        assert len(got) == 30
+        assert len(sent) >= 10  # each script freed 3 at most
+        assert set(sent) == {"claim_many"}
