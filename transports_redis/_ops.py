@@ -280,15 +280,25 @@ class Claim(Op["core.Claimed | Idle"], core.Claiming["core.Claimed | Idle"]):
         )
 
     def first(self, now: float | None) -> ScriptCall:
-        return (self.script, (*self.head, server_time(now), *self.tail))
+        return (self.script, self.args(now))
 
     def done(self, reply: Any, now: float | None) -> core.Claimed | Idle:
         if int(reply[0]) == 0:
             return Idle(number(reply[1]), number(reply[2]) if reply[2] else None)
-        _, seq, group_id, raw, attempt, due = reply
+        return self.leased(reply, 1)
+
+    def leased(self, reply: Sequence[Any], at: int) -> core.Claimed:
+        """The lease that ``reply`` tells from index ``at`` on: seq, group, stored
+        message, attempt, end."""
+        seq, group_id, raw, attempt, due = reply[at : at + 5]
         return core.Claimed(
             int(seq), group_id, event_text(raw), self.worker_id, int(attempt), number(due)
         )
+
+    def args(self, now: float | None) -> tuple[Arg, ...]:
+        """The script's arguments, `scripts.CLAIM_ARGS`, as every claiming script takes
+        them."""
+        return (*self.head, server_time(now), *self.tail)
 
 
 class Unclaim(Op[bool]):
@@ -328,6 +338,10 @@ class Ack(_Settle[None]):
     def first(self, now: float | None) -> ScriptCall:
         return (self.script, self.fence)
 
+    def item(self) -> tuple[Arg, ...]:
+        """This settle as an item of `scripts.SETTLE_MANY`."""
+        return ("ack", *self.fence, "", "")
+
     def done(self, reply: Any, now: float | None) -> None:
         self._held(reply)
 
@@ -342,6 +356,9 @@ class Nack(_Settle[None]):
 
     def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.fence, self.delay, server_time(now)))
+
+    def item(self) -> tuple[Arg, ...]:
+        return ("nack", *self.fence, self.delay, "")
 
     def done(self, reply: Any, now: float | None) -> None:
         self._held(reply)
@@ -376,6 +393,9 @@ class BuryLease(_Settle[None]):
     def first(self, now: float | None) -> ScriptCall:
         return (self.script, (*self.fence, self.reason, self.on_dead, server_time(now)))
 
+    def item(self) -> tuple[Arg, ...]:
+        return ("bury", *self.fence, self.reason, self.on_dead)
+
     def done(self, reply: Any, now: float | None) -> None:
         self._held(reply)
 
@@ -383,44 +403,80 @@ class BuryLease(_Settle[None]):
 # --- admin ---------------------------------------------------------------------------
 
 
-# --- batches: core's steps over the single operations --------------------------------------
+# --- batches: one script call each ------------------------------------------------------
+
+# How many claims, or settles, one batch script makes at most: a larger batch takes a
+# script call per BATCH, so that no batch stops the server for long (a claim costs the
+# server some tens of microseconds, a settle less).
+BATCH = 100
+
+Settling = Ack | Nack | BuryLease
 
 
 class ClaimMany(Op[list[core.Claimed]]):
-    """Up to ``limit`` successive claims, one script call each."""
+    """Up to ``limit`` successive claims: `BATCH` of them a script call (or fewer, when
+    the claims free a crowd of lapsed leases), which makes them one after another as
+    that many claims would, until one finds nothing."""
 
     __slots__ = ("claim", "limit")
+    script = scripts.CLAIM_MANY
 
     def __init__(self, claim: Claim, limit: int) -> None:
         self.claim, self.limit = claim, limit
 
     def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, list[core.Claimed]]:
-        return core.claiming_many(self.claim, self.limit, now)
+        got: list[core.Claimed] = []
+        while len(got) < self.limit:
+            asked = min(BATCH, self.limit - len(got))
+            # An injected clock was read once for the whole batch: each script goes on
+            # from the time the last one reached (see `scripts.CLAIM_MANY`).
+            at = None if now is None else now + len(got) * scripts.TICK
+            reply = yield (self.script, (*self.claim.args(at), asked))
+            leased = [self.claim.leased(reply, i) for i in range(1, len(reply), 5)]
+            got += leased
+            # Fewer than asked: a claim found nothing, unless the script stopped after
+            # freeing many lapsed leases (or promoting many delayed messages).
+            if len(leased) < asked and int(reply[0]) == 0:
+                break
+        return got
 
 
 class SettleMany(Op[list[dt.LeaseLost]]):
-    """Acks, nacks and buries, each fenced by its lease, one script call each."""
+    """Acks, nacks and buries, each fenced by its lease, in order: `BATCH` of them a
+    script call; the `LeaseLost` of those whose lease the script found stale."""
 
     __slots__ = ("settles",)
+    script = scripts.SETTLE_MANY
 
-    def __init__(self, settles: list[Op[None]]) -> None:
+    def __init__(self, settles: list[Settling]) -> None:
         self.settles = settles
 
     def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, list[dt.LeaseLost]]:
-        return core.settling_many(self.settles, now)
+        lost: list[dt.LeaseLost] = []
+        for start in range(0, len(self.settles), BATCH):
+            chunk = self.settles[start : start + BATCH]
+            items = [arg for settle in chunk for arg in settle.item()]
+            stale = yield (self.script, [len(chunk), server_time(now), *items])
+            lost += [dt.LeaseLost(chunk[int(i)].lease) for i in stale]
+        return lost
 
 
 class AckAndClaim(Op["core.Claimed | Idle"]):
-    """An ack, then the next claim."""
+    """An ack, then the next claim, in one script: `LeaseLost` (nothing claimed) when
+    the lease was not current."""
 
     __slots__ = ("ack", "claim")
+    script = scripts.ACK_AND_CLAIM
 
-    def __init__(self, ack: Op[None], claim: Claim) -> None:
+    def __init__(self, ack: Ack, claim: Claim) -> None:
         self.ack, self.claim = ack, claim
 
-    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, core.Claimed | Idle]:
-        result: core.Claimed | Idle = yield from core.then_claiming(self.ack, self.claim, now)
-        return result
+    def first(self, now: float | None) -> ScriptCall:
+        return (self.script, (*self.ack.fence, *self.claim.args(now)))
+
+    def done(self, reply: Any, now: float | None) -> core.Claimed | Idle:
+        self.ack.done(reply, now)  # 0: the lease was stale; a claim's reply otherwise
+        return self.claim.done(reply, now)
 
 
 def promoted(now: float | None) -> core.Steps[ScriptCall, Any, str]:

@@ -265,6 +265,29 @@ local function advance(group, r)
   save(group, r)
   return r
 end
+-- the fenced head acked: its group goes on with the next message, or is forgotten
+local function acked(group, r)
+  unlist(group, r)
+  bump('m' .. r.prio, -1)
+  local n = advance(group, r)
+  if n then go_on(group, n) end
+end
+-- the fenced head nacked: ready again at once (`delay` 0), else parked, its group held,
+-- until `delay` after `given` (a time, or the now argument: '' for the server's TIME,
+-- read only then)
+local function nacked(group, r, delay, given)
+  unlist(group, r)
+  r.worker = ''
+  if delay > 0 then
+    r.due = clock(given) + delay
+    save(group, r)
+    make_busy(group, r, false)
+  else
+    r.due = 0
+    save(group, r)
+    make_ready(group, r)
+  end
+end
 local function fenced(group, seq, worker, att)
   local r = load(group)
   if r == nil or r.head ~= tonumber(seq) or r.worker ~= worker
@@ -853,16 +876,21 @@ local function tenant_pick(tenant, floor)
 end
 """
 
-# Promotes delayed messages that came due (at most PROMOTE) and frees lapsed leases and
-# ended parks (their group keeps its holder, so a lapsed lease nobody re-claimed can
-# still be acked), then leases a ready group at or above the floor: with tenants, one of
-# the tenant whose turn it is (`TURNS`); of those, the one whose last claim is oldest.
-# With max_attempts, a head out of deliveries is made a dead letter instead and the
-# claim goes on. Reply: {1, seq, group, raw, att, due} or {0, now, earliest deadline (of
-# a lease, a park or a delayed message) or ''}.
-CLAIM: Final = Script(
-    "claim",
-    ("worker", "vis", "floor", "now", "max", "on_dead", "cascade", "sweep"),
+# One claim's decisions, written once for every script that claims (CLAIM, CLAIM_MANY,
+# ACK_AND_CLAIM): `claim_one(now, c)` promotes delayed messages that came due (at most
+# PROMOTE) and frees lapsed leases and ended parks (at most c.sweep; their group keeps
+# its holder, so a lapsed lease nobody re-claimed can still be acked), then leases a
+# ready group at or above the floor: with tenants, one of the tenant whose turn it is
+# (`TURNS`); of those, the one whose last claim is oldest. With max_attempts, a head out
+# of deliveries is made a dead letter instead and the claim goes on. ``c`` holds the
+# claim's arguments by the names of `CLAIM_ARGS` (the script's own ``A`` where it
+# declares them so). Value: {1, seq, group, raw, att, due} or {0, now, earliest
+# deadline (of a lease, a park or a delayed message) or ''}. It reads everything it
+# decides on afresh, so n calls in one script lease what n scripts would, in order.
+# The time between two claims of one batch: a microsecond, what the server's clock tells.
+TICK: Final = 1e-6
+CLAIM_ARGS: Final = ("worker", "vis", "floor", "now", "max", "on_dead", "cascade", "sweep")
+CLAIMING: Final = (
     r"""
 -- The helpers of timers and of tenants, each made only by a claim that needs them: Lua
 -- makes a closure of every function each time a script runs, needed or not.
@@ -878,28 +906,36 @@ local function tenant_helpers()
     + r"""
   return {turn = turn, account = account, tenant_pick = tenant_pick}
 end
-local now = clock(A.now)
--- One call tells a queue that never used timers or tenants (nor does now) from others;
--- with delayed messages waiting, a second reads the earliest, and whether tenants are
--- about follows from the first's count.
-local extras = redis.call('EXISTS', K.tm, K.tc, K.tp)
-local timer, tenants, X = nil, extras > 0, nil
+local X = nil
+-- the delayed messages promoted and the lapsed leases and ended parks freed by the
+-- claims of this script so far (a batch stops at `sweep` of them: see CLAIM_MANY)
+local moved = 0
 local function next_timer()
   local t = redis.call('ZRANGE', K.tm, 0, 0, 'WITHSCORES')
   if t[2] then return tonumber(t[2]) end
   return nil
 end
+local function claim_one(now, c)
+"""
+    + textwrap.indent(
+        r"""
+-- One call tells a queue that never used timers or tenants (nor does now) from others;
+-- with delayed messages waiting, a second reads the earliest, and whether tenants are
+-- about follows from the first's count.
+local extras = redis.call('EXISTS', K.tm, K.tc, K.tp)
+local timer, tenants = nil, extras > 0
 if extras > 0 then
   timer = next_timer()
   if timer ~= nil then tenants = extras > 1 end
 end
 if timer ~= nil and timer <= now then
-  timer_helpers().promote(now, PROMOTE)
+  moved = moved + timer_helpers().promote(now, PROMOTE)
   timer, tenants = next_timer(), true  -- a promoted message may have made a tenant's group
 end
 local first = earliest()
 if first ~= nil and first < now then
-  local due = redis.call('ZRANGEBYSCORE', K.busy, '-inf', '(' .. f17(now), 'LIMIT', 0, A.sweep)
+  local due = redis.call('ZRANGEBYSCORE', K.busy, '-inf', '(' .. f17(now), 'LIMIT', 0, c.sweep)
+  moved = moved + #due
   for _, group in ipairs(due) do
     local r = load(group)
     redis.call('ZREM', K.busy, group)
@@ -912,7 +948,7 @@ if first ~= nil and first < now then
   end
   first = earliest()
 end
-local floor, max = tonumber(A.floor), tonumber(A.max)
+local floor, max = tonumber(c.floor), tonumber(c.max)
 while true do
   local best, tenant, start, none_pass = nil, nil, nil, nil
   local tenanted = tenants and redis.call('EXISTS', K.tc) == 1
@@ -950,10 +986,10 @@ while true do
   if max > 0 and r.att - r.base >= max then
     local last = 'nacked'
     if r.worker ~= '' then last = 'lapsed' end
-    kill(best, r, now, 'x', '', last, max, A.on_dead)
+    kill(best, r, now, 'x', '', last, max, c.on_dead)
   else
     unready(best, r)
-    r.att, r.worker, r.due, r.last = r.att + 1, A.worker, now + tonumber(A.vis), now
+    r.att, r.worker, r.due, r.last = r.att + 1, c.worker, now + tonumber(c.vis), now
     save(best, r)
     make_busy(best, r, first)
     if tenanted then
@@ -963,7 +999,7 @@ while true do
       local kept = redis.call('HMGET', K.tp, 'p', 'V')
       X.account('', math.max(tonumber(kept[1] or 0), tonumber(kept[2] or 0)))
     end
-    if A.cascade == '1' then
+    if c.cascade == '1' then
       -- the highest priority with a ready group: of those without a tenant, and of
       -- a tenant's (the last member of tq, by its priority digit)
       local top = redis.call('ZRANGE', K.tq, -1, -1)[1]
@@ -975,7 +1011,43 @@ while true do
     return {1, r.head, best, redis.call('HGET', K.ev, r.head), r.att, f17(r.due)}
   end
 end
-""".replace("PROMOTE", str(PROMOTE)),
+""",
+        "  ",
+    )
+    + "end\n"
+).replace("PROMOTE", str(PROMOTE))
+
+# One claim (see `CLAIMING`).
+CLAIM: Final = Script(
+    "claim",
+    CLAIM_ARGS,
+    CLAIMING + "return claim_one(clock(A.now), A)\n",
+    flags="allow-oom",
+)
+
+# Up to `limit` claims, stopping at the first that leases nothing: what `limit` CLAIM
+# scripts would lease, in their order (the caller keeps `limit` small enough that the
+# server is not stopped for long: `_ops.BATCH`). Each claim is made a `TICK` after the
+# one before, as successive claims would be: a group's last claim orders the
+# round-robin, which would otherwise take the groups of one batch by name. Each claim
+# may free up to `sweep` lapsed leases and promote up to PROMOTE delayed messages: once
+# the claims made have moved `sweep` of those, the script stops, so that a crowd of
+# them does not make it long, and says so. Reply: 1 when it stopped so (the caller goes
+# on in another script), else 0; then seq, group, raw, att, due of each lease.
+CLAIM_MANY: Final = Script(
+    "claim_many",
+    (*CLAIM_ARGS, "limit"),
+    CLAIMING
+    + r"""
+local now, out, limit = clock(A.now), {0}, tonumber(A.limit)
+for i = 1, limit do
+  local got = claim_one(now + (i - 1) * TICK, A)
+  if got[1] == 0 then break end
+  for j = 2, 6 do out[#out + 1] = got[j] end
+  if moved >= tonumber(A.sweep) and i < limit then out[1] = 1; break end
+end
+return out
+""".replace("TICK", repr(TICK)),
     flags="allow-oom",
 )
 
@@ -991,37 +1063,11 @@ def on_lease(name: str, params: tuple[str, ...], body: str) -> Script:
     return Script(name, (*FENCE, *params), fence + body, flags="allow-oom")
 
 
-ACK: Final = on_lease(
-    "ack",
-    (),
-    r"""
-unlist(A.group, r)
-bump('m' .. r.prio, -1)
-local n = advance(A.group, r)
-if n then go_on(A.group, n) end
-return 1
-""",
-)
+ACK: Final = on_lease("ack", (), "\nacked(A.group, r)\nreturn 1\n")
 
 # delay 0: ready again at once; else parked, its group held, until now + delay.
 NACK: Final = on_lease(
-    "nack",
-    ("delay", "now"),
-    r"""
-local delay = tonumber(A.delay)
-unlist(A.group, r)
-r.worker = ''
-if delay > 0 then
-  r.due = clock(A.now) + delay
-  save(A.group, r)
-  make_busy(A.group, r, false)
-else
-  r.due = 0
-  save(A.group, r)
-  make_ready(A.group, r)
-end
-return 1
-""",
+    "nack", ("delay", "now"), "\nnacked(A.group, r, tonumber(A.delay), A.now)\nreturn 1\n"
 )
 
 # A claim undone (an async claim cancelled after the script leased): the head is ready
@@ -1060,6 +1106,57 @@ BURY: Final = on_lease(
 kill(A.group, r, clock(A.now), 'b', A.reason, '', 0, A.on_dead)
 return 1
 """,
+)
+
+# Acks, nacks and buries, each fenced on its own and done in order, as that many ACK,
+# NACK and BURY scripts would (a lease named twice is stale the second time). ARGV after
+# `count` and `now`: seven arguments an item, what ('ack', 'nack' or 'bury'), the
+# lease's `FENCE`, then a nack's delay, or a bury's reason and on_dead ('' otherwise).
+# The caller keeps `count` small enough that the server is not stopped for long
+# (`_ops.BATCH`). Reply: the indexes (from 0) of the items whose lease was not current,
+# which changed nothing.
+SETTLE_MANY: Final = Script(
+    "settle_many",
+    ("count", "now"),
+    r"""
+local now, stale = A.now, {}
+for i = 0, tonumber(A.count) - 1 do
+  local at = 3 + 7 * i
+  local group = ARGV[at + 1]
+  local r = fenced(group, ARGV[at + 2], ARGV[at + 3], ARGV[at + 4])
+  if r == nil then
+    stale[#stale + 1] = i
+  elseif ARGV[at] == 'ack' then
+    acked(group, r)
+  else
+    -- one time for the whole batch, read at its first nack or bury
+    if type(now) ~= 'number' then now = clock(now) end
+    if ARGV[at] == 'nack' then
+      nacked(group, r, tonumber(ARGV[at + 5]), now)
+    else
+      kill(group, r, now, 'b', ARGV[at + 5], '', 0, ARGV[at + 6])
+    end
+  end
+end
+return stale
+""",
+    flags="allow-oom",
+)
+
+# An ack, then a claim (see `CLAIMING`): the lease's `FENCE` (its worker as `holder`,
+# the claim's own is `worker`), then the claim's arguments. Reply: 0 when the lease was
+# not current (nothing done, nothing claimed), else the claim's.
+ACK_AND_CLAIM: Final = Script(
+    "ack_and_claim",
+    ("group", "seq", "holder", "att", *CLAIM_ARGS),
+    CLAIMING
+    + r"""
+local r = fenced(A.group, A.seq, A.holder, A.att)
+if r == nil then return 0 end
+acked(A.group, r)
+return claim_one(clock(A.now), A)
+""",
+    flags="allow-oom",
 )
 
 # --- admin -----------------------------------------------------------------------------
@@ -1688,6 +1785,7 @@ NOTHING: Final = Script("nothing", (), "return 1", keys=())
 
 ALL: Final = (
     PUBLISH, PUBLISH_WITH, PUBLISH_MANY, PUBLISH_MANY_KEYED, PUBLISH_MANY_WITH, CLAIM, ACK,
-    NACK, UNCLAIM, EXTEND, BURY, STATS, GROUPS, DEAD_LETTERS, REQUEUE, DISCARD, PURGE_GROUP,
-    CHECK, PROMOTE_DUE, CANCEL, PAUSE, PAUSED_GROUPS, PEEK, SET_TENANT_WEIGHT, TENANTS,
+    NACK, UNCLAIM, EXTEND, BURY, CLAIM_MANY, SETTLE_MANY, ACK_AND_CLAIM, STATS, GROUPS,
+    DEAD_LETTERS, REQUEUE, DISCARD, PURGE_GROUP, CHECK, PROMOTE_DUE, CANCEL, PAUSE,
+    PAUSED_GROUPS, PEEK, SET_TENANT_WEIGHT, TENANTS,
 )  # fmt: skip

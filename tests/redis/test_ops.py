@@ -106,6 +106,48 @@ def test_admin_calls_page_one_script_a_chunk_and_keep_nothing_on_the_operation(
     assert [c[1] for c in calls] == [("g", "", 2), ("g", "9", 2)]
 
 
+def test_a_batch_is_one_script_call_per_batch_of_items_and_stops_when_a_claim_finds_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ops, "BATCH", 2)
+    claim = ops.Claim("w", 30, 1, 3, "hold")
+    lease = ["12", "g", "{}", "1", "1000.5"]
+    # Five asked: two a call; the third call leases one of the two it asks, so it ends.
+    got, calls = _run(ops.ClaimMany(claim, 5), [[0, *lease * 2], [0, *lease * 2], [0, *lease]])
+    assert len(got) == 5
+    assert got[0] == Claimed(12, "g", "{}", "w", 1, 1000.5)
+    assert [c[0] for c in calls] == [scripts.CLAIM_MANY] * 3
+    assert [c[1] for c in calls] == [(*claim.first(None)[1], n) for n in (2, 2, 1)]
+    got, calls = _run(ops.ClaimMany(claim, 5), [[0, *lease]])  # one found, then none: done
+    assert len(got) == 1
+    assert len(calls) == 1
+    # A script that stopped after freeing many lapsed leases: the batch goes on.
+    got, calls = _run(ops.ClaimMany(claim, 3), [[1, *lease], [0, *lease * 2]])
+    assert len(got) == 3
+    assert [c[1][-1] for c in calls] == [2, 2]
+
+    leases = [Lease(s, "g", Event(), "w", 1, 0.0) for s in (1, 2, 3)]
+    settles: list[ops.Settling] = [
+        ops.Ack(leases[0]),
+        ops.Nack(leases[1], 2.5),
+        ops.BuryLease(leases[2], "bad", "hold"),
+    ]
+    # The script names the stale items of its chunk by index: each maps to its lease.
+    lost, calls = _run(ops.SettleMany(settles), [[1], [0]])
+    assert [x.lease for x in lost] == [leases[1], leases[2]]
+    assert [c[1] for c in calls] == [
+        [2, "", "ack", "g", 1, "w", 1, "", "", "nack", "g", 2, "w", 1, "2.5", ""],
+        [1, "", "bury", "g", 3, "w", 1, "buried: bad", "hold"],
+    ]
+
+    both = ops.AckAndClaim(ops.Ack(leases[0]), claim)
+    assert both.first(7.5) == (scripts.ACK_AND_CLAIM, ("g", 1, "w", 1, *claim.first(7.5)[1]))
+    with pytest.raises(LeaseLost):
+        both.done(0, None)
+    assert both.done([0, "100.5", ""], None) == ops.Idle(100.5, None)
+    assert both.done([1, *lease], None) == Claimed(12, "g", "{}", "w", 1, 1000.5)
+
+
 def test_a_waiter_claims_again_only_when_something_may_have_changed() -> None:
     claim = ops.Claim("w", 30, 2, None, "release")
     waiter = ops.Waiter(claim, ops.Idle(1000.0, 1000.5), at=10.0, recheck=5.0)
@@ -149,6 +191,7 @@ def test_every_script_names_its_keys_and_arguments_once() -> None:
             scripts.PUBLISH_MANY,
             scripts.PUBLISH_MANY_KEYED,
             scripts.PUBLISH_MANY_WITH,
+            scripts.SETTLE_MANY,
         ):
             assert "ARGV[" not in body, script.name
         assert "KEYS[" not in body, script.name
