@@ -24,7 +24,15 @@ from ._errors import LeaseLost
 from ._models import Settlement
 from ._seam import More, Operation, Steps
 
-__all__ = ["Part", "claiming_many", "inline", "settle_op", "settling_many", "then_claiming"]
+__all__ = [
+    "TURN_STEP",
+    "Part",
+    "claiming_many",
+    "inline",
+    "settle_op",
+    "settling_many",
+    "then_claiming",
+]
 
 S = TypeVar("S")
 R = TypeVar("R")

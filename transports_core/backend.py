@@ -61,7 +61,7 @@ from ._base import (
     TransportBase,
     cannot_join,
 )
-from ._batch import Part, claiming_many, inline, settling_many, then_claiming
+from ._batch import TURN_STEP, Part, claiming_many, inline, settling_many, then_claiming
 from ._codec import Claimed, EventCodec, Item
 from ._options import OptionTable, build_backend, check_clock, seconds_option
 from ._registry import ENTRY_POINT_GROUP, FEATURES, Backend, redact_url, register_backend
@@ -132,6 +132,7 @@ __all__ = [
     "MORE",
     "ON_DEAD_CHOICES",
     "RESERVED_PREFIX",
+    "TURN_STEP",
     "AsyncClosing",
     "AsyncJoined",
     "AsyncTransportBase",

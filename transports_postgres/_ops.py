@@ -1204,10 +1204,9 @@ def _flushing(op: Operation[Any]) -> Operation[Any]:
     return op
 
 
-# A batch's turns are stamped this far apart on the server's clock (seconds), so that the
-# next claims take its groups in the order it took them; with an injected clock, as many
-# successive claims stamp the one reading they are given.
-TURN_STEP: Final = 1e-6
+def _after(now: float | None, got: Sequence[core.Claimed]) -> float | None:
+    """An injected clock's reading for a batch's next claim, after the ``got`` it made."""
+    return None if now is None else now + len(got) * core.TURN_STEP
 
 
 class ClaimMany(Operation[list[core.Claimed]]):
@@ -1227,10 +1226,11 @@ class ClaimMany(Operation[list[core.Claimed]]):
         self.limit, self.got = limit, list(got)
 
     def first(self, now: float | None) -> Batch:
-        c = self.claim
-        step = TURN_STEP if now is None else 0.0
-        params = (c.min_priority, now, self.limit - len(self.got), c.max_attempts)
-        lease = (c.worker_id, c.visibility, step, self.lease_commit)
+        # The batch's turns are stamped core.TURN_STEP apart (see `core.claiming_many`),
+        # after those it has already taken.
+        c, at = self.claim, _after(now, self.got)
+        params = (c.min_priority, at, self.limit - len(self.got), c.max_attempts)
+        lease = (c.worker_id, c.visibility, core.TURN_STEP, self.lease_commit)
         return (Stmt(sql.CLAIM_MANY, (*params, *lease)),)
 
     def done(self, results: list[Result], now: float | None) -> list[core.Claimed] | More:
@@ -1289,15 +1289,15 @@ class ClaimManyRest(Operation[list[core.Claimed]]):
         self.claim, self.limit, self.got, self.row = claim, limit, got, row
 
     def body(self, now: float | None) -> Steps[list[core.Claimed]]:
-        claim, row = self.claim, self.row
+        claim, row, at = self.claim, self.row, _after(now, self.got)
         if row is None:
-            claimed = yield from _bare(ClaimTurn(claim), now)
+            claimed = yield from _bare(ClaimTurn(claim), at)
         else:
-            claimed = yield from _bury_and_claim(claim, row, now)
+            claimed = yield from _bury_and_claim(claim, row, at)
         if claimed is None:
             return self.got
         got = [*self.got, claimed]
-        rest = yield from core.claiming_many(claim, self.limit - len(got), now, _bare)
+        rest = yield from core.claiming_many(claim, self.limit - len(got), _after(now, got), _bare)
         return got + rest
 
 

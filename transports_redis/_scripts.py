@@ -68,6 +68,8 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Final
 
+from transports_core.backend import TURN_STEP
+
 PRIORITIES: Final = range(5)
 READY_KEYS: Final = tuple(f"r{p}" for p in PRIORITIES)
 WAKE_KEYS: Final = tuple(f"w{p}" for p in PRIORITIES)
@@ -887,8 +889,8 @@ end
 # declares them so). Value: {1, seq, group, raw, att, due} or {0, now, earliest
 # deadline (of a lease, a park or a delayed message) or ''}. It reads everything it
 # decides on afresh, so n calls in one script lease what n scripts would, in order.
-# The time between two claims of one batch: a microsecond, what the server's clock tells.
-TICK: Final = 1e-6
+# The time between two claims of one batch (see `claiming_many` in core).
+TICK: Final = TURN_STEP
 CLAIM_ARGS: Final = ("worker", "vis", "floor", "now", "max", "on_dead", "cascade", "sweep")
 CLAIMING: Final = (
     r"""
