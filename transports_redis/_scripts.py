@@ -1463,7 +1463,8 @@ for i = 1, #all, 2 do
     elseif not (seq == r.head and r.held ~= 0) then fail(group .. ': no event for ' .. seq) end
     if seq == r.tail then break end
     local nxt = redis.call('HGET', K.nx, seq)
-    if not nxt or tonumber(nxt) <= seq then fail(group .. ': chain breaks at ' .. seq); break end
+    -- Not increasing: a delayed message that came due joins the tail whatever its seq.
+    if not nxt or chained[tonumber(nxt)] then fail(group .. ': chain breaks at ' .. seq); break end
     links, seq, steps = links + 1, tonumber(nxt), steps + 1
   end
   if steps ~= r.depth then fail(group .. ': depth ' .. r.depth .. ' but chain ' .. steps) end
@@ -1488,11 +1489,11 @@ for i = 1, #all, 2 do
   end
   if r.hold == 1 and (r.worker ~= '' or r.due == 0) then fail(group .. ': hold but not parked') end
   local holds, s2 = 0, r.head
-  while true do
+  for _ = 1, r.depth do
     if redis.call('HEXISTS', K.td, 'h' .. s2) == 1 then holds = holds + 1 end
     if s2 == r.tail then break end
     local nxt = redis.call('HGET', K.nx, s2)
-    if not nxt or tonumber(nxt) <= s2 then break end
+    if not nxt then break end
     s2 = tonumber(nxt)
   end
   if holds ~= r.holds then fail(group .. ': ' .. holds .. ' holds, the record says ' .. r.holds) end
@@ -1628,13 +1629,16 @@ if r.head == seq then
   if n then go_on(group, n) end
   return 1
 end
-local prev = r.head
-while true do
+-- The whole chain, if need be: a delayed message that came due joined its tail, so seqs
+-- along a chain need not increase.
+local prev, found = r.head, false
+for _ = 2, r.depth do
   local nxt = tonumber(redis.call('HGET', K.nx, prev))
-  if nxt == nil or nxt > seq then return 0 end
-  if nxt == seq then break end
+  if nxt == nil then return 0 end
+  if nxt == seq then found = true; break end
   prev = nxt
 end
+if not found then return 0 end
 local after = redis.call('HGET', K.nx, seq)
 if after then
   redis.call('HSET', K.nx, prev, after)

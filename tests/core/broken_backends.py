@@ -23,6 +23,8 @@ LastDelivery = Literal["lapsed", "nacked"]
 # group is "" under the keys_across_groups defect
 Keys = dict[tuple[str, str], tuple[int, float]]
 PARKED = "__parked__"
+
+
 def _due(m: _Message) -> tuple[float, int]:
     return (m.due, m.seq)
 
@@ -61,6 +63,7 @@ class Defects:
     racy_claim: bool = False  # picks and marks a message under two separate locks
     ignore_event_type: bool = False  # encodes and decodes every event as the default Event
     decode_unleased: bool = False  # a message that does not decode is not leased after all
+    cancel_in_seq_order: bool = False  # cancel misses a delayed message behind later seqs
     many_decode_alone: bool = False  # claim_many's EventDecodeError carries no others
     ignore_keys: bool = False  # takes a key and stores the message anyway
     keys_across_groups: bool = False  # a key is one for the whole queue, not per group
@@ -813,8 +816,12 @@ class MemoryTransport(core.Closing):
             leased = m.holder not in (None, PARKED) and m.until >= s.clock()
             if leased and not s.defects.cancel_in_flight:
                 return False
-            del s.messages[seq]
             group = s.groups[m.group]
+            if s.defects.cancel_in_seq_order and any(
+                x > seq for x in group.seqs[: group.seqs.index(seq)]
+            ):
+                return False  # walks its group while seqs increase, so misses a late joiner
+            del s.messages[seq]
             group.seqs.remove(seq)
             if not group.seqs and not self._held(m.group):
                 del s.groups[m.group]

@@ -65,6 +65,24 @@ class ControlScenarios(Steps):
         got = events(t, "w1", self.hold)
         assert got == [2], f"{CANCEL}: a cancelled delayed message still came: {got}"
 
+    @checks(CANCEL)
+    def test_cancel_finds_a_delayed_message_behind_later_ones(self) -> None:
+        a = self._control()
+        self.require(TIMERS)
+        t = cast(Transport[Event], a)
+        published = self.now()
+        late = t.publish("a", ev(1), delay=self.brief)
+        publish(t, "a", 2, 3)
+        self.pass_deadline(published + self.brief)
+        # Due, it joined its group's end: behind messages of higher seqs.
+        order = [m.seq for m in a.peek("a")]
+        assert order[-1] == late, f"{CANCEL}: peek listed {order}, {late} not last"
+        assert a.cancel(late) is True, (
+            f"{CANCEL}: cancel of {late}, queued behind later seqs {order[:-1]}, said False"
+        )
+        got = events(t, "w1", self.hold)
+        assert got == [2, 3], f"{CANCEL}: after cancelling {late}, claims gave {got}"
+
     @checks(PAUSE)
     def test_pause_holds_a_group_until_resumed(self) -> None:
         a = self._control()
