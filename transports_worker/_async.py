@@ -93,7 +93,8 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         self._settles: SettleQueue[asyncio.Future[None]] = SettleQueue(
             min(SETTLE_WINDOW, self.visibility / 100)
         )
-        self._sent_all = False
+        self._sent_all = False  # as in `Worker`
+        self._sender_gone = False
 
     def stop(self) -> None:
         """As `Worker.stop`; safe from any thread."""
@@ -144,6 +145,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             slots = [self._loop.create_task(self._slot(claimer)) for claimer in self._claimers]
         try:
             await self._supervise()
+            self._last_sends()
         finally:
             for sig in signals:
                 self._loop.remove_signal_handler(sig)
@@ -153,7 +155,9 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             for task in stuck:
                 task.cancel()
             if sender is not None:
-                await self._flush(sender)
+                self._last_sends()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(sender), self.visibility + 1.0)
             await self._close_handles()
         if self._fatal is not None:
             raise self._fatal
@@ -334,6 +338,8 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             return await self._settle(item, decision, error, own)
         assert self._loop is not None
         assert self._due is not None
+        if self._sender_gone:  # settled as the worker ends
+            return await self._settle(item, decision, error, own)
         pending = Pending(item, decision, error, self._loop.create_future())
         if self._settles.add(pending, self._held()):
             self._due.set()
@@ -350,6 +356,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             due = settles.due(self._held())
             if due is None:
                 if self._sent_all:
+                    self._sender_gone = True
                     return
                 due_event.clear()
                 await due_event.wait()
@@ -391,13 +398,11 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                 if not pending.waiter.done():
                     pending.waiter.set_result(None)
 
-    async def _flush(self, sender: asyncio.Task[None]) -> None:
-        """`Worker._flush`."""
-        assert self._due is not None
+    def _last_sends(self) -> None:
+        """`Worker._last_sends`."""
         self._sent_all = True
-        self._due.set()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.shield(sender), self.visibility + 1.0)
+        if self._due is not None:
+            self._due.set()
 
     async def _bury_undecodable(self, exc: EventDecodeError) -> None:
         delivery, decision = self._undecodable(exc)

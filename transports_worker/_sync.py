@@ -148,7 +148,10 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         self._gate = threading.Condition(threading.Lock())
         self._inbox: queue.SimpleQueue[tuple[Lease[E], float] | None] = queue.SimpleQueue()
         self._settles: SettleQueue[Signal] = SettleQueue(min(SETTLE_WINDOW, self.visibility / 100))
-        self._sent_all = False  # set as the worker ends: the sender sends what is left, then ends
+        # Set once the drain and hand-back are over: the sender sends what is waiting at
+        # once, then ends (``_sender_gone``), and a settle after that is made alone.
+        self._sent_all = False
+        self._sender_gone = False
 
     # -- control ---------------------------------------------------------------------
 
@@ -203,6 +206,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             for thread in threads:
                 thread.start()
             self._supervise()
+            self._last_sends()
             # Idle slots end as their claim returns; one in a handler that ignores its
             # cancellation is left behind (a daemon thread): nothing it does is settled.
             end = time.monotonic() + SHARED_WAIT + 1.0
@@ -210,7 +214,9 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                 thread.join(max(end - time.monotonic(), 0))
         finally:
             if sender is not None and sender.ident is not None:
-                self._flush(sender)
+                self._last_sends()
+                # Its retries end by the leases' deadlines, a visibility away at most.
+                sender.join(self.visibility + 1.0)
             restore()
             self._renewals.close()
             self._watchdog.close()
@@ -256,14 +262,12 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         sender = threading.Thread(target=self._send_batches, name="worker-sender", daemon=True)
         return [*threads, sender], sender
 
-    def _flush(self, sender: threading.Thread) -> None:
-        """End the sender once it has sent every settle still waiting (a slot left
-        behind in its handler may add one later: that one lapses)."""
+    def _last_sends(self) -> None:
+        """Have the sender send every settle still waiting without waiting for more,
+        then end; the handles close only after it has."""
         with self._gate:
             self._sent_all = True
             self._gate.notify_all()
-        # Its retries end by the leases' deadlines, about a visibility away at most.
-        sender.join(self.visibility + 1.0)
 
     def _install_signals(self) -> Callable[[], None]:
         if not self._handle_signals or threading.current_thread() is not threading.main_thread():
@@ -475,8 +479,11 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         pending = Pending(item, decision, error, Signal())
         gate = self._gate
         with gate:
-            if self._settles.add(pending, self.concurrency - self._free):
+            gone = self._sender_gone
+            if not gone and self._settles.add(pending, self.concurrency - self._free):
                 gate.notify_all()
+        if gone:  # settled as the worker ends
+            return self._settle(item, decision, error, own)
         pending.waiter.wait()
         return pending.taken
 
@@ -492,6 +499,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                     due = settles.due(self.concurrency - self._free)
                     if due is None:
                         if self._sent_all:
+                            self._sender_gone = True
                             return
                         gate.wait()
                         continue
