@@ -391,7 +391,8 @@ class Runtime(Generic[E, S, H]):
     def __repr__(self) -> str:
         source = redact_url(self._source) if isinstance(self._source, str) else self._source
         name = type(self).__name__
-        return f"<{name} {self.worker_id!r} on {source!r}, concurrency {self.concurrency}>"
+        batches = "" if self.batch else ", no batches"
+        return f"<{name} {self.worker_id!r} on {source!r}, concurrency {self.concurrency}{batches}>"
 
     @property
     def stopping(self) -> bool:
