@@ -315,7 +315,7 @@ def test_a_worker_killed_mid_batch_loses_nothing(
     assert store.claim("check", 1.0) is None, "a message is left"
     again = [seq for seq, attempt in handled if attempt > 1]
     # The victim held leases when it died (it never holds none while working): each is
-    # delivered again once it lapses, to the survivor.
+    # delivered again once it lapses, to the survivor; some may never have reached a
+    # handler (claimed by its last claim_many), so they need not be among ``started``.
     assert again, "no lease the victim held was delivered again"
-    assert set(again) <= started
     assert len(handled) == len(set(handled)), "the survivor handled a delivery twice"
