@@ -4,6 +4,7 @@
     python -m bench.worker --quick        # seconds: checks the command works
     python -m bench.worker --url 'postgresql://postgres@127.0.0.1/test?schema=bench_worker'
     python -m bench.worker --out r.json
+    python -m bench.worker --concurrency 32 --batch both   # batches on against off
 
 Two measurements:
 
@@ -15,7 +16,8 @@ Two measurements:
   several rounds, taken in alternation so that a noisy moment hits both. Beside the
   rates: the process's CPU time (every thread) and context switches per message while
   draining, which show where a ratio comes from (see docs/worker.md, "What the worker
-  costs").
+  costs"). ``--batch`` runs the worker with its batches (on, the default), without them
+  (off), or both ways in the same rounds, with the ratio of the two.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -130,13 +133,15 @@ def bare(url: str, n: int, concurrency: int) -> Drain:
 
 @contextmanager
 def draining(
-    source: Callable[[], Transport[Event]], n: int, concurrency: int
+    source: Callable[[], Transport[Event]], n: int, concurrency: int, batch: bool = True
 ) -> Iterator[Callable[[], None]]:
     """A `Worker` with a no-op handler on handles from ``source``: the block gets the
     call that starts it and returns once it has settled ``n`` messages (the part to
     time); the worker is stopped when the block ends."""
     count = _Count(n)
-    worker = Worker(source, _noop, concurrency=concurrency, handle_signals=False, hooks=[count])
+    worker = Worker(
+        source, _noop, concurrency=concurrency, handle_signals=False, hooks=[count], batch=batch
+    )
     thread = threading.Thread(target=worker.run, daemon=True)
 
     def run() -> None:
@@ -152,13 +157,18 @@ def draining(
             thread.join()
 
 
-def runtime(url: str, n: int, concurrency: int) -> Drain:
+def runtime(url: str, n: int, concurrency: int, batch: bool = True) -> Drain:
     """``n`` messages drained by a `Worker` with a no-op handler."""
     _fill(url, n)
-    # Opened before the clock starts, as the bare loop's handles are.
-    handles = [open_transport(url) for _ in range(concurrency + 1)]  # a claimer per slot
-    with draining(handles.pop, n, concurrency) as run:
-        return Drain.timed(n, run)
+    # Opened before the clock starts, as the bare loop's handles are: a claimer per slot
+    # and one to renew (in batches, the worker takes three of them).
+    handles = [open_transport(url) for _ in range(concurrency + 1)]
+    try:
+        with draining(handles.pop, n, concurrency, batch) as run:
+            return Drain.timed(n, run)
+    finally:
+        for handle in handles:  # those the worker did not take
+            handle.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,6 +177,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=None, help="per round (default 3000)")
     parser.add_argument("--rounds", type=int, default=None, help="per case (default 5)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        action="append",
+        default=None,
+        help="slots (repeat for several; default 1 and 8)",
+    )
+    parser.add_argument(
+        "--batch",
+        choices=["on", "off", "both"],
+        default="on",
+        help="the worker's batches: on (default), off, or both ways in the same rounds",
+    )
     parser.add_argument(
         "--url", default=None, help="an empty queue to use (default: a new SQLite file per round)"
     )
@@ -186,11 +209,13 @@ def main(argv: list[str] | None = None) -> int:
         results["idle_core_share"] = share
         verdict = "ok" if share < TARGET_IDLE else "MISSED"
         print(f"idle worker: {share:.3%} of a core (target < {TARGET_IDLE:.0%}) {verdict}")
-        for concurrency in (1, 8):
-            cases: dict[str, Callable[[str, int, int], Drain]] = {
-                "bare": bare,
-                "runtime": runtime,
-            }
+        for concurrency in args.concurrency or (1, 8):
+            cases: dict[str, Callable[[str, int, int], Drain]] = {"bare": bare}
+            if args.batch != "off":
+                cases["runtime"] = runtime
+            if args.batch != "on":
+                key = "runtime" if args.batch == "off" else "unbatched"
+                cases[key] = partial(runtime, batch=False)
             drains: dict[str, list[Drain]] = {name: [] for name in cases}
             for _ in range(rounds):
                 for name, case in cases.items():
@@ -202,12 +227,20 @@ def main(argv: list[str] | None = None) -> int:
             }
             medians = {name: cost.rate for name, cost in costs.items()}
             ratio = medians["runtime"] / medians["bare"]
-            results[f"concurrency_{concurrency}"] = {
+            entry: dict[str, object] = {
                 **medians,
                 "ratio": ratio,
                 "all": rates,
                 "per_message": {name: cost._asdict() for name, cost in costs.items()},
             }
+            results[f"concurrency_{concurrency}"] = entry
+            if "unbatched" in medians:
+                batched = medians["runtime"] / medians["unbatched"]
+                entry["batches_ratio"] = batched
+                print(
+                    f"batches, concurrency {concurrency}: on {medians['runtime']:,.0f}/s, "
+                    f"off {medians['unbatched']:,.0f}/s, ratio {batched:.2f}"
+                )
             verdict = "ok" if ratio >= TARGET_RATIO else "MISSED"
             spread = ", ".join(f"{name} {min(v):,.0f}-{max(v):,.0f}" for name, v in rates.items())
             print(

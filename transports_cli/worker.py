@@ -135,6 +135,12 @@ def seconds_option(
     help=f"Touch this file every {HEALTH_EVERY:g}s while running (a liveness probe).",
 )
 @click.option("--quiet", is_flag=True, help="Do not log each settled delivery.")
+@click.option(
+    "--batch/--no-batch",
+    default=True,
+    show_default=True,
+    help="With --concurrency above 1, claim for the free slots and settle in batches.",
+)
 @count_option(
     "--processes",
     1,
@@ -171,6 +177,7 @@ def worker(
     worker_id: str | None,
     health_file: Path | None,
     quiet: bool,
+    batch: bool,
     processes: int,
     metrics_port: int | None,
     metrics_host: str,
@@ -250,6 +257,7 @@ def worker(
                 grace=grace,
                 min_priority=min_priority,
                 hooks=hooks,
+                batch=batch,
             )
         except (TypeError, ValueError) as exc:
             raise click.UsageError(scrub(str(exc))) from exc
@@ -305,6 +313,8 @@ def _supervised(url: str, processes: int, target: str, given: dict[str, Any]) ->
         options += [f"--{name.replace('_', '-')}", str(given[name])]
     if given["quiet"]:
         options.append("--quiet")
+    if not given["batch"]:
+        options.append("--no-batch")
     command = [sys.executable, "-m", "transports_cli", "worker", target, *options]
     environ = {**os.environ, URL_VARIABLE: url}
     worker_id = given["worker_id"]

@@ -2,7 +2,9 @@
 
 Tasks: ``concurrency`` slots (each claims only while it is free; the claim is cancelled
 to stop claiming), and per delivery the handler's task and its lease keeper's task. A
-lost lease cancels the handler's task at once, from the keeper. Imports the public contract only.
+lost lease cancels the handler's task at once, from the keeper. In batches, one task
+claims for every free slot at once and starts a task per lease, and one sends the
+settles together. Imports the public contract only.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from transports_core import (
     AsyncTransport,
@@ -29,9 +31,13 @@ from ._common import (
     LOGGER,
     LOST,
     OWN_WAIT,
+    SETTLE_WINDOW,
+    BatchReply,
     ClaimPause,
     Decision,
+    Pending,
     Runtime,
+    SettleQueue,
     SettleTries,
     logged,
     lost_error,
@@ -78,7 +84,17 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
     def _setup(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._claims: set[asyncio.Future[Lease[E] | None]] = set()
+        self._claims: set[asyncio.Future[Any]] = set()
+        # In batches: the tasks of the deliveries the claimer started; the claimer waits
+        # on ``_room`` for a free slot, the sender on ``_due`` for settles to send.
+        self._serving: set[asyncio.Task[None]] = set()
+        self._room: asyncio.Event | None = None
+        self._due: asyncio.Event | None = None
+        self._settles: SettleQueue[asyncio.Future[None]] = SettleQueue(
+            min(SETTLE_WINDOW, self.visibility / 100)
+        )
+        self._sent_all = False  # as in `Worker`
+        self._sender_gone = False
 
     def stop(self) -> None:
         """As `Worker.stop`; safe from any thread."""
@@ -99,6 +115,8 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             claim.cancel()  # cancelling a claim never leaves a lease nobody holds
         if self._wake is not None:
             self._wake.set()
+        if self._room is not None:
+            self._room.set()
 
     def _signalled(self, sig: signal.Signals) -> None:
         self._signal_seen(sig.name)
@@ -118,17 +136,28 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         self._wake = asyncio.Event()
         await self._open()
         signals = self._install_signals()
-        slots = [self._loop.create_task(self._slot(claimer)) for claimer in self._claimers]
+        sender: asyncio.Task[None] | None = None
+        if self._batched:
+            self._room, self._due = asyncio.Event(), asyncio.Event()
+            sender = self._loop.create_task(self._send_batches())
+            slots = [self._loop.create_task(self._claim_batches(self._claimers[0]))]
+        else:
+            slots = [self._loop.create_task(self._slot(claimer)) for claimer in self._claimers]
         try:
             await self._supervise()
+            self._last_sends()
         finally:
             for sig in signals:
                 self._loop.remove_signal_handler(sig)
             # Idle slots end as their claim is cancelled; a handler that ignores its own
             # cancellation is given up on after UNWIND: nothing it does is settled.
-            _, stuck = await asyncio.wait(slots, timeout=UNWIND)
+            _, stuck = await asyncio.wait([*slots, *self._serving], timeout=UNWIND)
             for task in stuck:
                 task.cancel()
+            if sender is not None:
+                self._last_sends()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(sender), self.visibility + 1.0)
             await self._close_handles()
         if self._fatal is not None:
             raise self._fatal
@@ -225,6 +254,156 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             if self._wake is not None:
                 self._wake.set()
 
+    # -- in batches ------------------------------------------------------------------
+
+    def _held(self) -> int:
+        return self.concurrency - self._free
+
+    async def _claim_batches(self, claimer: AsyncTransport[E]) -> None:
+        """`Worker._claim_batches`: a task per lease instead of a slot's thread."""
+        assert self._loop is not None
+        assert self._room is not None
+        room, loop = self._room, self._loop
+        wait = min(OWN_WAIT, self.visibility / 2)
+        pause = ClaimPause()
+        try:
+            while not self._stopping.is_set():
+                if not self._free:
+                    room.clear()
+                    await room.wait()
+                    continue
+                sent = time.monotonic()
+                claim = asyncio.ensure_future(
+                    claimer.claim_many(
+                        self.worker_id, self.visibility, self._free, self.min_priority, wait=wait
+                    )
+                )
+                self._claims.add(claim)
+                try:
+                    leases: list[Lease[E]] = await claim
+                except asyncio.CancelledError:
+                    if self._stopping.is_set():
+                        return
+                    raise
+                except EventDecodeError as exc:
+                    await self._bury_undecodable(exc)
+                    leases = exc.others
+                except TransportError as exc:
+                    if self._stopping.is_set():
+                        return
+                    await asyncio.sleep(pause.failed(exc))
+                    continue
+                finally:
+                    self._claims.discard(claim)
+                pause.reset()
+                if not leases:
+                    self._hooks.claimed_nothing(self.worker_id)
+                    continue
+                self._free -= len(leases)
+                for lease in leases:
+                    task = loop.create_task(self._serve(lease, sent))
+                    self._serving.add(task)
+                    task.add_done_callback(self._serving.discard)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            LOGGER.exception("the worker's claimer failed")
+            self._fatal = exc
+            if self._wake is not None:
+                self._wake.set()
+
+    async def _serve(self, lease: Lease[E], sent: float) -> None:
+        batcher = self._batcher
+        assert batcher is not None
+        assert self._room is not None
+        try:
+            await self._deliver(lease, sent, batcher)
+        except Exception:  # ours or the backend's bug: the lease lapses, go on
+            LOGGER.exception("delivering message %d failed", lease.seq)
+        finally:
+            self._free += 1
+            self._room.set()
+            if self._due is not None and self._settles.due(self._held()) == 0.0:
+                self._due.set()
+
+    async def _finish(
+        self,
+        item: Running[E],
+        decision: Decision,
+        error: BaseException | None,
+        own: AsyncTransport[E],
+    ) -> bool:
+        """`Worker._finish`, awaiting."""
+        if not self._batched or decision.action == "none":
+            return await self._settle(item, decision, error, own)
+        assert self._loop is not None
+        assert self._due is not None
+        if self._sender_gone:  # settled as the worker ends
+            return await self._settle(item, decision, error, own)
+        pending = Pending(item, decision, error, self._loop.create_future())
+        if self._settles.add(pending, self._held()):
+            self._due.set()
+        await pending.waiter
+        return pending.taken
+
+    async def _send_batches(self) -> None:
+        """`Worker._send_batches`, as a task."""
+        due_event, settles, loop = self._due, self._settles, asyncio.get_running_loop()
+        batcher = self._batcher
+        assert due_event is not None
+        assert batcher is not None
+        while True:
+            due = settles.due(self._held())
+            if due is None:
+                if self._sent_all:
+                    self._sender_gone = True
+                    return
+                due_event.clear()
+                await due_event.wait()
+                continue
+            left = due - time.monotonic()
+            if left > 0 and not self._sent_all:
+                # A timer rather than wait_for: a timeout's exception, with its traceback,
+                # would leave a reference cycle behind for every batch that waits.
+                due_event.clear()
+                timer = loop.call_later(left, due_event.set)
+                await due_event.wait()
+                timer.cancel()
+                continue
+            await self._send(settles.take(), batcher)
+
+    async def _send(
+        self, batch: list[Pending[asyncio.Future[None]]], transport: AsyncTransport[E]
+    ) -> None:
+        """`Worker._send`, awaiting the calls and pauses."""
+        steps = self._settling_many(batch)
+        try:
+            step = next(steps)
+            while True:
+                reply: BatchReply = None
+                if isinstance(step, float):
+                    await asyncio.sleep(step)
+                else:
+                    try:
+                        reply = await transport.settle_many(step)
+                    except TransportError as exc:
+                        reply = exc
+                step = steps.send(reply)
+        except StopIteration:
+            pass
+        except Exception:  # ours or the backend's bug: those leases lapse
+            LOGGER.exception("settling %d deliveries failed", len(batch))
+        finally:
+            for pending in batch:
+                if not pending.waiter.done():
+                    pending.waiter.set_result(None)
+
+    def _last_sends(self) -> None:
+        """`Worker._last_sends`."""
+        self._sent_all = True
+        if self._due is not None:
+            self._due.set()
+
     async def _bury_undecodable(self, exc: EventDecodeError) -> None:
         delivery, decision = self._undecodable(exc)
         settler = self._settler
@@ -301,7 +480,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                     error: BaseException | None = TimeoutError(
                         f"the handler ran past its timeout of {self.timeout:g}s"
                     )
-                    await self._settle(ctx, self._ending(ctx, error), error, own)
+                    await self._finish(ctx, self._ending(ctx, error), error, own)
                 return
             if not ctx._take():
                 return
@@ -311,7 +490,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             error = task.exception()
             if error is not None and not isinstance(error, Exception):
                 raise error
-            await self._settle(ctx, self._ending(ctx, error), error, own)
+            await self._finish(ctx, self._ending(ctx, error), error, own)
         finally:
             await keeper.close()
             del self._running[id(ctx)]

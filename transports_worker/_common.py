@@ -3,7 +3,12 @@ open, and every decision: what a finished handler leads to (a `Decision`), and h
 delivery is settled and reported. A settle is one transport call (`Decision.send`, typed
 for either twin), retried while it fails in passing (`SettleTries`): the decisions pick
 its lease (`Runtime._settle_lease`) and take its outcome (`Runtime._settle_done`), and each
-twin makes and retries the call with its own kind of call and pause. No I/O.
+twin makes and retries the call with its own kind of call and pause.
+
+With several slots and a transport that has the batch calls, the worker claims for all
+its free slots in one ``claim_many`` and settles what its handlers decided in one
+``settle_many``: `SettleQueue` decides when a batch of settles goes, and
+`Runtime._settling_many` is each batch's decisions as steps that both twins drive. No I/O.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Generic, Literal, Protocol, TypeVar
 
@@ -26,6 +31,7 @@ from transports_core import (
     Lease,
     LeaseLost,
     OutcomeUnknown,
+    Settlement,
     TransportError,
     redact_url,
 )
@@ -47,8 +53,11 @@ __all__ = [
     "EXIT_HANDED_BACK",
     "ClaimPause",
     "Decision",
+    "Pending",
     "Runtime",
+    "SettleQueue",
     "SettleTries",
+    "batches",
     "check_handler",
     "decide",
     "default_worker_id",
@@ -59,6 +68,7 @@ S = TypeVar("S")  # the transport twin a worker drives
 H = TypeVar("H")  # the handler it calls
 R_co = TypeVar("R_co", covariant=True)  # what a settling call returns: None, or an awaitable
 R = TypeVar("R")
+W = TypeVar("W")  # what a delivery waiting in the settle queue waits on, in either twin
 LOGGER: Final = logging.getLogger("transports_worker")
 EXIT_DRAINED: Final = 0
 # EX_TEMPFAIL from sysexits.h: stopped before its work was done; that work is not lost.
@@ -68,6 +78,9 @@ OWN_WAIT: Final = 10.0  # the longest a claim on a handle of the worker's own wa
 # A failed claim is tried again after the first pause, doubling up to the second: at most a
 # second, so that claiming resumes within a second of a server coming back.
 CLAIM_PAUSES: Final = (0.1, 1.0)
+# How long a settle may wait for others to share its ``settle_many``, unless every delivery
+# the worker holds is waiting already. Its lease is still renewed meanwhile.
+SETTLE_WINDOW: Final = 0.003
 
 
 class Settles(Protocol[R_co]):
@@ -102,6 +115,13 @@ class Decision:
         if action == "bury":
             return transport.bury(lease, self.reason)
         raise ValueError(f"{self!r} makes no transport call")
+
+    def settlement(self, lease: Lease[Any]) -> Settlement[Any]:
+        """The call as one item of ``settle_many``."""
+        action = self.action
+        if action == "none":
+            raise ValueError(f"{self!r} makes no transport call")
+        return Settlement(lease, action, self.delay, self.reason)
 
 
 ACK: Final = Decision("ack", "acked")
@@ -154,6 +174,76 @@ class SettleTries:
             return None
         LOGGER.debug("a settle failed, retrying: %s", failed)
         return self._pause
+
+
+def batches(handle: object) -> bool:
+    """Whether ``handle`` has the batch calls: a transport written against the protocol
+    before them has not, and is driven one call at a time."""
+    return callable(getattr(handle, "claim_many", None)) and callable(
+        getattr(handle, "settle_many", None)
+    )
+
+
+@dataclass(eq=False, slots=True)
+class Pending(Generic[W]):
+    """A delivery whose handler has ended, waiting in the `SettleQueue`: its decision,
+    what its slot waits on (``waiter``: the twin's), and, once the batch is done, whether
+    the transport took the settle (``taken``)."""
+
+    item: Running[Any]
+    decision: Decision
+    error: BaseException | None
+    waiter: W
+    taken: bool = False
+
+
+class SettleQueue(Generic[W]):
+    """The settles waiting to share one ``settle_many``, and when they go (`due`): at
+    once when every delivery the worker holds is waiting here (no handler is left that
+    could join them), else ``window`` seconds after the first came. A slot waits for its
+    own settle, so the queue never holds more than the worker's concurrency, and its
+    lease keeper renews the lease until the batch is sent. No lock and no I/O: each twin
+    guards and drives it."""
+
+    __slots__ = ("_pending", "_since", "window")
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self._pending: list[Pending[W]] = []
+        self._since = 0.0
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, pending: Pending[W], held: int) -> bool:
+        """Queue ``pending`` while the worker holds ``held`` deliveries; True if the
+        sender must be woken (the queue was empty, or it is due now)."""
+        queue = self._pending
+        queue.append(pending)
+        if len(queue) == 1:
+            self._since = time.monotonic()
+            return True
+        return len(queue) >= held
+
+    def due(self, held: int) -> float | None:
+        """When to send the queue (monotonic; 0.0 is at once) while the worker holds
+        ``held`` deliveries; None while it is empty."""
+        queue = self._pending
+        if not queue:
+            return None
+        if len(queue) >= held:
+            return 0.0
+        return self._since + self.window
+
+    def take(self) -> list[Pending[W]]:
+        taken, self._pending = self._pending, []
+        return taken
+
+
+# A step of a batch of settles: the items of a ``settle_many`` to make, or seconds to pause.
+BatchStep = list[Settlement[Any]] | float
+# What the twin sends back: the call's stale leases, the error it raised, or None (a pause).
+BatchReply = list[LeaseLost] | TransportError | None
 
 
 def default_worker_id() -> str:
@@ -252,6 +342,7 @@ class Runtime(Generic[E, S, H]):
         worker_id: str | None = None,
         hooks: Sequence[Hooks] | None = None,
         handle_signals: bool = True,
+        batch: bool = True,
     ) -> None:
         # Each option is refused with an error naming it before anything runs.
         self.concurrency = check_count(concurrency, "concurrency")
@@ -271,6 +362,14 @@ class Runtime(Generic[E, S, H]):
         self._event_type: object = Event if event_type is None else event_type
         self._hooks = Fanout((LoggingHooks(),) if hooks is None else hooks)
         self._handle_signals = handle_signals
+        if not isinstance(batch, bool):
+            raise TypeError(f"batch must be True or False, got {batch!r}")
+        self.batch = batch
+        # Whether the worker claims and settles in batches: decided once its handles are
+        # open (see `_open_all`), with the handle that settles batches.
+        self._batched = False
+        self._batcher: S | None = None
+        self._free = self.concurrency  # slots without a delivery (batches only)
         self._stopping = threading.Event()
         self._requests = 0
         self._claimers: list[S] = []
@@ -292,7 +391,8 @@ class Runtime(Generic[E, S, H]):
     def __repr__(self) -> str:
         source = redact_url(self._source) if isinstance(self._source, str) else self._source
         name = type(self).__name__
-        return f"<{name} {self.worker_id!r} on {source!r}, concurrency {self.concurrency}>"
+        batches = "" if self.batch else ", no batches"
+        return f"<{name} {self.worker_id!r} on {source!r}, concurrency {self.concurrency}{batches}>"
 
     @property
     def stopping(self) -> bool:
@@ -318,18 +418,32 @@ class Runtime(Generic[E, S, H]):
         elif hasattr(source, "claim") and hasattr(source, "extend"):
             self._settler = source
             self._claimers = [source] * self.concurrency
+            if self._batching(source):
+                self._claimers, self._batcher = [source], source
             return
         else:
             raise TypeError(f"source must be a URL, a transport or a factory, got {source!r}")
         self._settler = opener()
         self._owned = True
-        for _ in range(self.concurrency):
+        self._claimers.append(opener())
+        if self._batching(self._claimers[0]):
+            # One handle claims for every slot, another settles the batches: so that a
+            # batch of settles never waits behind a claim that blocks.
+            self._batcher = opener()
+            return
+        for _ in range(self.concurrency - 1):
             self._claimers.append(opener())
+
+    def _batching(self, handle: S) -> bool:
+        """Decide whether to claim and settle in batches, on ``handle``'s kind: with
+        several slots, unless turned off or the transport has no batch calls."""
+        self._batched = self.batch and self.concurrency > 1 and batches(handle)
+        return self._batched
 
     def _owned_handles(self) -> list[S]:
         if not self._owned:
             return []
-        return [h for h in (*self._claimers, self._settler) if h is not None]
+        return [h for h in (*self._claimers, self._batcher, self._settler) if h is not None]
 
     # -- decisions: a settle is one transport call, which each twin's `_settle` makes
     # (and retries, see `SettleTries`) with its own kind of call, between these two ------
@@ -381,6 +495,52 @@ class Runtime(Generic[E, S, H]):
             return False
         self._report(item, decision.outcome, error)
         return True
+
+    def _settling_many(self, batch: list[Pending[Any]]) -> Generator[BatchStep, BatchReply, None]:
+        """The decisions of one batch of settles, as steps that each twin drives: a list
+        of `Settlement` is a ``settle_many`` to make (the twin sends back its stale
+        leases, or the `TransportError` it raised), a float a pause. Each delivery ends as
+        its own settle would: its lease is taken from the keeper only now (the keeper
+        renewed it while it waited), a stale lease is reported as a single call's
+        `LeaseLost` is, and a call that fails in passing is made again for the items
+        whose deadline allows (`SettleTries`, one per item, so that `OutcomeUnknown`
+        then `LeaseLost` counts as made for each). ``taken`` is set on each that the
+        transport took."""
+        sending: list[tuple[Pending[Any], Settlement[Any], SettleTries]] = []
+        for pending in batch:
+            lease = self._settle_lease(pending.item, pending.decision, pending.error)
+            if lease is not None:
+                item = (pending, pending.decision.settlement(lease), self._tries(pending.item))
+                sending.append(item)
+        while sending:
+            reply = yield [settlement for _, settlement, _ in sending]
+            if isinstance(reply, TransportError):
+                pause: float | None = None
+                left = []
+                for entry in sending:
+                    pending, _, tries = entry
+                    wait = tries.again(reply)
+                    if wait is None:
+                        self._pending_done(pending, tries.failed)
+                    else:
+                        left.append(entry)
+                        pause = wait
+                sending = left
+                if pause is not None:
+                    yield pause
+                continue
+            stale = {lost.lease.seq: lost for lost in reply or ()}
+            for pending, settlement, tries in sending:
+                failed: TransportError | None = None
+                lost = stale.get(settlement.lease.seq)
+                if lost is not None:
+                    tries.again(lost)
+                    failed = tries.failed
+                self._pending_done(pending, failed)
+            return
+
+    def _pending_done(self, pending: Pending[Any], failed: TransportError | None) -> None:
+        pending.taken = self._settle_done(pending.item, pending.decision, pending.error, failed)
 
     def _report(self, item: Running[Any], outcome: Outcome, error: BaseException | None) -> None:
         self._hooks.settled(item._delivery, outcome, time.monotonic() - item.started, error)

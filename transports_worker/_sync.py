@@ -2,14 +2,16 @@
 
 Threads: the caller's (supervises: signals, drain, hand-back), ``concurrency`` slot
 threads (each claims only while it is free, runs the handler, then settles), and two
-schedule threads (renewals; the watchdog for lease deadlines and timeouts). Imports the
-public contract only.
+schedule threads (renewals; the watchdog for lease deadlines and timeouts). In batches,
+one more thread claims for every free slot at once and hands the leases to the slots,
+and one sends the slots' settles together. Imports the public contract only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import select
 import signal
 import threading
@@ -32,9 +34,13 @@ from ._common import (
     HAND_BACK,
     LOGGER,
     OWN_WAIT,
+    SETTLE_WINDOW,
+    BatchReply,
     ClaimPause,
     Decision,
+    Pending,
     Runtime,
+    SettleQueue,
     SettleTries,
     logged,
     lost_error,
@@ -116,6 +122,11 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
     another and `stop` wakes blocked claims at once (by closing them); a transport
     passed in is used for everything and not closed.
 
+    With ``concurrency`` above 1 and a transport that has the batch calls, the worker
+    works in batches (unless ``batch`` is False): one handle claims for every free slot
+    at once (``claim_many``), and the settles that the slots' handlers lead to go
+    together (``settle_many``), each waiting at most a few milliseconds for others.
+
     Outcomes: a return acks (unless the handler acked already, inside its own
     transaction, with `Context.ack_within`); `Retry` nacks with its delay; `Bury` buries; any other
     exception is retried after the ``retry`` policy's backoff, or buried (with its type
@@ -132,6 +143,15 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
 
     def _setup(self) -> None:
         self._pipe: tuple[int, int] | None = None
+        # In batches: the claimer waits on the gate for a free slot, and the sender for
+        # settles that are due; the claimer hands leases to the slots through the inbox.
+        self._gate = threading.Condition(threading.Lock())
+        self._inbox: queue.SimpleQueue[tuple[Lease[E], float] | None] = queue.SimpleQueue()
+        self._settles: SettleQueue[Signal] = SettleQueue(min(SETTLE_WINDOW, self.visibility / 100))
+        # Set once the drain and hand-back are over: the sender sends what is waiting at
+        # once, then ends (``_sender_gone``), and a settle after that is made alone.
+        self._sent_all = False
+        self._sender_gone = False
 
     # -- control ---------------------------------------------------------------------
 
@@ -181,23 +201,22 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         restore = self._install_signals()
         self._renewals = Schedule("worker-renewals")
         self._watchdog = Schedule("worker-watchdog")
-        self._slots = [
-            _Slot(claimer, Seat(self._renewals, self._watchdog)) for claimer in self._claimers
-        ]
-        threads = [
-            threading.Thread(target=self._slot, args=(slot,), name=f"worker-slot-{n}", daemon=True)
-            for n, slot in enumerate(self._slots)
-        ]
+        threads, sender = self._threads()
         try:
             for thread in threads:
                 thread.start()
             self._supervise()
+            self._last_sends()
             # Idle slots end as their claim returns; one in a handler that ignores its
             # cancellation is left behind (a daemon thread): nothing it does is settled.
             end = time.monotonic() + SHARED_WAIT + 1.0
             for thread in threads:
                 thread.join(max(end - time.monotonic(), 0))
         finally:
+            if sender is not None and sender.ident is not None:
+                self._last_sends()
+                # Its retries end by the leases' deadlines, a visibility away at most.
+                sender.join(self.visibility + 1.0)
             restore()
             self._renewals.close()
             self._watchdog.close()
@@ -209,6 +228,46 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             raise self._fatal
         # Only now: a slot whose claim returned as the worker stopped may have handed back.
         return self._exit_code()
+
+    def _threads(self) -> tuple[list[threading.Thread], threading.Thread | None]:
+        """The slots' threads (and in batches the claimer's and the sender's, which is
+        also returned alone: it is stopped last)."""
+
+        def seat() -> Seat:
+            return Seat(self._renewals, self._watchdog)
+
+        if not self._batched:
+            self._slots = [_Slot(claimer, seat()) for claimer in self._claimers]
+            self._claiming = self._slots
+            return [
+                threading.Thread(
+                    target=self._slot, args=(slot,), name=f"worker-slot-{n}", daemon=True
+                )
+                for n, slot in enumerate(self._slots)
+            ], None
+        batcher = self._batcher
+        assert batcher is not None
+        self._slots = [_Slot(batcher, seat()) for _ in range(self.concurrency)]
+        claimer = _Slot(self._claimers[0], seat())
+        self._claiming = [claimer]
+        threads = [
+            threading.Thread(target=self._serve, args=(slot,), name=f"worker-slot-{n}", daemon=True)
+            for n, slot in enumerate(self._slots)
+        ]
+        threads.append(
+            threading.Thread(
+                target=self._claim_batches, args=(claimer,), name="worker-claimer", daemon=True
+            )
+        )
+        sender = threading.Thread(target=self._send_batches, name="worker-sender", daemon=True)
+        return [*threads, sender], sender
+
+    def _last_sends(self) -> None:
+        """Have the sender send every settle still waiting without waiting for more,
+        then end; the handles close only after it has."""
+        with self._gate:
+            self._sent_all = True
+            self._gate.notify_all()
 
     def _install_signals(self) -> Callable[[], None]:
         if not self._handle_signals or threading.current_thread() is not threading.main_thread():
@@ -231,8 +290,11 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         while self._requests == 0 and self._fatal is None:
             self._sleep(None)
         self._stopping.set()
+        if self._batched:
+            with self._gate:  # wakes the claimer if it waits for a free slot
+                self._gate.notify_all()
         if self._owned:
-            for slot in self._slots:
+            for slot in self._claiming:
                 if not slot.close():
                     continue  # its handler settles on it; it is closed after the drain
                 with logged("closing a claiming handle failed"):
@@ -338,6 +400,139 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             return self._settle_done(item, decision, error, failed)
         return self._settle_done(item, decision, error, None)
 
+    # -- in batches ------------------------------------------------------------------
+
+    def _claim_batches(self, slot: _Slot[E]) -> None:
+        """Claim for every free slot in one ``claim_many``, and hand the leases to the
+        slots; until the worker stops."""
+        claimer, gate = slot.handle, self._gate
+        wait = min(OWN_WAIT if self._owned else SHARED_WAIT, self.visibility / 2)
+        pause = ClaimPause()
+        stopping = self._stopping
+        try:
+            while not stopping.is_set():
+                with gate:
+                    while not self._free and not stopping.is_set():
+                        gate.wait()
+                    limit = self._free
+                if not limit or stopping.is_set() or not slot.begin_claim():
+                    return
+                sent = time.monotonic()
+                try:
+                    leases = claimer.claim_many(
+                        self.worker_id, self.visibility, limit, self.min_priority, wait=wait
+                    )
+                except EventDecodeError as exc:
+                    self._bury_undecodable(exc)
+                    leases = exc.others
+                except Exception as exc:
+                    if stopping.is_set():
+                        return  # as in `_slot`: the worker closed the handle to wake it
+                    if not isinstance(exc, TransportError):
+                        raise
+                    stopping.wait(pause.failed(exc))
+                    continue
+                finally:
+                    slot.end_claim()
+                pause.reset()
+                if not leases:
+                    self._hooks.claimed_nothing(self.worker_id)
+                    continue
+                with gate:
+                    self._free -= len(leases)
+                for lease in leases:
+                    self._inbox.put((lease, sent))
+        except BaseException as exc:
+            LOGGER.exception("the worker's claimer failed")
+            self._fatal = exc
+            self._nudge()
+        finally:
+            for _ in self._slots:
+                self._inbox.put(None)
+
+    def _serve(self, slot: _Slot[E]) -> None:
+        """Handle the leases the claimer hands over, then free the slot; until it hands
+        over None."""
+        inbox, gate, own = self._inbox, self._gate, slot.handle
+        try:
+            while (handed := inbox.get()) is not None:
+                lease, sent = handed
+                try:
+                    self._deliver(lease, sent, own, slot)
+                except Exception:  # ours or the backend's bug: the lease lapses, go on
+                    LOGGER.exception("delivering message %d failed", lease.seq)
+                finally:
+                    with gate:
+                        self._free += 1
+                        gate.notify_all()
+        except BaseException as exc:
+            LOGGER.exception("a worker slot failed")
+            self._fatal = exc
+            self._nudge()
+
+    def _finish(
+        self, item: Running[E], decision: Decision, error: BaseException | None, own: Transport[E]
+    ) -> bool:
+        """`_settle`, or in batches: wait for the sender to make the call with others."""
+        if not self._batched or decision.action == "none":
+            return self._settle(item, decision, error, own)
+        pending = Pending(item, decision, error, Signal())
+        gate = self._gate
+        with gate:
+            gone = self._sender_gone
+            if not gone and self._settles.add(pending, self.concurrency - self._free):
+                gate.notify_all()
+        if gone:  # settled as the worker ends
+            return self._settle(item, decision, error, own)
+        pending.waiter.wait()
+        return pending.taken
+
+    def _send_batches(self) -> None:
+        """Send the settles as they fall due (see `SettleQueue`); until the worker ends
+        and none is left."""
+        gate, settles = self._gate, self._settles
+        batcher = self._batcher
+        assert batcher is not None
+        while True:
+            with gate:
+                while True:
+                    due = settles.due(self.concurrency - self._free)
+                    if due is None:
+                        if self._sent_all:
+                            self._sender_gone = True
+                            return
+                        gate.wait()
+                        continue
+                    left = due - time.monotonic()
+                    if left <= 0 or self._sent_all:
+                        break
+                    gate.wait(left)
+                batch = settles.take()
+            self._send(batch, batcher)
+
+    def _send(self, batch: list[Pending[Signal]], transport: Transport[E]) -> None:
+        """Drive one batch's steps (`Runtime._settling_many`), then wake its slots."""
+        steps = self._settling_many(batch)
+        try:
+            step = next(steps)
+            while True:
+                reply: BatchReply = None
+                if isinstance(step, float):
+                    time.sleep(step)
+                else:
+                    try:
+                        reply = transport.settle_many(step)
+                    except TransportError as exc:
+                        reply = exc
+                step = steps.send(reply)
+        except StopIteration:
+            pass
+        except Exception:  # ours or the backend's bug: those leases lapse
+            LOGGER.exception("settling %d deliveries failed", len(batch))
+        finally:
+            for pending in batch:
+                pending.waiter.set()
+
     # -- handling --------------------------------------------------------------------
 
     def _deliver(self, lease: Lease[E], sent: float, own: Transport[E], slot: _Slot[E]) -> None:
@@ -388,7 +583,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             except Exception as exc:
                 error = exc
             if ctx._take():
-                self._settle(ctx, self._ending(ctx, error), error, own)
+                self._finish(ctx, self._ending(ctx, error), error, own)
         finally:
             if not keeper.released:  # settling released it, unless it never got there
                 keeper.release()

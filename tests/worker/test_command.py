@@ -109,6 +109,22 @@ def test_sigterm_during_a_long_handler_drains_and_exits_0(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("batch", ["--batch", "--no-batch"])
+def test_batches_are_on_unless_no_batch_is_given(
+    tmp_path: Path, marks: Path, url: str, store: Transport[Event], batch: str
+) -> None:
+    store.publish_many([(f"g{n}", Event(n=n), 0) for n in range(4)])
+    process = start(tmp_path, marks, "jobs:slow", url, "--concurrency", "2", batch, hold=0.1)
+    for n in range(4):
+        wait_for(marks / f"done-{n}-1", process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=PATIENCE)
+    assert process.returncode == 0, err
+    (started,) = [line for line in err.splitlines() if line.endswith(" started")]
+    assert ("no batches" in started) == (batch == "--no-batch"), started
+
+
+@pytest.mark.slow
 def test_the_health_file_lives_while_the_worker_runs_and_quiet_logs_no_deliveries(
     tmp_path: Path, marks: Path, url: str, store: Transport[Event]
 ) -> None:

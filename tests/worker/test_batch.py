@@ -1,0 +1,321 @@
+"""The worker in batches: with several slots it claims for all its free slots in one
+``claim_many`` and settles in one ``settle_many``; a stale lease in a batch is reported
+alone; what waits to be settled is sent before the worker closes its handles; a
+transport without the batch calls, or ``batch=False``, gets single calls; and a worker
+killed in the middle of its batches loses nothing.
+
+The calls are counted by `Counting`, which forwards every call to the real transport
+underneath (SQLite files and PostgreSQL schemas, see ``conftest.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.worker.test_api import REPO
+from transports_core import (
+    Event,
+    LeaseLost,
+    Transport,
+    open_async_transport,
+    open_transport,
+)
+from transports_worker import AsyncContext, AsyncWorker, Context, Worker
+from transports_worker._common import SettleQueue
+from transports_worker.testing._support import PATIENCE, Recorder, RunningWorker
+
+BATCH_CALLS = ("claim_many", "settle_many")
+SLOTS = 4
+
+
+class Counting:
+    """A transport (either twin) that counts the calls made on it and the sizes of the
+    batches, and forwards everything to ``inner``; with ``old`` it has no batch calls,
+    as a backend written before them."""
+
+    def __init__(
+        self, inner: Any, calls: Counter[str], sizes: list[tuple[str, int]], *, old: bool = False
+    ) -> None:
+        self._inner, self._calls, self._sizes, self._old = inner, calls, sizes, old
+
+    def __getattr__(self, name: str) -> Any:
+        if self._old and name in BATCH_CALLS:
+            raise AttributeError(name)
+        value = getattr(self._inner, name)
+        if not callable(value):
+            return value
+        calls, sizes = self._calls, self._sizes
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            if name == "settle_many":
+                args = (list(args[0]),)
+                sizes.append((name, len(args[0])))
+            elif name == "claim_many":
+                sizes.append((name, args[2]))
+            return value(*args, **kwargs)
+
+        return counted
+
+
+class Run:
+    """One worker of a flavour, on counted handles of ``url``, run on a thread."""
+
+    def __init__(self, url: str, flavour: str, *, old: bool = False) -> None:
+        self.url, self.flavour, self.old = url, flavour, old
+        self.calls: Counter[str] = Counter()
+        self.sizes: list[tuple[str, int]] = []
+        self.recorder = Recorder()
+
+    def source(self) -> Callable[[], Any]:
+        opener = open_transport if self.flavour == "sync" else open_async_transport
+        return lambda: Counting(opener(self.url), self.calls, self.sizes, old=self.old)
+
+    def start(
+        self,
+        handle: Callable[[Event, Context[Event]], None],
+        ahandle: Callable[[Event, AsyncContext[Event]], Awaitable[None]] | None = None,
+        *,
+        window: float | None = None,
+        **options: Any,
+    ) -> RunningWorker:
+        """Run ``handle``, or ``ahandle`` on the async worker (by default ``handle`` on
+        a thread of the loop's executor)."""
+        options = {
+            "concurrency": SLOTS,
+            "hooks": [self.recorder],
+            "handle_signals": False,
+            "grace": PATIENCE,
+            **options,
+        }
+        worker: Any
+        if self.flavour == "sync":
+            worker = Worker(self.source(), handle, **options)
+        else:
+
+            async def in_thread(event: Event, ctx: AsyncContext[Event]) -> None:
+                await asyncio.to_thread(handle, event, ctx)  # type: ignore[arg-type]
+
+            worker = AsyncWorker(self.source(), ahandle or in_thread, **options)
+        if window is not None:  # how long a settle waits for others, unless all wait
+            worker._settles = SettleQueue(window)
+        return RunningWorker(worker)
+
+    def sent(self, name: str) -> list[int]:
+        return [size for call, size in self.sizes if call == name]
+
+
+@pytest.fixture(params=["sync", "async"])
+def flavour(request: pytest.FixtureRequest) -> str:
+    chosen: str = request.param
+    return chosen
+
+
+@pytest.fixture
+def store(queue_url: str) -> Any:
+    with open_transport(queue_url) as handle:
+        yield handle
+
+
+def _publish(store: Transport[Event], n: int) -> set[int]:
+    return set(store.publish_many([(f"g{i}", Event(n=i), 0) for i in range(n)]))
+
+
+class Gate:
+    """Holds each handler until ``size`` of them have started: so that the slots fill
+    together, and their settles fall due together."""
+
+    def __init__(self, size: int) -> None:
+        self._barrier = threading.Barrier(size)
+
+    def __call__(self, event: Event, ctx: Context[Event]) -> None:
+        self._barrier.wait(PATIENCE)
+
+
+def test_free_slots_are_filled_by_one_claim_many_and_settled_by_one_settle_many(
+    queue_url: str, flavour: str, store: Transport[Event]
+) -> None:
+    total = 3 * SLOTS
+    _publish(store, total)
+    run = Run(queue_url, flavour)
+    running = run.start(Gate(SLOTS), window=PATIENCE)
+    run.recorder.wait_settled(total)
+    assert running.stop() == 0
+    assert [outcome for _, _, outcome in run.recorder.outcomes()] == ["acked"] * total
+    assert store.claim("check", 1.0) is None
+    assert run.calls["claim"] == run.calls["ack"] == 0, run.calls
+    # Each round: the slots are all free, one claim_many asks for all of them; all their
+    # settles wait for each other (a long window), and go in one settle_many.
+    assert run.sent("claim_many")[0] == SLOTS
+    assert run.sent("settle_many") == [SLOTS] * 3
+
+
+def test_a_stale_lease_in_a_batch_is_reported_lost_and_the_others_are_settled(
+    queue_url: str, flavour: str, store: Transport[Event]
+) -> None:
+    _publish(store, SLOTS)
+    gate = Gate(SLOTS)
+    taken_over: list[int] = []
+
+    def handle(event: Event, ctx: Context[Event]) -> None:
+        gate(event, ctx)
+        if event.n == 1:  # someone else settles this one first: the worker's lease is stale
+            store.ack(ctx.lease)
+            taken_over.append(ctx.lease.seq)
+
+    run = Run(queue_url, flavour)
+    running = run.start(handle, window=PATIENCE)
+    run.recorder.wait_settled(SLOTS)
+    assert running.stop() == 0
+    assert run.sent("settle_many") == [SLOTS]
+    outcomes = {d.seq: (outcome, type(error)) for d, outcome, error in run.recorder.settled_}
+    (stale,) = taken_over
+    assert outcomes.pop(stale) == ("lost", LeaseLost)
+    assert set(outcomes.values()) == {("acked", type(None))}
+    assert len(outcomes) == SLOTS - 1
+    assert store.claim("check", 1.0) is None
+
+
+def test_settles_waiting_at_stop_are_sent_before_the_handles_close(
+    queue_url: str, flavour: str, store: Transport[Event]
+) -> None:
+    # Two slots: one message is handled at once, and its ack waits for the other's
+    # handler, which runs until shutdown hands its lease back (grace 0). The window is
+    # longer than the test's patience: only the worker's last sends can make the ack.
+    store.publish("quick", Event(n=0))
+    store.publish("slow", Event(n=1))
+    both = threading.Barrier(2)
+
+    def handle(event: Event, ctx: Context[Event]) -> None:
+        both.wait(PATIENCE)
+        if ctx.lease.group_id == "slow":
+            ctx.sleep(3 * PATIENCE)  # until cancelled
+
+    async def ahandle(event: Event, ctx: AsyncContext[Event]) -> None:
+        await asyncio.to_thread(both.wait, PATIENCE)
+        if ctx.lease.group_id == "slow":
+            await asyncio.sleep(3 * PATIENCE)  # until cancelled
+
+    run = Run(queue_url, flavour)
+    running = run.start(handle, ahandle, window=3 * PATIENCE, concurrency=2, grace=0.0)
+    deadline = time.monotonic() + PATIENCE
+    while not running.worker._settles and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(running.worker._settles) == 1, "the quick ack is not waiting"
+    assert running.stop() == 75  # the slow one handed back
+    outcomes = {d.group_id: outcome for d, outcome, _ in run.recorder.settled_}
+    assert outcomes == {"quick": "acked", "slow": "handed_back"}
+    assert run.sent("settle_many") == [1]
+    lease = store.claim("check", 1.0)
+    assert lease is not None
+    assert lease.group_id == "slow"
+    store.ack(lease)
+    assert store.claim("check", 1.0) is None
+
+
+@pytest.mark.parametrize("why", ["no batch calls", "batch=False"])
+def test_single_calls_without_the_batch_calls_or_when_turned_off(
+    queue_url: str, flavour: str, store: Transport[Event], why: str
+) -> None:
+    total = 3 * SLOTS
+    _publish(store, total)
+    run = Run(queue_url, flavour, old=why == "no batch calls")
+    running = run.start(lambda event, ctx: None, batch=why != "batch=False")
+    run.recorder.wait_settled(total)
+    assert running.stop() == 0
+    assert [outcome for _, _, outcome in run.recorder.outcomes()] == ["acked"] * total
+    assert run.calls["ack"] == total
+    assert run.calls["claim"] >= total
+    assert run.calls["claim_many"] == run.calls["settle_many"] == 0
+    assert store.claim("check", 1.0) is None
+
+
+# -- a worker killed mid-batch ---------------------------------------------------------
+
+VISIBILITY = 2.0
+MESSAGES = 120
+
+VICTIM = """
+import sys, time
+from transports_worker import Worker
+
+url, journal = sys.argv[1], sys.argv[2]
+out = open(journal, "a", buffering=1)
+
+def handle(event, ctx):
+    out.write(f"{ctx.lease.seq} {ctx.lease.attempt}\\n")
+    time.sleep(0.005)
+
+Worker(url, handle, concurrency=8, visibility=VISIBILITY, handle_signals=False).run()
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_batch_loses_nothing(
+    queue_url: str, store: Transport[Event], tmp_path: Path
+) -> None:
+    seqs = _publish(store, MESSAGES)
+    journal = tmp_path / "victim.txt"
+    journal.touch()
+    victim = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            VICTIM.replace("VISIBILITY", repr(VISIBILITY)),
+            queue_url,
+            str(journal),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        deadline = time.monotonic() + PATIENCE
+        while len(journal.read_text().splitlines()) < MESSAGES // 3:
+            assert time.monotonic() < deadline, "the victim handled too little"
+            assert victim.poll() is None, "the victim ended by itself"
+            time.sleep(0.01)
+        os.kill(victim.pid, signal.SIGKILL)  # in the middle of its claims and settles
+    finally:
+        victim.kill()
+        victim.wait()
+    started = {int(line.split()[0]) for line in journal.read_text().splitlines()}
+    assert 0 < len(started) < MESSAGES
+
+    # A second worker takes what is left, and what the victim held once its leases lapse.
+    handled: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def handle(event: Event, ctx: Context[Event]) -> None:
+        with lock:
+            handled.append((ctx.lease.seq, ctx.lease.attempt))
+
+    survivor = Worker(
+        queue_url, handle, concurrency=8, visibility=VISIBILITY, handle_signals=False, hooks=[]
+    )
+    running = RunningWorker(survivor)
+    try:
+        deadline = time.monotonic() + PATIENCE
+        while started | {seq for seq, _ in handled} != seqs:
+            assert time.monotonic() < deadline, f"never handled: {seqs - started}"
+            time.sleep(0.05)
+        time.sleep(2 * VISIBILITY)  # anything the victim still held comes back by then
+    finally:
+        assert running.stop() == 0
+    assert store.claim("check", 1.0) is None, "a message is left"
+    again = [seq for seq, attempt in handled if attempt > 1]
+    # The victim held leases when it died (it never holds none while working): each is
+    # delivered again once it lapses, to the survivor; some may never have reached a
+    # handler (claimed by its last claim_many), so they need not be among ``started``.
+    assert again, "no lease the victim held was delivered again"
+    assert len(handled) == len(set(handled)), "the survivor handled a delivery twice"
