@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,6 +64,15 @@ def _drain(url: str, flavour: str, total: int) -> None:
     asyncio.run(main())
 
 
+def _threads_ended(count: int) -> None:
+    """Wait until the worker's threads (a closed handle's among them) have ended: what
+    one leaves behind while it still runs is not garbage yet, and counts once it ends."""
+    deadline = time.monotonic() + 30
+    while threading.active_count() > count:
+        assert time.monotonic() < deadline, f"threads still running: {threading.enumerate()}"
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def collector_off() -> Iterator[None]:
     gc.collect()
@@ -80,9 +90,12 @@ def test_deliveries_leave_no_garbage_cycles(
     url = f"sqlite:///{tmp_path / 'queue.db'}"
     with open_transport(url) as transport:
         transport.publish_many([(f"g{i % 7}", Event(n=i), 0) for i in range(DELIVERIES + 50)])
+    threads = threading.active_count()
     _drain(url, flavour, 10)  # a short run first: what starting and stopping leave
+    _threads_ended(threads)
     overhead = gc.collect()
     _drain(url, flavour, DELIVERIES)
+    _threads_ended(threads)
     # One object per delivery would be 300 more; a cycle among a delivery's own objects
     # leaves several.
     assert gc.collect() - overhead < DELIVERIES // 10
