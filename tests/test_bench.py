@@ -55,6 +55,11 @@ def test_quick_benchmark_runs_and_writes_its_report(tmp_path: Path) -> None:
         "seed.10.2000",
         "processes.normal.1",
         "processes.normal.4",
+        "batch.normal.floor",
+        "batch.normal.chain",
+        "batch.full.chain",
+        "batch.full.chain_async",
+        "batch.full.batch",
     ):
         assert cases[key] is not None, key
     for peer in ("persist_queue", "litequeue"):
@@ -70,6 +75,9 @@ def test_quick_benchmark_runs_and_writes_its_report(tmp_path: Path) -> None:
     assert "claim+ack vs floor, synchronous=full" in names
     assert "4 processes vs 1, synchronous=normal" in names
     assert "async claim+ack vs sync twin, synchronous=full" in names
+    assert "ack_and_claim loop / two-commit floor, synchronous=normal" in names
+    assert "async ack_and_claim / sync twin, synchronous=full" in names
+    assert "ack_and_claim loop / two-commit floor, synchronous=full" not in names  # no target
     assert "claim+ack" in done.stdout  # the table was printed
     assert not list(tmp_path.glob("bench-*")), "the benchmark left its databases behind"
 
