@@ -27,6 +27,7 @@ from typing import Any
 from transports_cli.bench import cases as shared
 
 from . import _cases as cases
+from . import batch
 from ._cases import summary
 from ._report import plot, table, targets
 
@@ -118,6 +119,8 @@ def plan(s: Sizes, work: cases.Workdir) -> Iterator[tuple[str, Callable[[], dict
                 },
             ),
         )
+    for sync, at in (("normal", s.normal), ("full", s.full)):
+        yield f"batch calls, {sync}", partial(_batch, work, sync, at.n, at.rounds)
     for groups in s.groups:
         yield f"backlog, {groups} groups", partial(_backlog, work, s, groups)
         for size in s.seed_backlog:
@@ -130,6 +133,14 @@ def plan(s: Sizes, work: cases.Workdir) -> Iterator[tuple[str, Callable[[], dict
         ("litequeue", cases.peer_litequeue),
     ):
         yield name, partial(_peer, work, s.peers, s.peer_rounds, name, peer)
+
+
+def _batch(work: cases.Workdir, sync: str, n: int, rounds: int) -> dict[str, Any]:
+    """`bench.batch`'s SQLite cases (claim+ack, claim_many+ack_many, the ack_and_claim
+    loop and its async twin, the two-commit floor) at ``sync``, in the same rounds."""
+    with work.db(f"batch-{sync}") as path:
+        found = batch.measure_queue(f"sqlite:///{path}", rounds, n, batch.LIMIT, synchronous=sync)
+    return {f"batch.{sync}.{name}": result for name, result in found.items()}
 
 
 def _backlog(work: cases.Workdir, s: Sizes, groups: int) -> dict[str, Any]:

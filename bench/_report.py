@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
+
+from . import batch
 
 Results = dict[str, Any]
 
@@ -75,6 +78,13 @@ def targets(results: Results) -> list[dict[str, Any]]:
         )
     for name, key, base, bound in ratios:
         add(name, _ratio(results, key, base), bound, True)
+    for sync in ("normal", "full"):  # bench.batch's targets on SQLite, each at its level
+        measured = {
+            key.split(".", 2)[2]: case
+            for key, case in results.items()
+            if key.startswith(f"batch.{sync}.")
+        }
+        out += [t for t in batch.check(measured, "sqlite", sync) if t["passed"] is not None]
     for sync in ("normal", "full"):
         key = f"processes.{sync}.4"
         add(
@@ -133,6 +143,15 @@ def table(results: Results, checked: list[dict[str, Any]], meta: dict[str, Any])
         if kind in base:
             against = f"{base[kind]}.{key.split('.', 1)[1]}"
             ratio = _ratio(results, key, against)
+        elif kind == "batch":
+            _, sync, name = key.split(".")
+            bottom = next((r.bottom for r in batch.RATIOS["sqlite"] if r.top == name), None)
+            if bottom is not None:  # as its target is judged: the rounds' own ratios
+                against = f"batch.{sync}.{bottom}"
+                top_rounds, bottom_rounds = case["rounds"], results[against]["rounds"]
+                ratio = statistics.median(
+                    a / b for a, b in zip(top_rounds, bottom_rounds, strict=True)
+                )
         elif kind == "processes":
             against = key.rsplit(".", 1)[0] + ".1"
             ratio = _ratio(results, key, against) if against != key else None

@@ -55,6 +55,11 @@ def test_quick_benchmark_runs_and_writes_its_report(tmp_path: Path) -> None:
         "seed.10.2000",
         "processes.normal.1",
         "processes.normal.4",
+        "batch.normal.floor",
+        "batch.normal.chain",
+        "batch.full.chain",
+        "batch.full.chain_async",
+        "batch.full.batch",
     ):
         assert cases[key] is not None, key
     for peer in ("persist_queue", "litequeue"):
@@ -70,6 +75,9 @@ def test_quick_benchmark_runs_and_writes_its_report(tmp_path: Path) -> None:
     assert "claim+ack vs floor, synchronous=full" in names
     assert "4 processes vs 1, synchronous=normal" in names
     assert "async claim+ack vs sync twin, synchronous=full" in names
+    assert "ack_and_claim loop / two-commit floor, synchronous=normal" in names
+    assert "async ack_and_claim / sync twin, synchronous=full" in names
+    assert "ack_and_claim loop / two-commit floor, synchronous=full" not in names  # no target
     assert "claim+ack" in done.stdout  # the table was printed
     assert not list(tmp_path.glob("bench-*")), "the benchmark left its databases behind"
 
@@ -166,44 +174,85 @@ def test_timers_benchmark_prints_claim_costs_and_wake_latencies(
     assert (store.messages, store.timers) == ({}, {}), "the run left messages behind"
 
 
-def _batch_figures(out: str) -> dict[str, float | None]:
-    figures: dict[str, float | None] = {}
-    for line in out.splitlines()[1:]:
-        label, _, value = line.rpartition(" ")
-        figures[" ".join(label.split())] = None if value == "-" else float(value.replace(",", ""))
-    return figures
+CASES = {
+    "sqlite": ["single", "batch", "chain", "floor", "chain_async"],
+    "postgresql": ["single", "batch", "chain", "floor_batch"],
+    "redis": ["single", "batch", "chain", "floor", "floor_batch"],
+}
+# Each backend's ratios with a target: (name, bound), in the order printed.
+TARGETED = {
+    ("sqlite", "normal"): [("ack_and_claim loop / two-commit floor, synchronous=normal", 1.0)],
+    ("sqlite", "full"): [("async ack_and_claim / sync twin, synchronous=full", 0.8)],
+    ("postgresql", None): [
+        ("claim_many+ack_many / claim+ack", 8.0),
+        ("claim_many+ack_many / raw SQL batches", 0.7),
+    ],
+    ("redis", None): [
+        ("claim_many+ack_many / claim+ack", 5.0),
+        ("claim+ack / its round trips", 0.8),
+    ],
+}
 
 
-def test_batch_benchmark_prints_rates_and_ratios_on_sqlite(
+def _check_section(section: batch.Section, rounds: int) -> None:
+    """Every case measured ``rounds`` times; each ratio the median of the rounds' own,
+    within their range; each target judged against its bound, and only those targets."""
+    assert sorted(section.results) == sorted(CASES[section.scheme])
+    for name, result in section.results.items():
+        assert len(result["rounds"]) == rounds, name
+        assert all(rate > 0 for rate in result["rounds"]), name
+    targeted = []
+    for ratio in section.checked:
+        assert ratio["low"] <= ratio["measured"] <= ratio["high"], ratio
+        if ratio["target"] == "-":
+            assert ratio["passed"] is None
+            continue
+        bound = float(ratio["target"].removeprefix(">= "))
+        assert ratio["passed"] is (ratio["measured"] >= bound)
+        targeted.append((ratio["name"], bound))
+    assert targeted == TARGETED[section.scheme, section.level]
+
+
+def test_batch_benchmark_measures_sqlite_at_both_levels_and_prints_tables(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert batch.main(["--quick"]) == 0
-    figures = _batch_figures(capsys.readouterr().out)
-    assert list(figures) == [
-        "claim+ack, one at a time (msg/s)",
-        "claim_many+ack_many (msg/s)",
-        "raw floor, bare SQL batches (msg/s)",
-        "batch / single (target >= 8 on PG)",
-        "batch / floor (target >= 0.7)",
-    ]
-    single, many, raw, over_single, over_raw = figures.values()
-    assert (raw, over_raw) == (None, None)  # the raw floor is PostgreSQL's only
-    assert single is not None
-    assert many is not None
-    assert over_single is not None
-    # One round: the ratio is that round's, the rates printed to the unit.
-    assert over_single == pytest.approx(many / single, rel=0.01, abs=0.01)
+    assert batch.main(["--quick", "--rounds", "2", "-n", "60"]) == 0
+    out = capsys.readouterr().out
+    titles = [line.split(":")[0] for line in out.splitlines() if line.startswith("sqlite")]
+    assert titles == ["sqlite, synchronous=normal", "sqlite, synchronous=full"]
+    for label in (
+        "claim + ack, one at a time",
+        "claim_many(50) + ack_many",
+        "ack_and_claim loop, async twin",
+        "floor: UPDATE commit + DELETE commit",
+    ):
+        assert out.count(f"  {label} ") == 2, label
+    floors = [line for line in out.splitlines() if "ack_and_claim loop / two-commit" in line]
+    assert len(floors) == 2
+    # held to its bound at normal only, and judged
+    assert floors[0].endswith((">= 1  met", ">= 1  NOT MET")), floors[0]
+    assert ">=" not in floors[1], floors[1]
 
 
-def test_batch_benchmark_measures_the_raw_floor_on_postgresql(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_batch_benchmark_reports_each_ratio_from_the_rounds(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}?synchronous=normal"
+    queue, [section] = batch.measure(url, rounds=3, n=40, limit=7)
+    assert (queue, section.scheme, section.level) == (url, "sqlite", "normal")
+    _check_section(section, 3)
+    chain, floor = section.results["chain"]["rounds"], section.results["floor"]["rounds"]
+    [first] = [r for r in section.checked if r["name"].startswith("ack_and_claim loop / two")]
+    assert first["measured"] == pytest.approx(
+        sorted(a / b for a, b in zip(chain, floor, strict=True))[1]
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["q.db"], "the floor's file was left behind"
+
+
+def test_batch_benchmark_measures_the_raw_floor_on_postgresql() -> None:
     from tests.postgres.server import server_url
 
     url = server_url()
-    assert batch.main(["--quick", "--url", url]) == 0
-    figures = _batch_figures(capsys.readouterr().out)
-    assert all(value for value in figures.values()), figures
+    _, [section] = batch.measure(url, rounds=2, n=120, limit=batch.LIMIT)
+    _check_section(section, 2)
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
@@ -211,3 +260,24 @@ def test_batch_benchmark_measures_the_raw_floor_on_postgresql(
             "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'bench\\_batch\\_%'"
         ).fetchone()
     assert left == (0,), "the run left its schemas behind"
+
+
+def test_batch_benchmark_measures_the_round_trip_floors_on_redis() -> None:
+    import redis
+
+    from tests.redis.server import server_url
+
+    url = server_url()
+    queue, [section] = batch.measure(url, rounds=2, n=120, limit=batch.LIMIT)
+    _check_section(section, 2)
+    name = queue.partition("queue=")[2]
+    client = redis.Redis.from_url(url)
+    try:
+        assert list(client.scan_iter(match=f"dt:{{{name}}}:*")) == [], "keys left behind"
+    finally:
+        client.close()
+
+
+def test_batch_benchmark_refuses_a_batch_larger_than_a_round_fills() -> None:
+    with pytest.raises(SystemExit):
+        batch.main(["--quick", "--limit", "501"])

@@ -13,7 +13,17 @@ from transports_core import Event, TransportAdmin, open_transport
 from ._command import transports, transports_on_a_terminal
 from ._queues import prepare, rows, seqs
 
-CASES = {"publish", "publish_many", "claim_ack", "claim_ack_async", "processes.1", "processes.2"}
+CASES = {
+    "publish",
+    "publish_many",
+    "claim_ack",
+    "claim_many",
+    "ack_and_claim",
+    "claim_ack_async",
+    "ack_and_claim_async",
+    "processes.1",
+    "processes.2",
+}
 
 
 @pytest.mark.slow
@@ -33,7 +43,7 @@ def test_quick_bench_reports_every_case_and_leaves_the_queue_empty(tmp_path: Pat
     for name, case in report["cases"].items():
         assert case["unit"] == "msg/s", name
         assert case["median"] > 0, name
-    for name in ("publish", "claim_ack", "claim_ack_async"):
+    for name in ("publish", "claim_ack", "claim_many", "ack_and_claim", "ack_and_claim_async"):
         assert len(report["cases"][name]["rounds"]) == report["sizes"]["rounds"]
     for workers in (1, 2):
         run = report["cases"][f"processes.{workers}"]
@@ -54,12 +64,16 @@ def test_bench_prints_a_table_of_medians(tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith("Benchmark of sqlite:///")
     assert lines[1].split() == ["case", "median", "range", "of", "rounds", "measured"]
-    assert [line.split()[0] for line in lines[2:6]] == [
+    assert [line.split()[0] for line in lines[2:9]] == [
         "publish",
         "publish_many",
         "claim_ack",
+        "claim_many",
+        "ack_and_claim",
         "claim_ack_async",
+        "ack_and_claim_async",
     ]
+    assert "claim_many(50) + ack_many" in lines[5]
     assert lines[-1] == "skipped processes: --workers 0"
 
 

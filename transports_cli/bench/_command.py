@@ -24,6 +24,7 @@ from rich.console import Console
 from transports_cli._output import count_option, emit_json, print_table, url_argument
 from transports_cli.admin import refuse_busy
 from transports_core import (
+    AsyncTransport,
     Event,
     Transport,
     TransportAdmin,
@@ -85,15 +86,24 @@ def run_bench(
                 cases.publish_many(t, sizes.batches, prefix),
             ),
             ("claim_ack", n, cases.claim_ack(t, n, rounds, prefix)),
+            ("claim_many", n, cases.claim_many(t, n, rounds, prefix)),
+            ("ack_and_claim", n, cases.ack_and_claim(t, n, rounds, prefix)),
         ]
         try:
             twin = open_async_transport(url)
         except UnknownBackend as exc:
-            skipped["claim_ack_async"] = str(exc)
+            skipped["claim_ack_async"] = skipped["ack_and_claim_async"] = str(exc)
         else:
-            timed.append(
-                ("claim_ack_async", n, cases.claim_ack_async(lambda: twin, n, rounds, prefix))
-            )
+            # Each async case closes its twin when done: the first gets the one opened here.
+            unused = [twin]
+
+            def open_twin() -> AsyncTransport[Event]:
+                return unused.pop() if unused else open_async_transport(url)
+
+            timed += [
+                ("claim_ack_async", n, cases.claim_ack_async(open_twin, n, rounds, prefix)),
+                ("ack_and_claim_async", n, cases.ack_and_claim_async(open_twin, n, rounds, prefix)),
+            ]
         counts: list[int] = []
         if workers == 0:
             skipped["processes"] = "--workers 0"
@@ -133,6 +143,8 @@ def _print_table(results: dict[str, Any], skipped: dict[str, str], sizes: cases.
                 what += f"; NOT DRAINED, {len(case['errors'])} errors"
         elif name == "publish_many":
             what = f"{sizes.rounds} rounds of {sizes.batches} x {cases.BATCH} messages"
+        elif name == "claim_many":
+            what = f"{sizes.rounds} rounds of {sizes.n}, claim_many({cases.LIMIT}) + ack_many"
         else:
             what = f"{sizes.rounds} rounds of {sizes.n}"
         low, high = (
@@ -164,8 +176,10 @@ def _print_table(results: dict[str, Any], skipped: dict[str, str], sizes: cases.
 )
 def bench(url: str | None, workers: int, quick: bool, as_json: bool, out: Path | None) -> None:
     """Measure a queue: publish (one message per call), publish_many (1,000 per call),
-    claim+ack, the same through the asyncio twin, and 1 and N worker processes draining
-    the queue together. Prints the median of several rounds, in messages per second.
+    claim+ack, claim_many of 50 then ack_many, a loop of ack_and_claim (each call acks
+    a lease and leases the next), the claim+ack and ack_and_claim loops through the
+    asyncio twin, and 1 and N worker processes draining the queue together. Prints the
+    median of several rounds, in messages per second.
 
     URL defaults to a new SQLite file in a temporary directory; its options apply
     (sqlite:///q.db?synchronous=normal). Another URL must name a queue with no message

@@ -1,12 +1,15 @@
 """The transport-level benchmark cases, against any transport: publish, publish_many,
-claim+ack (sync and async) and several worker processes draining one store; and what a
-run of them needs besides: its sizes, the machine's description and a progress bar.
+claim+ack, claim_many+ack_many, an ack_and_claim loop (the claim+ack and ack_and_claim
+ones through the async twin too) and several worker processes draining one store; and
+what a run of them needs besides: its sizes, the machine's description and a progress bar.
 
 ``transports bench`` runs them against a URL; the repository's ``python -m bench`` runs
 the same functions against fresh SQLite files next to its raw-sqlite floor, so there is
 one copy of the timing code. A case is a context manager: entering it prepares (not
 timed), and it yields a *round*, a callable doing ``n`` operations that `interleaved`
-times. Results are plain data: rates in messages per second, every round kept.
+times. Results are plain data: rates in messages per second, every round kept. The
+drains (``drain_*``) are the rounds' bodies on their own, for callers that fill the queue
+their own way (``python -m bench.batch`` refills it before each round).
 
 Imports no backend: a case gets an open transport, or a URL and options to open one.
 """
@@ -21,7 +24,7 @@ import queue
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -33,16 +36,26 @@ from transports_core import AsyncTransport, Event, Transport, open_transport
 
 __all__ = [
     "BATCH",
+    "BATCH_GROUPS",
     "EVENT",
     "FULL",
+    "LIMIT",
     "QUICK",
     "VISIBILITY",
     "WORKER",
     "Result",
     "Round",
     "Sizes",
+    "ack_and_claim",
+    "ack_and_claim_async",
     "claim_ack",
     "claim_ack_async",
+    "claim_many",
+    "drain_ack_and_claim",
+    "drain_ack_and_claim_async",
+    "drain_batches",
+    "drain_claim_ack",
+    "drain_claim_ack_async",
     "interleaved",
     "items",
     "machine",
@@ -58,6 +71,8 @@ EVENT = Event(kind="step.completed", execution="exec-000042", step=7, payload="x
 WORKER = "bench-worker"
 VISIBILITY = 30.0
 BATCH = 1000  # messages per publish_many call
+LIMIT = 50  # messages per claim_many call
+BATCH_GROUPS = 500  # groups of the claim_many case's backlog: at least LIMIT
 
 Result = dict[str, Any]
 Round = Callable[[], None]
@@ -171,50 +186,142 @@ def interleaved(
     return {name: summary("msg/s", rates[name]) for name in cases}
 
 
+# -- drains: a round of each way of consuming, on whatever is queued --------------------
+
+
+def drain_claim_ack(transport: Transport[Event], n: int) -> None:
+    """``n`` messages, each claimed then acked on its own: two calls a message."""
+    for _ in range(n):
+        lease = transport.claim(WORKER, VISIBILITY)
+        if lease is None:
+            raise RuntimeError("claim+ack: the backlog ran out (another consumer?)")
+        transport.ack(lease)
+
+
+def drain_batches(transport: Transport[Event], n: int, limit: int = LIMIT) -> None:
+    """``n`` messages, ``claim_many`` of ``limit`` then ``ack_many`` of what it leased."""
+    left = n
+    while left:
+        leases = transport.claim_many(WORKER, VISIBILITY, min(limit, left))
+        if not leases:
+            raise RuntimeError("claim_many: the backlog ran out (another consumer?)")
+        if stale := transport.ack_many(leases):
+            raise RuntimeError(f"ack_many: {len(stale)} leases lost")
+        left -= len(leases)
+
+
+def drain_ack_and_claim(transport: Transport[Event], n: int) -> None:
+    """``n`` messages the way a worker loop does it: a claim, then ``ack_and_claim`` of
+    each lease, which leases the next, then an ack of the last: one call a message."""
+    lease = transport.claim(WORKER, VISIBILITY)
+    for _ in range(n - 1):
+        if lease is None:
+            break
+        lease = transport.ack_and_claim(lease, WORKER, VISIBILITY)
+    if lease is None:
+        raise RuntimeError("ack_and_claim: the backlog ran out (another consumer?)")
+    transport.ack(lease)
+
+
+async def drain_claim_ack_async(transport: AsyncTransport[Event], n: int) -> None:
+    """`drain_claim_ack` through the async twin."""
+    for _ in range(n):
+        lease = await transport.claim(WORKER, VISIBILITY)
+        if lease is None:
+            raise RuntimeError("claim+ack: the backlog ran out (another consumer?)")
+        await transport.ack(lease)
+
+
+async def drain_ack_and_claim_async(transport: AsyncTransport[Event], n: int) -> None:
+    """`drain_ack_and_claim` through the async twin."""
+    lease = await transport.claim(WORKER, VISIBILITY)
+    for _ in range(n - 1):
+        if lease is None:
+            break
+        lease = await transport.ack_and_claim(lease, WORKER, VISIBILITY)
+    if lease is None:
+        raise RuntimeError("ack_and_claim: the backlog ran out (another consumer?)")
+    await transport.ack(lease)
+
+
+# -- cases: a backlog published up front, then rounds of a drain ----------------------------
+
+
 @contextmanager
 def claim_ack(
     transport: Transport[Event], n: int, rounds: int, prefix: str = "group-", groups: int = 10
 ) -> Iterator[Round]:
     """Claim and ack ``n`` messages per round, from a backlog published up front."""
     transport.publish_many(items(n * rounds, groups, prefix))
-
-    def run() -> None:
-        for _ in range(n):
-            lease = transport.claim(WORKER, VISIBILITY)
-            if lease is None:
-                raise RuntimeError("claim+ack: the backlog ran out (another consumer?)")
-            transport.ack(lease)
-
-    yield run
+    yield lambda: drain_claim_ack(transport, n)
 
 
 @contextmanager
+def claim_many(
+    transport: Transport[Event],
+    n: int,
+    rounds: int,
+    prefix: str = "group-",
+    limit: int = LIMIT,
+    groups: int = BATCH_GROUPS,
+) -> Iterator[Round]:
+    """`drain_batches` of ``limit``, ``n`` messages per round, over enough groups that
+    every batch can be full (a group leases one message at a time)."""
+    transport.publish_many(items(n * rounds, max(groups, limit), prefix))
+    yield lambda: drain_batches(transport, n, limit)
+
+
+@contextmanager
+def ack_and_claim(
+    transport: Transport[Event], n: int, rounds: int, prefix: str = "group-", groups: int = 10
+) -> Iterator[Round]:
+    """`drain_ack_and_claim`, ``n`` messages per round."""
+    transport.publish_many(items(n * rounds, groups, prefix))
+    yield lambda: drain_ack_and_claim(transport, n)
+
+
+@contextmanager
+def _async_case(
+    open_async: Callable[[], AsyncTransport[Event]],
+    n: int,
+    rounds: int,
+    prefix: str,
+    groups: int,
+    drain: Callable[[AsyncTransport[Event], int], Coroutine[Any, Any, None]],
+) -> Iterator[Round]:
+    """A drain through the async twin, on an event loop of its own."""
+    loop = asyncio.new_event_loop()
+    try:
+        transport = open_async()
+        try:
+            loop.run_until_complete(transport.publish_many(items(n * rounds, groups, prefix)))
+            yield lambda: loop.run_until_complete(drain(transport, n))
+        finally:
+            loop.run_until_complete(transport.close())
+    finally:
+        loop.close()
+
+
 def claim_ack_async(
     open_async: Callable[[], AsyncTransport[Event]],
     n: int,
     rounds: int,
     prefix: str = "group-",
     groups: int = 10,
-) -> Iterator[Round]:
+) -> AbstractContextManager[Round]:
     """`claim_ack` through the async twin, on an event loop of its own."""
-    loop = asyncio.new_event_loop()
-    try:
-        transport = open_async()
-        try:
-            loop.run_until_complete(transport.publish_many(items(n * rounds, groups, prefix)))
+    return _async_case(open_async, n, rounds, prefix, groups, drain_claim_ack_async)
 
-            async def cycles() -> None:
-                for _ in range(n):
-                    lease = await transport.claim(WORKER, VISIBILITY)
-                    if lease is None:
-                        raise RuntimeError("claim+ack: the backlog ran out (another consumer?)")
-                    await transport.ack(lease)
 
-            yield lambda: loop.run_until_complete(cycles())
-        finally:
-            loop.run_until_complete(transport.close())
-    finally:
-        loop.close()
+def ack_and_claim_async(
+    open_async: Callable[[], AsyncTransport[Event]],
+    n: int,
+    rounds: int,
+    prefix: str = "group-",
+    groups: int = 10,
+) -> AbstractContextManager[Round]:
+    """`ack_and_claim` through the async twin, on an event loop of its own."""
+    return _async_case(open_async, n, rounds, prefix, groups, drain_ack_and_claim_async)
 
 
 @contextmanager
