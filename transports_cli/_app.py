@@ -28,6 +28,7 @@ from .bench import bench
 from .check import check
 from .dashboard import dashboard
 from .demo import demo
+from .migrate import migrate
 from .worker import worker
 
 __all__ = ["cli", "main", "run"]
@@ -89,6 +90,7 @@ cli.add_command(dead)
 cli.add_command(demo)
 cli.add_command(group)
 cli.add_command(inspect)
+cli.add_command(migrate)
 cli.add_command(publish)
 cli.add_command(purge)
 cli.add_command(worker)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from ._protocol import AsyncTransport, Transport
-from ._registry import Backend, redact_url
+from ._registry import Backend, Migration, Migrator, redact_url
 
 __all__ = ["OptionTable", "build_backend", "check_clock", "seconds_option"]
 
@@ -114,21 +114,32 @@ def build_backend(
     async_transport: Callable[[Parsed, Any], AsyncTransport[Any]] | None = None,
     *,
     features: Iterable[str] = (),
+    migrate: Callable[[Parsed, bool], Migration] | None = None,
 ) -> Backend:
     """The `Backend` of a backend whose transports are built from one options value:
     ``parse(url, options)`` checks the URL and the keyword options and returns it, and
     ``transport(parsed, event_type)`` (``async_transport`` for the async twin, if any)
-    opens the transport. ``features``: see `Backend.features`."""
+    opens the transport. ``features``: see `Backend.features`. ``migrate(parsed,
+    apply)``: see `Backend.migrate`."""
 
     def open_sync(url: str, event_type: object, options: Mapping[str, object]) -> Any:
         return transport(parse(url, options), event_type)
 
+    migrator: Migrator | None = None
+    if migrate is not None:
+        migrates = migrate
+
+        def migrate_url(url: str, options: Mapping[str, object], apply: bool) -> Migration:
+            return migrates(parse(url, options), apply)
+
+        migrator = migrate_url
+
     offered = frozenset(features)
     if async_transport is None:
-        return Backend(open=open_sync, features=offered)
+        return Backend(open=open_sync, features=offered, migrate=migrator)
     opens_async = async_transport
 
     def open_async(url: str, event_type: object, options: Mapping[str, object]) -> Any:
         return opens_async(parse(url, options), event_type)
 
-    return Backend(open=open_sync, open_async=open_async, features=offered)
+    return Backend(open=open_sync, open_async=open_async, features=offered, migrate=migrator)

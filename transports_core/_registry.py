@@ -13,7 +13,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Final, Protocol, TypeVar, overload
+from typing import Any, Final, Literal, Protocol, TypeVar, overload
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from ._errors import UnknownBackend
@@ -23,7 +23,9 @@ from ._protocol import AsyncTransport, Transport
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Backend",
+    "Migration",
     "known_schemes",
+    "migrate",
     "open_async_transport",
     "open_transport",
     "redact_url",
@@ -49,6 +51,38 @@ class AsyncOpener(Protocol):
 
 
 @dataclass(frozen=True)
+class Migration:
+    """What `migrate` found at a URL, and the DDL that brings it to this code's schema.
+
+    ``found``: ``missing`` (no queue there yet: `statements` create it), ``old`` (an
+    older schema version, ``version``: they upgrade it) or ``current`` (at ``target``,
+    this code's version: there are none). ``statements``: complete SQL statements, their
+    values written in as literals, meant to run in order in one transaction; ``applied``:
+    whether they ran (`migrate` with ``apply=False`` only reads)."""
+
+    found: Literal["missing", "old", "current"]
+    version: int | None
+    target: int
+    statements: tuple[str, ...] = ()
+    applied: bool = False
+
+    def script(self) -> str:
+        """`statements` as a script to review and run (psql, or any client): one
+        statement per block, each ending with ``;``, in one transaction."""
+        if not self.statements:
+            return ""
+        blocks = ["BEGIN;", *(text.strip().rstrip(";") + ";" for text in self.statements)]
+        return "\n\n".join([*blocks, "COMMIT;"]) + "\n"
+
+
+class Migrator(Protocol):
+    """What a backend offers `migrate` (see `Backend.migrate`): the URL, the keyword
+    options as given, and whether to run the DDL or only return it."""
+
+    def __call__(self, url: str, options: Mapping[str, object], apply: bool) -> Migration: ...
+
+
+@dataclass(frozen=True)
 class Backend:
     """What a backend registers: how to open its sync and async transports from a URL.
 
@@ -57,11 +91,14 @@ class Backend:
     ``features`` names the optional parts of the contract its transports offer, among
     `FEATURES` (``timers``, ``tenants``, ``group-control``); those it does not name, its
     transports refuse with `Unsupported`. The conformance suite at a URL reads them.
+    ``migrate``: for a backend that keeps a versioned schema, what `migrate` calls; None
+    for one that has nothing to set up before use.
     """
 
     open: Opener
     open_async: AsyncOpener | None = None
     features: frozenset[str] = frozenset()
+    migrate: Migrator | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.features) - FEATURES
@@ -199,6 +236,16 @@ def open_async_transport(
     if backend.open_async is None:
         raise UnknownBackend(scheme, known_schemes(), asynchronous=True)
     return backend.open_async(url, event_type, options)
+
+
+def migrate(url: str, *, apply: bool = True, **options: object) -> Migration | None:
+    """Bring the schema of the queue at ``url`` to this code's version: create it when
+    missing, upgrade it when older; with ``apply=False``, only read, and return the DDL
+    that would run. None when the backend keeps no schema (nothing to migrate)."""
+    backend = _resolve(_scheme(url))
+    if backend.migrate is None:
+        return None
+    return backend.migrate(url, options, apply)
 
 
 def redact_url(url: str) -> str:

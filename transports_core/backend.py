@@ -35,6 +35,8 @@ without breaking anyone. It holds:
   (`group_info`, `dead_letter`, `held_group`);
 * `Joined`/`AsyncJoined`, what a backend's ``_join(conn)`` returns for
   ``transport.within(conn)``, and `cannot_join`, the error of one that cannot;
+* `Migration` and `Migrator`, what a backend with a versioned schema offers ``migrate``
+  (see `Backend.migrate`);
 * `redact_url`, for messages and reprs that must never show a password.
 """
 
@@ -64,7 +66,15 @@ from ._base import (
 from ._batch import TURN_STEP, Part, claiming_many, inline, settling_many, then_claiming
 from ._codec import Claimed, EventCodec, Item
 from ._options import OptionTable, build_backend, check_clock, seconds_option
-from ._registry import ENTRY_POINT_GROUP, FEATURES, Backend, redact_url, register_backend
+from ._registry import (
+    ENTRY_POINT_GROUP,
+    FEATURES,
+    Backend,
+    Migration,
+    Migrator,
+    redact_url,
+    register_backend,
+)
 from ._seam import (
     AFTER_DUE,
     CLAIM,
@@ -145,6 +155,8 @@ __all__ = [
     "GiveBack",
     "Item",
     "Joined",
+    "Migration",
+    "Migrator",
     "More",
     "Operation",
     "Operations",

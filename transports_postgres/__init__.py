@@ -8,14 +8,24 @@ from __future__ import annotations
 from transports_core.backend import FEATURES as _FEATURES
 from transports_core.backend import build_backend
 
-from . import _url
+from . import _sync, _url
 from ._async import AsyncPostgresTransport
-from ._sync import PostgresTransport
+from ._sync import PostgresTransport, migrate
 from ._url import PostgresOptions
 
-__all__ = ["AsyncPostgresTransport", "PostgresOptions", "PostgresTransport", "backend"]
+__all__ = [
+    "AsyncPostgresTransport",
+    "PostgresOptions",
+    "PostgresTransport",
+    "backend",
+    "migrate",
+]
 
 
 backend = build_backend(
-    _url.parse_url, PostgresTransport, AsyncPostgresTransport, features=_FEATURES
+    _url.parse_url,
+    PostgresTransport,
+    AsyncPostgresTransport,
+    features=_FEATURES,
+    migrate=_sync.run_migration,
 )

@@ -261,7 +261,7 @@ class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
             try:
                 with postgres_errors(self._where, Call("open", writes=False)):
                     await pool.open(wait=True, timeout=options.pool_timeout)
-                await self._perform(pool, _ops.Setup(self._schema))
+                await self._perform(pool, _ops.Setup(self._schema_policy))
             except BaseException:
                 await pool.close()
                 raise

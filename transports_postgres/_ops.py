@@ -12,6 +12,7 @@ the server's clock), no driver.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Final, Literal, NamedTuple, TypeVar
 
@@ -81,16 +82,30 @@ def transaction(begin: Statement, body: Steps[T]) -> Steps[T]:
 # --- the schema -----------------------------------------------------------------------------
 
 
-def _is_ours(schema: str, identity: Result) -> bool | None:
-    """True: our schema at our version; None: nothing there yet (or an empty schema);
+class Found(NamedTuple):
+    """What `sql.READ_IDENTITY` read of a schema."""
+
+    exists: bool
+    relations: int
+    has_meta: bool
+    can_create: bool
+    role: str
+
+
+def _found(identity: Result) -> Found:
+    ((exists, relations, has_meta, can_create, role),) = identity.rows
+    return Found(bool(exists), int(relations or 0), bool(has_meta), bool(can_create), str(role))
+
+
+def _is_ours(schema: str, found: Found) -> bool | None:
+    """True: our schema (at some version); None: nothing there yet (or an empty schema);
     otherwise raise, naming the schema."""
-    ((exists, relations, has_meta),) = identity.rows
-    if not exists or (relations == 0):
+    if not found.exists or found.relations == 0:
         return None
-    if not has_meta:
+    if not found.has_meta:
         raise dt.TransportError(
-            f"schema {schema!r} holds {relations} relations that are not a durable-transports "
-            "queue; refusing to touch it (choose another with ?schema=NAME)"
+            f"schema {schema!r} holds {found.relations} relations that are not a "
+            "durable-transports queue; refusing to touch it (choose another with ?schema=NAME)"
         )
     return True
 
@@ -120,56 +135,106 @@ def _upgrade() -> Batch:
     return tuple(Stmt(s, (str(sql.SCHEMA_VERSION),) if s.names else ()) for s in sql.UPGRADE)
 
 
-class Setup(Operation[None]):
-    """Check the schema, and create it under the advisory lock if it is not there."""
+def _create(exists: bool) -> Batch:
+    """The statements that make a new queue, in a schema that ``exists`` (empty) or not."""
+    values = (sql.OWNER, str(sql.SCHEMA_VERSION))
+    made = tuple(Stmt(s, values if s.names else ()) for s in sql.SCHEMA)
+    return made if exists else (Stmt(sql.CREATE_SCHEMA), *made)
 
-    __slots__ = ("schema",)
+
+class Opening(NamedTuple):
+    """What an opener may change in the schema (`PostgresOptions.migrate`), and the URL
+    (redacted) that its refusals tell the reader to migrate."""
+
+    schema: str
+    migrate: str
+    url: str
+
+    def refuse(self, why: str) -> dt.TransportError:
+        return dt.TransportError(
+            f"schema {self.schema!r} {why}: run `transports migrate {shlex.quote(self.url)}` "
+            "as a role "
+            "that may change it (`transports migrate --sql` prints the DDL for review)"
+        )
+
+    def may_create(self, found: Found) -> Batch:
+        """The statements that create the queue, or raise if this opener may not."""
+        if self.migrate == "never":
+            raise self.refuse("has no queue yet and this URL says migrate=never")
+        if not found.can_create:
+            where = "in it" if found.exists else "in this database"
+            raise self.refuse(
+                f"has no queue yet, and role {found.role!r} may not create one (it lacks the "
+                f"CREATE privilege {where})"
+            )
+        return _create(found.exists)
+
+    def may_upgrade(self) -> Batch:
+        """The statements that upgrade the queue, or raise if this opener may not."""
+        if self.migrate != "auto":
+            raise self.refuse(
+                f"has queue schema version {sql.UPGRADES_FROM}, and this version of "
+                f"durable-transports needs version {sql.SCHEMA_VERSION}; opening upgrades it "
+                "only with ?migrate=auto in the URL"
+            )
+        return _upgrade()
+
+
+class Setup(Operation[None]):
+    """Check the schema; create it under the advisory lock if it is not there (when the
+    opener may: see `Opening`)."""
+
+    __slots__ = ("opening",)
     call = "open"
 
-    def __init__(self, schema: str) -> None:
-        self.schema = schema
+    def __init__(self, opening: Opening) -> None:
+        self.opening = opening
 
     def first(self, now: float | None) -> Batch:
-        return (Stmt(sql.READ_IDENTITY, (self.schema,)),)
+        return (Stmt(sql.READ_IDENTITY, (self.opening.schema,)),)
 
     def done(self, results: list[Result], now: float | None) -> More | None:
         # Ours already: only its meta is read, no lock taken. Else: create, under the lock.
-        return More(CheckMeta(self.schema)) if _is_ours(self.schema, results[0]) else MORE
+        found = _found(results[0])
+        if _is_ours(self.opening.schema, found):
+            return More(CheckMeta(self.opening))
+        self.opening.may_create(found)  # refused before any lock or transaction
+        return MORE
 
     def body(self, now: float | None) -> Steps[None]:
+        schema = self.opening.schema
         (_, identity) = yield (
-            Stmt(sql.SETUP_LOCK, (self.schema,)),
-            Stmt(sql.READ_IDENTITY, (self.schema,)),
+            Stmt(sql.SETUP_LOCK, (schema,)),
+            Stmt(sql.READ_IDENTITY, (schema,)),
         )
-        if _is_ours(self.schema, identity):
+        found = _found(identity)
+        if _is_ours(schema, found):
             (meta,) = yield (Stmt(sql.READ_META),)
-            if _check_meta(self.schema, meta.rows):
-                yield _upgrade()
+            if _check_meta(schema, meta.rows):
+                yield self.opening.may_upgrade()
             return
-        yield (
-            Stmt(sql.CREATE_SCHEMA),
-            *(Stmt(s, (sql.OWNER, str(sql.SCHEMA_VERSION)) if s.names else ()) for s in sql.SCHEMA),
-        )
+        yield self.opening.may_create(found)
 
 
 class CheckMeta(Operation[None]):
     """Refuse our schema at another version, or a `meta` that belongs to someone else;
-    at the version before ours, go on to `UpgradeSchema`."""
+    at the version before ours, go on to `UpgradeSchema` if the opener may."""
 
-    __slots__ = ("schema",)
+    __slots__ = ("opening",)
     call = "open"
     writes = False
 
-    def __init__(self, schema: str) -> None:
-        self.schema = schema
+    def __init__(self, opening: Opening) -> None:
+        self.opening = opening
 
     def first(self, now: float | None) -> Batch:
         return (Stmt(sql.READ_META),)
 
     def done(self, results: list[Result], now: float | None) -> More | None:
-        return (
-            More(UpgradeSchema(self.schema)) if _check_meta(self.schema, results[0].rows) else None
-        )
+        if not _check_meta(self.opening.schema, results[0].rows):
+            return None
+        self.opening.may_upgrade()
+        return More(UpgradeSchema(self.opening))
 
 
 class UpgradeSchema(Operation[None]):
@@ -177,16 +242,49 @@ class UpgradeSchema(Operation[None]):
     under the setup lock, so that concurrent openers upgrade it once (the others find it
     done). Additive only: the messages stay as they are."""
 
-    __slots__ = ("schema",)
+    __slots__ = ("opening",)
     call = "open"
 
-    def __init__(self, schema: str) -> None:
-        self.schema = schema
+    def __init__(self, opening: Opening) -> None:
+        self.opening = opening
 
     def body(self, now: float | None) -> Steps[None]:
-        (_, meta) = yield (Stmt(sql.SETUP_LOCK, (self.schema,)), Stmt(sql.READ_META))
-        if _check_meta(self.schema, meta.rows):
-            yield _upgrade()
+        schema = self.opening.schema
+        (_, meta) = yield (Stmt(sql.SETUP_LOCK, (schema,)), Stmt(sql.READ_META))
+        if _check_meta(schema, meta.rows):
+            yield self.opening.may_upgrade()
+
+
+Plan = tuple[Literal["missing", "old", "current"], int | None, Batch]
+
+
+class Migrate(Operation[Plan]):
+    """What ``transports migrate`` does: under the setup lock (so that no opener creates
+    or upgrades the schema meanwhile), find the schema's state and the statements that
+    bring it to `sql.SCHEMA_VERSION`, the lock first; run them too if ``apply``. Without
+    ``apply`` it writes nothing: the lock goes with its transaction."""
+
+    __slots__ = ("apply", "schema")
+    call = "migrate"
+
+    def __init__(self, schema: str, apply: bool) -> None:
+        self.schema, self.apply = schema, apply
+
+    def body(self, now: float | None) -> Steps[Plan]:
+        lock = Stmt(sql.SETUP_LOCK, (self.schema,))
+        (_, identity) = yield (lock, Stmt(sql.READ_IDENTITY, (self.schema,)))
+        found = _found(identity)
+        plan: Plan
+        if _is_ours(self.schema, found):
+            (meta,) = yield (Stmt(sql.READ_META),)
+            if not _check_meta(self.schema, meta.rows):
+                return ("current", sql.SCHEMA_VERSION, ())
+            plan = ("old", sql.UPGRADES_FROM, _upgrade())
+        else:
+            plan = ("missing", None, _create(found.exists))
+        if self.apply:
+            yield plan[2]
+        return (plan[0], plan[1], (lock, *plan[2]))
 
 
 # --- publish --------------------------------------------------------------------------------

@@ -19,12 +19,13 @@ from typing import Final
 
 from transports_core.backend import RESERVED_PREFIX
 
-# Stored in `meta`: a schema with another version is refused (or, one day, migrated).
+# Stored in `meta`: a schema with another version is refused, but for UPGRADES_FROM.
 # 2: the free groups' index is on the `free` column (1 had no released queues).
 # 3: the `keys` table of idempotency keys.
 # 4: timers, holds, pauses and tenants (a store at 3 is upgraded in place: `UPGRADE`).
 SCHEMA_VERSION: Final = 4
-# The one older version a store may be at and still be opened: it is upgraded first.
+# The one older version a store may be at and still be brought up to date: by
+# `transports migrate`, or when opened with ?migrate=auto.
 UPGRADES_FROM: Final = 3
 # Written beside the version, so that a schema holding someone else's `meta` is refused too.
 OWNER: Final = "durable-transports"
@@ -109,12 +110,17 @@ ROLLBACK: Final = Statement("ROLLBACK")
 
 # What the schema holds now: whether it exists, how many relations it has, and whether
 # it has a `meta` table (read without locking, then again under the advisory lock before
-# anything is created).
+# anything is created); and whether this role may create what a new queue needs (the
+# schema, or tables in an empty one), and its name: an opener that may not is refused
+# with a message naming `transports migrate`, before it tries. Reads the catalogs only.
 READ_IDENTITY: Final = Statement(
     """
 SELECT n.oid IS NOT NULL,
        (SELECT count(*) FROM pg_class c WHERE c.relnamespace = n.oid),
-       to_regclass(quote_ident(:schema) || '.meta') IS NOT NULL
+       to_regclass(quote_ident(:schema) || '.meta') IS NOT NULL,
+       CASE WHEN n.oid IS NULL THEN has_database_privilege(current_database(), 'CREATE')
+            ELSE has_schema_privilege(n.oid, 'CREATE') END,
+       current_user::text
   FROM (SELECT :schema::text AS name) want
   LEFT JOIN pg_namespace n ON n.nspname = want.name
 """,
@@ -128,6 +134,8 @@ SETUP_LOCK: Final = Statement(
     ("schema",),
 )
 
+# Only for a schema that is not there: CREATE SCHEMA asks for the database's CREATE
+# privilege even with IF NOT EXISTS, which a role given an empty schema lacks.
 CREATE_SCHEMA: Final = Statement("CREATE SCHEMA IF NOT EXISTS {s}")
 
 # What version 3 added, written so that it runs on a new schema and on one at version 2.

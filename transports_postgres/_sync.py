@@ -28,14 +28,14 @@ from psycopg.pq import ConnStatus, TransactionStatus
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
-from transports_core import Event, Lease, TransportError, Within
+from transports_core import Event, Lease, Migration, TransportError, Within
 from transports_core import backend as core
 from transports_core.backend import Operation, WaitState, drive
 
 from . import _ops
 from . import _sql as sql
 from ._errors import Call, JoinedCall, postgres_errors, unreachable
-from ._url import PostgresOptions
+from ._url import PostgresOptions, parse_url
 
 if TYPE_CHECKING:
     import asyncio
@@ -454,6 +454,7 @@ class Configured(Generic[E]):
         self._options = options
         self._schema = options.schema
         self._where = f"{options.display} (schema {options.schema})"
+        self._schema_policy = _ops.Opening(options.schema, options.migrate, options.display)
         self._codec = core.EventCodec(event_type)
         self._on_dead = options.on_dead
         self._operations = _ops.Operations(
@@ -514,7 +515,7 @@ class PostgresTransport(Configured[E], core.TransportBase[E]):
         try:
             with postgres_errors(self._where, call):
                 self._pool.open(wait=True, timeout=options.pool_timeout)
-            self._run(_ops.Setup(self._schema))
+            self._run(_ops.Setup(self._schema_policy))
         except BaseException:
             self._pool.close()
             raise
@@ -636,3 +637,30 @@ class _Joined:
                     with contextlib.suppress(psycopg.Error):
                         execute(_ops.UNDO)
                 raise
+
+
+def run_migration(options: PostgresOptions, apply: bool) -> Migration:
+    """`_ops.Migrate` on one connection of its own (no pool, no listener): the schema's
+    state and its DDL, each statement with its values written in as SQL literals by
+    psycopg's client-side binding (`ClientCursor.mogrify`), run too if ``apply``."""
+    where = f"{options.display} (schema {options.schema})"
+    try:
+        conn = psycopg.connect(options.conninfo, autocommit=True, **first_connect(options))
+    except psycopg.OperationalError as exc:
+        raise unreachable(where, exc) from exc
+    call = Call("migrate", writes=apply)
+    with conn, postgres_errors(where, call):
+        execute = functools.partial(run_caller, conn, options.schema, call)
+        found, version, batch = drive(_ops.Migrate(options.schema, apply), None, execute)
+        literal = psycopg.ClientCursor(conn)
+        statements = tuple(
+            literal.mogrify(stmt.statement.render(options.schema), bind(stmt)) for stmt in batch
+        )
+    return Migration(found, version, sql.SCHEMA_VERSION, statements, apply and bool(batch))
+
+
+def migrate(url: str, *, apply: bool = True, **options: object) -> Migration:
+    """Create the queue's schema at ``url`` when missing, or upgrade it when at the
+    version before this code's (``transports migrate``); with ``apply=False``, only read,
+    and return the DDL that would run, for a DBA to review."""
+    return run_migration(parse_url(url, options), apply)

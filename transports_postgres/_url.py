@@ -31,6 +31,8 @@ _SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 OnDead = Literal["release", "hold"]
 LeaseCommit = Literal["flush", "async"]
 LEASE_COMMITS = ("flush", "async")
+Migrate = Literal["create", "auto", "never"]
+MIGRATES = ("create", "auto", "never")
 # psycopg's own default.
 PREPARE_THRESHOLD = 5
 
@@ -62,6 +64,10 @@ class PostgresOptions:
     ``listen_url``: a second URL, straight to the server, for the one LISTEN connection
     that wakes blocked claims (when the main URL goes through a pooler in transaction
     mode); None: the main URL. Only libpq's parameters in it (it may hold a password).
+    ``migrate``: what opening may change in the schema. ``create`` (default): create a
+    missing queue, when the role may, but refuse one at an older schema version, naming
+    ``transports migrate``; ``auto``: also upgrade an older one in place; ``never``:
+    neither, refuse a missing queue too (opening only reads the schema).
     ``clock``: seconds since the epoch, for tests (keyword only); by default every
     timestamp is the server's clock, one clock for every host.
     """
@@ -78,6 +84,7 @@ class PostgresOptions:
     dedup_window: float = core.DEDUP_WINDOW
     prepare_threshold: int | None = PREPARE_THRESHOLD
     listen_url: str | None = field(default=None, repr=False)
+    migrate: Migrate = "create"
     clock: Callable[[], float | None] = field(default=_no_clock)
 
     @property
@@ -116,6 +123,12 @@ def _lease_commit(value: object) -> LeaseCommit:
     if isinstance(value, str) and value.lower() in LEASE_COMMITS:
         return cast(LeaseCommit, value.lower())
     raise ValueError(f"lease_commit must be one of {', '.join(LEASE_COMMITS)}, got {value!r}")
+
+
+def _migrate(value: object) -> Migrate:
+    if isinstance(value, str) and value.lower() in MIGRATES:
+        return cast(Migrate, value.lower())
+    raise ValueError(f"migrate must be one of {', '.join(MIGRATES)}, got {value!r}")
 
 
 def _prepare_threshold(value: object) -> int | None:
@@ -166,6 +179,7 @@ OPTIONS = core.OptionTable(
         "dedup_window": core.seconds_option("dedup_window"),
         "prepare_threshold": _prepare_threshold,
         "listen_url": _listen_url,
+        "migrate": _migrate,
     },
     keyword_only={"clock": core.check_clock},
     elsewhere="and libpq's, in the URL",

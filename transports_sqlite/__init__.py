@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from transports_core.backend import build_backend
 
-from . import _url
+from . import _sync, _url
 from ._async import AsyncSqliteTransport
-from ._sync import SqliteTransport
+from ._sync import SqliteTransport, migrate
 from ._url import SqliteOptions
 
-__all__ = ["AsyncSqliteTransport", "SqliteOptions", "SqliteTransport", "backend"]
+__all__ = ["AsyncSqliteTransport", "SqliteOptions", "SqliteTransport", "backend", "migrate"]
 
 
 backend = build_backend(
@@ -19,4 +19,5 @@ backend = build_backend(
     SqliteTransport,
     AsyncSqliteTransport,
     features=("timers", "tenants", "group-control"),
+    migrate=_sync.run_migration,
 )

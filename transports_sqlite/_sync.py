@@ -11,6 +11,7 @@ operations on a caller's connection instead, inside the caller's transaction
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -19,8 +20,9 @@ from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any, Generic, TypeVar
+from urllib.request import pathname2url
 
-from transports_core import Event, Lease, TransportError
+from transports_core import Event, Lease, Migration, TransportError
 from transports_core import backend as core
 from transports_core.backend import Operation, WaitState, drive, wait_for, wait_plan
 
@@ -28,7 +30,7 @@ from . import _ops
 from . import _sql as sql
 from ._errors import Retries, is_transient, sqlite_errors
 from ._ops import Claim
-from ._url import MEMORY, SqliteOptions, database_target, wal_bytes
+from ._url import MEMORY, SqliteOptions, database_target, parse_url, wal_bytes
 from ._watch import Watcher
 
 E = TypeVar("E")
@@ -465,3 +467,51 @@ class SqliteTransport(Twin[E], core.TransportBase[E]):
             watcher.nudge()
         with self._lock:
             self._engine.close()
+
+
+def run_migration(options: SqliteOptions, apply: bool) -> Migration:
+    """The queue file's state and the DDL that brings it to `sql.SCHEMA_VERSION` (read
+    on a read-only connection, so that a missing file is not created); if ``apply``,
+    an open does it, as any handle's would, in one write transaction that checks the
+    version again under the write lock."""
+    if options.memory:
+        raise TransportError(
+            "sqlite:///:memory: is a new, empty database private to its connection: there "
+            "is no schema to migrate; name a file instead"
+        )
+    version = _ops.EMPTY
+    if os.path.exists(options.path):
+        target = "file:" + pathname2url(os.path.abspath(options.path)) + "?mode=ro"
+        with (
+            sqlite_errors(options.path),
+            contextlib.closing(sqlite3.connect(target, uri=True, isolation_level=None)) as conn,
+        ):
+            conn.execute(sql.BEGIN_READ)
+            try:
+                version = drive(
+                    _ops.needs_setup(options.path), options.clock(), partial(_execute, conn)
+                )
+            finally:
+                conn.execute(sql.ROLLBACK)
+    if version == sql.SCHEMA_VERSION:
+        return Migration("current", version, sql.SCHEMA_VERSION)
+    if version == _ops.EMPTY:
+        statements = (sql.NEW_FILE_PAGE_SIZE, *sql.SCHEMA)
+    else:
+        statements = sql.UPGRADES[version]
+    if apply:
+        SqliteTransport(options).close()
+    return Migration(
+        "missing" if version == _ops.EMPTY else "old",
+        None if version == _ops.EMPTY else version,
+        sql.SCHEMA_VERSION,
+        tuple(statement.text.strip() for statement in statements),
+        apply,
+    )
+
+
+def migrate(url: str, *, apply: bool = True, **options: object) -> Migration:
+    """Create the queue in the file at ``url`` when it has none, or upgrade an older
+    schema (as opening does too); with ``apply=False``, only read (a missing file is not
+    created), and return the DDL that would run."""
+    return run_migration(parse_url(url, options), apply)

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
-from transports_core import Event, Transport, TransportAdmin, open_transport
+from transports_core import Event, Transport, TransportAdmin, TransportError, open_transport
 from transports_postgres import PostgresTransport
 from transports_postgres import _sql as sql
 
@@ -54,7 +55,7 @@ def _make_version_3(raw: Conn, schema: str) -> None:
 
 
 def _with(url: str, schema: str) -> str:
-    return with_schema(url, schema, pool_min_size=0, pool_max_size=2)
+    return with_schema(url, schema, pool_min_size=0, pool_max_size=2, migrate="auto")
 
 
 def _drain(transport: Transport[Event]) -> list[Any]:
@@ -65,10 +66,21 @@ def _drain(transport: Transport[Event]) -> list[Any]:
     return leases
 
 
-def test_a_version_3_store_is_upgraded_when_opened_and_keeps_its_messages(
+def test_a_version_3_store_is_refused_on_opening_naming_transports_migrate(
     queue_url: str, raw: Conn, schema: str
 ) -> None:
     _make_version_3(raw, schema)
+    with pytest.raises(TransportError, match=r"version 3.*migrate=auto.*`transports migrate "):
+        open_transport(queue_url)
+    version = raw.execute(f"SELECT value FROM \"{schema}\".meta WHERE key = 'version'")
+    assert version.fetchone() == (str(sql.UPGRADES_FROM),)
+
+
+def test_a_version_3_store_is_upgraded_when_opened_with_migrate_auto_and_keeps_its_messages(
+    queue_url: str, raw: Conn, schema: str
+) -> None:
+    _make_version_3(raw, schema)
+    queue_url += "&migrate=auto"
     opened: list[Transport[Event]] = []
     errors: list[BaseException] = []
 
