@@ -152,6 +152,10 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         # once, then ends (``_sender_gone``), and a settle after that is made alone.
         self._sent_all = False
         self._sender_gone = False
+        # Slots whose batch of settles is done but which have not freed themselves yet:
+        # the claimer waits for them, so that it claims for the whole batch's slots at
+        # once rather than for the first to come back (asyncio runs them all first).
+        self._returning = 0
 
     # -- control ---------------------------------------------------------------------
 
@@ -412,7 +416,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         try:
             while not stopping.is_set():
                 with gate:
-                    while not self._free and not stopping.is_set():
+                    while (not self._free or self._returning) and not stopping.is_set():
                         gate.wait()
                     limit = self._free
                 if not limit or stopping.is_set() or not slot.begin_claim():
@@ -464,6 +468,8 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                 finally:
                     with gate:
                         self._free += 1
+                        if self._returning:  # a slot of a batch, or one just before it
+                            self._returning -= 1
                         gate.notify_all()
         except BaseException as exc:
             LOGGER.exception("a worker slot failed")
@@ -530,6 +536,8 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         except Exception:  # ours or the backend's bug: those leases lapse
             LOGGER.exception("settling %d deliveries failed", len(batch))
         finally:
+            with self._gate:
+                self._returning += len(batch)
             for pending in batch:
                 pending.waiter.set()
 
