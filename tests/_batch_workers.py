@@ -42,9 +42,9 @@ def run(
 ) -> None:
     """`chaos` on the ``twin`` ("sync" or "async"), once its transport is open and every
     worker of the round is at ``start`` (a barrier), so that none of them has the queue
-    to itself while the others are still starting; with ``announce`` (the sending end of
-    a pipe), sending a byte there just before each settle call. A ``seed`` of None runs
-    `drain_all` instead, and ``start`` may be None."""
+    to itself while the others are still starting, sending a byte on ``announce`` (the
+    sending end of a pipe) just before each settle call. A ``seed`` of None runs
+    `drain_all` instead, and then ``start`` and ``announce`` are None."""
     if twin == "sync":
         with open_transport(url) as transport:
             _work(transport, name, log, seed, start, announce)
@@ -82,7 +82,7 @@ def _claimed(note: Any, batch: str, leases: list[Any]) -> None:
     note("C", batch, repr(time.time()), *items)
 
 
-def chaos(transport: Any, name: str, log: str, seed: int, announce: Any = None) -> None:
+def chaos(transport: Any, name: str, log: str, seed: int, announce: Any) -> None:
     """Lease batches of 1 to 50 and settle each: mostly acks, some nacks (parked for
     `NACK_DELAY`), a few buries, and now and then a lease walked away from. Runs until
     killed."""
@@ -111,8 +111,7 @@ def chaos(transport: Any, name: str, log: str, seed: int, announce: Any = None) 
             continue
         fields = [f"{s.lease.seq}:{s.lease.attempt}:{s.action}" for s in items]
         note("S?", batch, repr(time.time()), *fields)
-        if announce is not None:
-            announce.send_bytes(b"s")
+        announce.send_bytes(b"s")
         if all(s.action == "ack" for s in items) and rng.random() < 0.5:
             lost = transport.ack_many([s.lease for s in items])
         else:

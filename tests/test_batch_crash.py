@@ -3,10 +3,11 @@ SIGKILLed at random points of their work and restarted, then a clean drain: on e
 backend, nothing is lost, no batch is half-settled, and each group keeps its order and
 one lease at a time.
 
-Each round starts `CHILDREN` worker processes (`tests._batch_workers.chaos`); when one of
-them, picked at random, has logged its k-th "about to settle" line, the parent kills all
-of them (so the one that tipped it is most likely inside its settle call, the others
-wherever they were). With every worker dead the store stands still, and the parent looks
+Each round starts `CHILDREN` worker processes (`tests._batch_workers.chaos`), which
+announce on a pipe each settle they are about to send; at the k-th announcement of the
+round (k at random), the parent kills all of them, a random fraction of a settle's time
+later, so the one that made it is likely inside its settle call, the others wherever
+they were. With every worker dead the store stands still, and the parent looks
 at it: for each batch a worker was settling when it died, which items took effect (an
 ack: its message is gone; a nack: parked; a bury: a dead letter with its reason) and
 which did not (the message is still its group's head, on the same attempt). A batch is
@@ -76,10 +77,14 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
             db = tmp_path / "q.db"
             yield Store(f"sqlite:///{db}", twin, lambda: chain_problems(db))
         elif backend == "postgres":
-            from tests.postgres.server import fresh_schema, with_schema
+            from tests.postgres.server import fresh_schema, group_problems, with_schema
 
             url, schema = stack.enter_context(fresh_schema("tbc"))
-            yield Store(with_schema(url, schema, pool_min_size=0, pool_max_size=2), twin)
+            yield Store(
+                with_schema(url, schema, pool_min_size=0, pool_max_size=2),
+                twin,
+                lambda: group_problems(url, schema),
+            )
         else:
             from tests.redis.server import broken_invariants, fresh_queue, with_queue
 
@@ -136,11 +141,6 @@ def read_log(path: Path) -> list[Batch]:
         else:
             batches[name].lost = [int(seq) for seq in items]
     return list(batches.values())
-
-
-def settles_logged(path: Path) -> int:
-    data = path.read_bytes() if path.exists() else b""
-    return data.count(b"\nS? ") + data.startswith(b"S? ")
 
 
 @dataclass
@@ -262,20 +262,17 @@ def spawn_children(
     store: Store, logs: Path, round_: int, rng: random.Random
 ) -> tuple[list[Any], Any]:
     """The round's workers, started together once all are ready, and the receiving end of
-    a pipe on which the one picked to aim the kill announces each settle it is about to
-    send."""
+    the pipe on which they announce each settle they are about to send."""
     context = multiprocessing.get_context("spawn")
     announced, announce = context.Pipe(duplex=False)
     start = context.Barrier(CHILDREN + 1)
-    trigger = rng.randrange(CHILDREN)
     children = []
     for i in range(CHILDREN):
         name = f"w{round_}.{i}"
         args = (store.url, name, str(logs / f"{name}.log"), rng.randrange(2**32), store.twin)
-        aim = announce if i == trigger else None
-        children.append(context.Process(target=workers.run, args=(*args, start, aim)))
+        children.append(context.Process(target=workers.run, args=(*args, start, announce)))
         children[-1].start()
-    announce.close()  # the worker holds its own copy: its death shows as the pipe's end
+    announce.close()  # the workers hold their own copies: when all die, the pipe ends
     start.wait(60)
     return children, announced
 
@@ -301,7 +298,7 @@ def test_sigkilled_batch_workers_lose_nothing_and_settle_whole_batches(
             if not undone(queue):
                 break
             children, announced = spawn_children(store, logs, round_, rng)
-            settles = rng.randint(1, 6)
+            settles = rng.randint(1, 15)
             deadline = time.monotonic() + 20
             try:
                 # Woken by the announcement itself, so the kill follows it closely; or
@@ -314,7 +311,7 @@ def test_sigkilled_batch_workers_lose_nothing_and_settle_whole_batches(
                     try:
                         announced.recv_bytes()
                     except EOFError:
-                        break  # it died on its own: its exit code says how
+                        break  # they died on their own: their exit codes say how
                     settles -= 1
                 # A settle takes about a millisecond: the kill lands anywhere in it, or
                 # just before or after.
