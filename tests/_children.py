@@ -1,11 +1,14 @@
-"""Worker processes that run until told to stop, for the crash and restart tests."""
+"""Worker processes that run until told to stop, for the crash and restart tests, and
+the wrapper that lets one worker loop drive either twin."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 @contextmanager
@@ -37,3 +40,15 @@ def until_stopped(
             if child.is_alive():
                 child.kill()
                 child.join()
+
+
+class Awaited:
+    """An async transport driven from sync code: each method call runs to completion on
+    ``loop``, so that one worker loop serves both twins."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, transport: Any) -> None:
+        self._loop, self._transport = loop, transport
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._transport, name)
+        return lambda *args, **kwargs: self._loop.run_until_complete(method(*args, **kwargs))

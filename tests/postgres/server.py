@@ -57,3 +57,22 @@ def fresh_schema(prefix: str = "t") -> Iterator[tuple[str, str]]:
         yield url, schema
     finally:
         drop_schema(url, schema)
+
+
+def group_problems(url: str, schema: str) -> list[str]:
+    """What is wrong with a schema's groups, read with a plain connection: each group's
+    depth must count its messages and its head must be its first; every message must
+    belong to a group that has a row. Empty when all is well."""
+    s = f'"{schema}"'
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            f"SELECT coalesce(g.group_id, m.group_id), g.depth, g.head_seq, m.n, m.first "
+            f"FROM {s}.groups g FULL JOIN (SELECT group_id, count(*) AS n, min(seq) AS first "
+            f"FROM {s}.messages GROUP BY group_id) m ON m.group_id = g.group_id "
+            f"WHERE g.group_id IS NULL OR m.group_id IS NULL "
+            f"OR g.depth <> m.n OR g.head_seq <> m.first"
+        ).fetchall()
+    return [
+        f"group {group!r}: depth {depth}, head {head}; its messages: {n}, first {first}"
+        for group, depth, head, n, first in rows
+    ]

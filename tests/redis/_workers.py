@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tests._children import Awaited
 from transports_core import open_async_transport, open_transport
 
 
@@ -32,19 +33,10 @@ def work_async(url: str, worker_id: str, journal: str, start: Any = None, pause:
     transport = open_async_transport(url)
     try:
         loop.run_until_complete(transport.__aenter__())
-        _drain(_Awaited(loop, transport), worker_id, journal, start, pause)
+        _drain(Awaited(loop, transport), worker_id, journal, start, pause)
     finally:
         loop.run_until_complete(transport.close())
         loop.close()
-
-
-class _Awaited:
-    def __init__(self, loop: asyncio.AbstractEventLoop, transport: Any) -> None:
-        self._loop, self._transport = loop, transport
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._transport, name)
-        return lambda *args, **kwargs: self._loop.run_until_complete(method(*args, **kwargs))
 
 
 def _drain(transport: Any, worker_id: str, journal: str, start: Any, pause: float) -> None:
