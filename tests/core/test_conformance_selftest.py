@@ -29,6 +29,7 @@ class TestMemory(TransportSuite):
         {{ADMIN, CLOCK, CONTROL, DURABLE, MULTI_HANDLE, PARALLEL_CLAIMS, TENANTS, TIMERS}}
     ) | {within}
     model_shrink = False  # a shrunk example would only cost time here
+    model_examples = 100  # a deeper search than a backend's default: it must find each defect
 
     @pytest.fixture
     def memory(self, clock):

@@ -50,5 +50,6 @@ def test_the_package_exports_what_it_documents() -> None:
         "PostgresOptions",
         "PostgresTransport",
         "backend",
+        "migrate",
     }
     assert all(hasattr(transports_postgres, name) for name in transports_postgres.__all__)
