@@ -1,6 +1,7 @@
 """The model-based scenario: hypothesis drives random publish / claim / ack / nack /
-extend / time steps against the backend and the `ReferenceModel`, and compares every
-result: which message claim returns (or None), its attempt and expiry, and LeaseLost.
+extend / time steps, and the batch calls (claim_many, settle_many, ack_and_claim),
+against the backend and the `ReferenceModel`, and compares every result: which message
+a claim returns (or None), its attempt and expiry, and LeaseLost.
 
 The only module of the suite that imports hypothesis; without it the scenario skips,
 naming the ``conformance`` extra.
