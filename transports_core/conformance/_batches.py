@@ -12,6 +12,7 @@ so that each starts from the same round-robin state.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from transports_core import (
@@ -146,7 +147,7 @@ class BatchScenarios(Steps):
         for lease in [error.lease, *error.others]:
             must_not_lose(
                 f"an ack of seq {lease.seq} from claim_many's EventDecodeError",
-                lambda lease=lease: typed.ack(lease),  # type: ignore[misc]
+                partial(typed.ack, lease),
             )
         left = loose.claim("w2", self.hold)
         assert left is None, f"{DECODE_ERROR}: after the batch's acks, claim gave {left}"
@@ -193,7 +194,7 @@ class BatchScenarios(Steps):
                 BATCH_FENCING,
                 LeaseLost,
                 f"an ack of the lease on {lease.group_id} that settle_many settled",
-                lambda lease=lease: t.ack(lease),  # type: ignore[misc]
+                partial(t.ack, lease),
             )
 
     @checks(BATCH_FENCING)
@@ -270,7 +271,7 @@ class BatchScenarios(Steps):
                 BATCH_BAD_INPUT,
                 (ValueError, TypeError),
                 f"claim_many(limit={limit!r})",
-                lambda limit=limit: t.claim_many("w1", self.hold, limit),  # type: ignore[misc]
+                partial(t.claim_many, "w1", self.hold, limit),
             )
         must_raise(
             BATCH_BAD_INPUT,
@@ -289,19 +290,19 @@ class BatchScenarios(Steps):
                 BATCH_BAD_INPUT,
                 (ValueError, TypeError),
                 f"settle_many({items!r})",
-                lambda items=items: t.settle_many(items),  # type: ignore[misc]
+                partial(t.settle_many, items),
             )
         must_raise(
             BATCH_BAD_INPUT,
             ValueError,
             "Settlement(lease, 'drop')",
-            lambda: Settlement(a, "drop"),  # type: ignore[arg-type]
+            lambda: Settlement(a, "drop"),  # type: ignore[arg-type]  # the bad value on purpose
         )
         must_raise(
             BATCH_BAD_INPUT,
             (ValueError, TypeError),
             "ack_many of a non-lease",
-            lambda: t.ack_many([a, "not a lease"]),  # type: ignore[list-item]
+            lambda: t.ack_many([a, "not a lease"]),  # type: ignore[list-item]  # on purpose
         )
         t.ack(a)  # every refused batch left a's lease as it was
         b = take(t, "w1", self.hold)

@@ -17,7 +17,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import pytest
 
@@ -63,6 +63,8 @@ NEEDS_HYPOTHESIS = (
 
 
 _runs = itertools.count()
+# The actions the model test settles with in a batch (bury has its own scenarios).
+_SETTLES: tuple[Literal["ack", "nack"], ...] = ("ack", "nack")
 
 
 class _ManualTime:
@@ -398,13 +400,15 @@ def check_against_model(
 
         @rule(
             items=st.lists(
-                st.tuples(leases, st.sampled_from(["ack", "nack"]), st.sampled_from(timing.delays)),
+                st.tuples(leases, st.sampled_from(_SETTLES), st.sampled_from(timing.delays)),
                 min_size=1,
                 max_size=3,
             ),
             handle=via,
         )
-        def settle_many(self, items: list[tuple[Lease[Event], str, float]], handle: int) -> None:
+        def settle_many(
+            self, items: list[tuple[Lease[Event], Literal["ack", "nack"], float]], handle: int
+        ) -> None:
             now = timing.now()
             settlements: list[Settlement[object]] = []
             expected: list[Lease[Event]] = []
@@ -418,7 +422,7 @@ def check_against_model(
                 except Stale:
                     expected.append(lease)
                 delay = delay if action == "nack" else 0.0
-                settlements.append(Settlement(lease, action, delay))  # type: ignore[arg-type]
+                settlements.append(Settlement(lease, action, delay))
             stale = [lost.lease for lost in self.handles[handle].settle_many(settlements)]
             assert stale == expected, (
                 f"{MODEL}: settle_many of {[(_describe(x, self.keys), a) for x, a, _ in items]} "
