@@ -78,6 +78,14 @@ class PriorityStats:
     ``dead``: dead letters (see `DeadLetter`), by the priority they were published with.
     ``delayed``: published with a delay that has not passed (``hold`` or not); they
     count nowhere else until due.
+    ``oldest_ready_age``: seconds (store's clock) since the oldest of the ``ready``
+    messages became ready: since it was published, came due (a delayed message), or was
+    requeued (a dead letter); a lapsed lease or an ended park does not restart it. None
+    when nothing is ready.
+    ``ready_groups``: groups whose head a claim could deliver now (ignoring the priority
+    floor); ``busy_groups``: the other groups with queued messages, whose head is in
+    flight, parked, delayed with ``hold``, or blocked by a dead letter, or that are
+    paused. A group counts under its own priority (the first it was published with).
     """
 
     priority: int
@@ -86,6 +94,9 @@ class PriorityStats:
     parked: int
     dead: int
     delayed: int = 0
+    oldest_ready_age: float | None = None
+    ready_groups: int = 0
+    busy_groups: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +104,8 @@ class QueueStats:
     """Totals over the whole queue, and the same counts per priority (ascending; only the
     priorities that have messages or dead letters). ``keys``: the idempotency keys the
     queue remembers (some may be past the window and not yet forgotten). ``paused``: the
-    groups paused (see `TransportAdmin.pause_group`), with messages or not."""
+    groups paused (see `TransportAdmin.pause_group`), with messages or not. The backlog's
+    age and group counts are those of `PriorityStats`, over the whole queue."""
 
     ready: int
     in_flight: int
@@ -103,14 +115,18 @@ class QueueStats:
     keys: int = 0
     delayed: int = 0
     paused: int = 0
+    oldest_ready_age: float | None = None
+    ready_groups: int = 0
+    busy_groups: int = 0
 
 
 def queue_stats(
     by_priority: Iterable[PriorityStats], keys: int = 0, paused: int = 0
 ) -> QueueStats:
     """The `QueueStats` of a queue whose counts per priority are ``by_priority``
-    (ascending by priority): the totals are their sums."""
+    (ascending by priority): the totals are their sums, the age their oldest."""
     rows = tuple(by_priority)
+    ages = [p.oldest_ready_age for p in rows if p.oldest_ready_age is not None]
     return QueueStats(
         ready=sum(p.ready for p in rows),
         in_flight=sum(p.in_flight for p in rows),
@@ -120,6 +136,9 @@ def queue_stats(
         keys=keys,
         delayed=sum(p.delayed for p in rows),
         paused=paused,
+        oldest_ready_age=max(ages, default=None),
+        ready_groups=sum(p.ready_groups for p in rows),
+        busy_groups=sum(p.busy_groups for p in rows),
     )
 
 
@@ -300,7 +319,8 @@ class TransportAdmin(Protocol):
     """
 
     def stats(self) -> QueueStats:
-        """Counts of ready, in-flight, parked and dead messages, in total and per priority."""
+        """Counts of ready, in-flight, parked, delayed and dead messages, ready and busy
+        groups, and the oldest ready message's age, in total and per priority."""
         ...
 
     def groups(self, limit: int = 10) -> list[GroupInfo]:
