@@ -110,9 +110,10 @@ def _is_ours(schema: str, found: Found) -> bool | None:
     return True
 
 
-def _check_meta(schema: str, rows: list[Any]) -> bool:
-    """Whether our schema must be upgraded first (it is at `sql.UPGRADES_FROM`); raise
-    for a `meta` that belongs to someone else or a version this code cannot open."""
+def _check_meta(schema: str, rows: list[Any]) -> int | None:
+    """The version our schema must be upgraded from first (one of `sql.UPGRADES_FROM`),
+    or None if it is current; raise for a `meta` that belongs to someone else or a
+    version this code cannot open."""
     meta = dict(rows)
     if meta.get("owner") != sql.OWNER:
         raise dt.TransportError(
@@ -121,24 +122,31 @@ def _check_meta(schema: str, rows: list[Any]) -> bool:
         )
     version = meta.get("version")
     if version == str(sql.SCHEMA_VERSION):
-        return False
-    if version == str(sql.UPGRADES_FROM):
-        return True
+        return None
+    for old in sql.UPGRADES_FROM:
+        if version == str(old):
+            return old
     raise dt.TransportError(
         f"schema {schema!r} has queue schema version {version}; this "
         f"version of durable-transports knows version {sql.SCHEMA_VERSION}"
     )
 
 
-def _upgrade() -> Batch:
-    """The statements that bring a store at `sql.UPGRADES_FROM` to `sql.SCHEMA_VERSION`."""
-    return tuple(Stmt(s, (str(sql.SCHEMA_VERSION),) if s.names else ()) for s in sql.UPGRADE)
+def _bound(statements: Iterable[Statement], now: float | None) -> Batch:
+    """``statements`` of the schema with their values: the owner, this code's version,
+    and ``now`` (the time an upgrade gives the messages it finds ready)."""
+    values = {"owner": sql.OWNER, "version": str(sql.SCHEMA_VERSION), "now": now}
+    return tuple(Stmt(s, tuple(values[name] for name in s.names)) for s in statements)
 
 
-def _create(exists: bool) -> Batch:
+def _upgrade(version: int, now: float | None) -> Batch:
+    """The statements that bring a store at ``version`` to `sql.SCHEMA_VERSION`."""
+    return _bound(sql.UPGRADES[version], now)
+
+
+def _create(exists: bool, now: float | None) -> Batch:
     """The statements that make a new queue, in a schema that ``exists`` (empty) or not."""
-    values = (sql.OWNER, str(sql.SCHEMA_VERSION))
-    made = tuple(Stmt(s, values if s.names else ()) for s in sql.SCHEMA)
+    made = _bound(sql.SCHEMA, now)
     return made if exists else (Stmt(sql.CREATE_SCHEMA), *made)
 
 
@@ -157,7 +165,7 @@ class Opening(NamedTuple):
             "that may change it (`transports migrate --sql` prints the DDL for review)"
         )
 
-    def may_create(self, found: Found) -> Batch:
+    def may_create(self, found: Found, now: float | None) -> Batch:
         """The statements that create the queue, or raise if this opener may not."""
         if self.migrate == "never":
             raise self.refuse("has no queue yet and this URL says migrate=never")
@@ -167,17 +175,18 @@ class Opening(NamedTuple):
                 f"has no queue yet, and role {found.role!r} may not create one (it lacks the "
                 f"CREATE privilege {where})"
             )
-        return _create(found.exists)
+        return _create(found.exists, now)
 
-    def may_upgrade(self) -> Batch:
-        """The statements that upgrade the queue, or raise if this opener may not."""
+    def may_upgrade(self, version: int, now: float | None) -> Batch:
+        """The statements that upgrade the queue from ``version``, or raise if this opener
+        may not."""
         if self.migrate != "auto":
             raise self.refuse(
-                f"has queue schema version {sql.UPGRADES_FROM}, and this version of "
+                f"has queue schema version {version}, and this version of "
                 f"durable-transports needs version {sql.SCHEMA_VERSION}; opening upgrades it "
                 "only with ?migrate=auto in the URL"
             )
-        return _upgrade()
+        return _upgrade(version, now)
 
 
 class Setup(Operation[None]):
@@ -198,7 +207,7 @@ class Setup(Operation[None]):
         found = _found(results[0])
         if _is_ours(self.opening.schema, found):
             return More(CheckMeta(self.opening))
-        self.opening.may_create(found)  # refused before any lock or transaction
+        self.opening.may_create(found, now)  # refused before any lock or transaction
         return MORE
 
     def body(self, now: float | None) -> Steps[None]:
@@ -210,10 +219,11 @@ class Setup(Operation[None]):
         found = _found(identity)
         if _is_ours(schema, found):
             (meta,) = yield (Stmt(sql.READ_META),)
-            if _check_meta(schema, meta.rows):
-                yield self.opening.may_upgrade()
+            old = _check_meta(schema, meta.rows)
+            if old is not None:
+                yield self.opening.may_upgrade(old, now)
             return
-        yield self.opening.may_create(found)
+        yield self.opening.may_create(found, now)
 
 
 class CheckMeta(Operation[None]):
@@ -231,9 +241,10 @@ class CheckMeta(Operation[None]):
         return (Stmt(sql.READ_META),)
 
     def done(self, results: list[Result], now: float | None) -> More | None:
-        if not _check_meta(self.opening.schema, results[0].rows):
+        old = _check_meta(self.opening.schema, results[0].rows)
+        if old is None:
             return None
-        self.opening.may_upgrade()
+        self.opening.may_upgrade(old, now)
         return More(UpgradeSchema(self.opening))
 
 
@@ -251,8 +262,9 @@ class UpgradeSchema(Operation[None]):
     def body(self, now: float | None) -> Steps[None]:
         schema = self.opening.schema
         (_, meta) = yield (Stmt(sql.SETUP_LOCK, (schema,)), Stmt(sql.READ_META))
-        if _check_meta(schema, meta.rows):
-            yield self.opening.may_upgrade()
+        old = _check_meta(schema, meta.rows)
+        if old is not None:
+            yield self.opening.may_upgrade(old, now)
 
 
 Plan = tuple[Literal["missing", "old", "current"], int | None, Batch]
@@ -277,11 +289,12 @@ class Migrate(Operation[Plan]):
         plan: Plan
         if _is_ours(self.schema, found):
             (meta,) = yield (Stmt(sql.READ_META),)
-            if not _check_meta(self.schema, meta.rows):
+            old = _check_meta(self.schema, meta.rows)
+            if old is None:
                 return ("current", sql.SCHEMA_VERSION, ())
-            plan = ("old", sql.UPGRADES_FROM, _upgrade())
+            plan = ("old", old, _upgrade(old, now))
         else:
-            plan = ("missing", None, _create(found.exists))
+            plan = ("missing", None, _create(found.exists, now))
         if self.apply:
             yield plan[2]
         return (plan[0], plan[1], (lock, *plan[2]))
@@ -446,7 +459,7 @@ class PublishMany(Operation[list[int]]):
         return (
             Stmt(sql.LOCK_GROUPS, self.locked),
             Stmt(sql.PROMOTE, (self.locked[0], now, None)),
-            Stmt(sql.APPEND_MANY, self.appended),
+            Stmt(sql.APPEND_MANY, (*self.appended, now)),
         )
 
     def done(self, results: list[Result], now: float | None) -> list[int]:
@@ -945,18 +958,30 @@ class Stats(_Read[dt.QueueStats]):
         holding = {p: int(n) for p, n in held.rows}
         counts = {
             p: (int(ready) - holding.get(p, 0), int(leased), int(parked))
-            for p, ready, leased, parked in live.rows
+            for p, ready, leased, parked, *_ in live.rows
+        }
+        # The backlog's age (None: nothing ready) and groups, by the same priorities.
+        backlog: dict[int, tuple[float | None, int, int]] = {
+            p: (None if age is None else float(age), int(open_), int(busy))
+            for p, _, _, _, open_, busy, age in live.rows
         }
         dead = {p: int(n) for p, n in dead_rows.rows}
-        return core.queue_stats(
-            (
+        rows = []
+        for p in sorted(counts.keys() | dead.keys() | delayed.keys()):
+            age, open_groups, busy_groups = backlog.get(p, (None, 0, 0))
+            rows.append(
                 dt.PriorityStats(
-                    p, *counts.get(p, (0, 0, 0)), dead=dead.get(p, 0), delayed=delayed.get(p, 0)
+                    p,
+                    *counts.get(p, (0, 0, 0)),
+                    dead=dead.get(p, 0),
+                    delayed=delayed.get(p, 0),
+                    oldest_ready_age=age,
+                    ready_groups=open_groups,
+                    busy_groups=busy_groups,
                 )
-                for p in sorted(counts.keys() | dead.keys() | delayed.keys())
-            ),
-            keys=int(keys.rows[0][0]),
-            paused=int(paused.rows[0][0]),
+            )
+        return core.queue_stats(
+            rows, keys=int(keys.rows[0][0]), paused=int(paused.rows[0][0])
         )
 
 
@@ -1030,7 +1055,10 @@ class Requeue(_DeadLetterOp):
     def act(self, group_id: str, held: bool, now: float | None) -> Steps[None]:
         seq = self.seq
         if held:
-            yield (Stmt(sql.UNHOLD_GROUP, (group_id, seq)), Stmt(sql.FORGET_DEAD_LETTER, (seq,)))
+            yield (
+                Stmt(sql.UNHOLD_GROUP, (group_id, seq, now)),
+                Stmt(sql.FORGET_DEAD_LETTER, (seq,)),
+            )
             return
         (holder,) = yield (Stmt(sql.GROUP_HOLDER, (group_id, sql.PARKED)),)
         if holder.rows:
@@ -1040,7 +1068,7 @@ class Requeue(_DeadLetterOp):
             raise dt.RequeueRefused(seq, group_id, locked_by)
         yield (
             Stmt(sql.STASH_HEAD_ATTEMPT, (group_id, seq)),
-            Stmt(sql.RESTORE_MESSAGE, (seq,)),
+            Stmt(sql.RESTORE_MESSAGE, (seq, now)),
             Stmt(sql.RESTORE_HEAD, (seq,)),
             Stmt(sql.FORGET_DEAD_LETTER, (seq,)),
         )

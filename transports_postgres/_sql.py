@@ -22,11 +22,13 @@ from transports_core.backend import RESERVED_PREFIX
 # Stored in `meta`: a schema with another version is refused, but for UPGRADES_FROM.
 # 2: the free groups' index is on the `free` column (1 had no released queues).
 # 3: the `keys` table of idempotency keys.
-# 4: timers, holds, pauses and tenants (a store at 3 is upgraded in place: `UPGRADE`).
-SCHEMA_VERSION: Final = 4
-# The one older version a store may be at and still be brought up to date: by
+# 4: timers, holds, pauses and tenants.
+# 5: each message's ready-since time and its group's priority, for the backlog's age.
+# (A store at 3 or 4 is upgraded in place: `UPGRADES`.)
+SCHEMA_VERSION: Final = 5
+# The older versions a store may be at and still be brought up to date: by
 # `transports migrate`, or when opened with ?migrate=auto.
-UPGRADES_FROM: Final = 3
+UPGRADES_FROM: Final = (3, 4)
 # Written beside the version, so that a schema holding someone else's `meta` is refused too.
 OWNER: Final = "durable-transports"
 
@@ -235,6 +237,45 @@ CREATE TABLE IF NOT EXISTS {s}.tenants (
     Statement("INSERT INTO {s}.vclock (v) VALUES (0) ON CONFLICT DO NOTHING"),
 )
 
+# What version 5 added, written so that it runs on a new schema and on one at version 4
+# (or at 3 after TIMERS_SCHEMA). `ready_at`: when the message became ready, on the clock
+# of `_NOW`: its publish, its due time (a delayed message, hold or not: a held one not
+# due yet is later than now), its requeue (a dead letter), or 'Infinity' while it is a
+# held dead letter (counted as dead, never ready). A lapsed lease, a nack or an ended park
+# leave it alone. `group_priority`: the priority of its group, under which the stats
+# count it (a group's priority is set when it is made, with no message in it, and kept
+# while it has any, so a message's copy never goes stale). A store upgraded from 4 gets
+# the upgrade's time for every message already ready (each row is written once: the
+# upgrade takes time in proportion to the backlog).
+# messages_ready serves the stats' oldest ready message per priority: the front of the
+# priority's part, up to now, skipping only heads that are leased or parked (see
+# MESSAGE_COUNTS). Publishes append near its right end (ready_at grows with time).
+READY_SCHEMA: Final = (
+    Statement(
+        "ALTER TABLE {s}.messages ADD COLUMN IF NOT EXISTS group_priority smallint, "
+        "ADD COLUMN IF NOT EXISTS ready_at float8"
+    ),
+    Statement(
+        f"""
+UPDATE {{s}}.messages m
+   SET group_priority = g.priority,
+       ready_at = CASE WHEN g.head_seq = m.seq AND g.lock_expiry = 'Infinity' THEN 'Infinity'
+                       WHEN m.not_before > t.now THEN m.not_before
+                       ELSE t.now END
+  FROM {{s}}.groups g, (SELECT {_NOW} AS now) t
+ WHERE g.group_id = m.group_id AND m.ready_at IS NULL
+""",
+        ("now",),
+    ),
+    Statement(
+        "ALTER TABLE {s}.messages ALTER COLUMN group_priority SET NOT NULL, "
+        "ALTER COLUMN ready_at SET NOT NULL"
+    ),
+    Statement(
+        "CREATE INDEX IF NOT EXISTS messages_ready ON {s}.messages (group_priority, ready_at)"
+    ),
+)
+
 SCHEMA: Final = (
     Statement("CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)"),
     Statement(
@@ -316,14 +357,19 @@ CREATE TABLE {s}.dead_letters (
     ),
     *KEYS_SCHEMA,
     *TIMERS_SCHEMA,
+    *READY_SCHEMA,
 )
 
-# A store at UPGRADES_FROM brought to SCHEMA_VERSION, additively, in the transaction of
-# its opener that holds SETUP_LOCK: the version moves only with the tables it names.
-UPGRADE: Final = (
-    *TIMERS_SCHEMA,
-    Statement("UPDATE {s}.meta SET value = :version WHERE key = 'version'", ("version",)),
+# A store at a version of UPGRADES_FROM brought to SCHEMA_VERSION, additively, in the
+# transaction of its opener that holds SETUP_LOCK: the version moves only with the tables
+# it names.
+SET_VERSION: Final = Statement(
+    "UPDATE {s}.meta SET value = :version WHERE key = 'version'", ("version",)
 )
+UPGRADES: Final = {
+    3: (*TIMERS_SCHEMA, *READY_SCHEMA, SET_VERSION),
+    4: (*READY_SCHEMA, SET_VERSION),
+}
 
 # --- notifications ------------------------------------------------------------------------
 
@@ -395,14 +441,17 @@ _DUE_HERE = f"""due AS MATERIALIZED (
                     WHERE group_id = :group_id AND due <= {_NOW}) AS found
 )"""
 _FOUND = "(SELECT found FROM due)"
+# The priority of the locked group a message joins (see READY_SCHEMA): one probe of its key.
+_GROUP_PRIORITY = "(SELECT priority FROM {s}.groups WHERE group_id = :group_id)"
 
 # In a fresh statement, under the lock: draw the seq, store the message, count it in; a
 # group that was empty (new) gets it as its head, and a blocked claim is woken.
 APPEND: Final = Statement(
     f"""
 WITH {_DUE_HERE}, m AS (
-    INSERT INTO {{s}}.messages (group_id, seq, priority, event)
-    SELECT :group_id, nextval('{{s}}.seqs'), :priority, :event WHERE NOT {_FOUND}
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event, group_priority, ready_at)
+    SELECT :group_id, nextval('{{s}}.seqs'), :priority, :event, {_GROUP_PRIORITY}, {_NOW}
+     WHERE NOT {_FOUND}
     RETURNING seq
 ), g AS (
     {_COUNT_IN}
@@ -436,8 +485,10 @@ _DRAW_SEQS = """SELECT array_agg(seq ORDER BY seq) AS seqs
       FROM (SELECT nextval('{s}.seqs') AS seq
               FROM generate_series(1, cardinality(:events::text[]))) drawn"""
 # Every message of the batch stored under its seq.
-_STORE_BATCH = """INSERT INTO {s}.messages (group_id, seq, priority, event)
-    SELECT b.g, s.seqs[b.n], b.p, b.e
+_STORE_BATCH = f"""INSERT INTO {{s}}.messages (group_id, seq, priority, event, group_priority,
+                                ready_at)
+    SELECT b.g, s.seqs[b.n], b.p, b.e,
+           (SELECT priority FROM {{s}}.groups x WHERE x.group_id = b.g), {_NOW}
       FROM s, unnest(:group_ids::text[], :priorities::smallint[], :events::text[])
               WITH ORDINALITY AS b (g, p, e, n)"""
 
@@ -475,7 +526,7 @@ WITH s AS (
 SELECT s.seqs, (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM h) AND {_ANY_WAITER})
   FROM s
 """,
-    ("events", "group_ids", "priorities", "groups", "firsts"),
+    ("events", "group_ids", "priorities", "groups", "firsts", "now"),
 )
 
 # --- idempotency keys ------------------------------------------------------------------------
@@ -532,8 +583,8 @@ WITH {_DUE_HERE}, t AS MATERIALIZED (
 ), new AS (
     SELECT k.seq FROM k, t WHERE k.seq = t.seq
 ), m AS (
-    INSERT INTO {{s}}.messages (group_id, seq, priority, event)
-    SELECT :group_id, new.seq, :priority, :event FROM new
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event, group_priority, ready_at)
+    SELECT :group_id, new.seq, :priority, :event, {_GROUP_PRIORITY}, {_NOW} FROM new
     RETURNING seq
 ), g AS (
     {_COUNT_IN}
@@ -572,8 +623,10 @@ WITH s AS (
     SELECT b.g, b.p, b.e, b.seq, b.k IS NULL OR b.seq IN (SELECT k.seq FROM k) AS stored
       FROM b
 ), m AS (
-    INSERT INTO {{s}}.messages (group_id, seq, priority, event)
-    SELECT g, seq, p, e FROM kept WHERE stored
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event, group_priority, ready_at)
+    SELECT g, seq, p, e, (SELECT priority FROM {{s}}.groups x WHERE x.group_id = kept.g),
+           {_NOW}
+      FROM kept WHERE stored
 ), per AS MATERIALIZED (
     SELECT kept.g, min(kept.seq) FILTER (WHERE kept.stored) AS head,
            count(*) FILTER (WHERE NOT kept.stored) AS dups,
@@ -1038,12 +1091,19 @@ SELECT m.seq, m.group_id, m.priority, m.event, :attempts, :reason, {_NOW}
 )
 
 # on_dead=hold: the dead letter stays its group's head, parked for ever, so nothing later
-# in the group is delivered. Its attempt is the deliveries it really had.
+# in the group is delivered. Its attempt is the deliveries it really had. It is never
+# ready while held: its ready_at goes to 'Infinity', past every stats read's range.
 HOLD_GROUP: Final = Statement(
     f"""
-UPDATE {{s}}.groups SET locked_by = :parked, lock_expiry = 'Infinity',
-       busy_until = 'Infinity', attempt = :attempts
- WHERE {_FENCE}
+WITH g AS (
+    UPDATE {{s}}.groups SET locked_by = :parked, lock_expiry = 'Infinity',
+           busy_until = 'Infinity', attempt = :attempts
+     WHERE {_FENCE}
+    RETURNING group_id, head_seq
+)
+UPDATE {{s}}.messages m SET ready_at = 'Infinity'
+  FROM g
+ WHERE m.group_id = g.group_id AND m.seq = g.head_seq
 """,
     (*FENCE_NAMES, "parked", "attempts"),
 )
@@ -1052,7 +1112,8 @@ _HELD_HEAD = "group_id = :group_id AND head_seq = :seq AND lock_expiry = 'Infini
 # A discarded held dead letter leaves its group, which goes on with its next message.
 DROP_HELD_HEAD: Final = _remove_head(_HELD_HEAD, ("group_id", "seq"))
 
-# A requeued held dead letter is still its group's head: freed, with a fresh allowance.
+# A requeued held dead letter is still its group's head: freed, with a fresh allowance,
+# ready from now.
 UNHOLD_GROUP: Final = Statement(
     f"""
 WITH g AS (
@@ -1060,13 +1121,13 @@ WITH g AS (
      WHERE {_HELD_HEAD}
     RETURNING group_id, head_seq, attempt
 ), m AS (
-    UPDATE {{s}}.messages m SET base = g.attempt FROM g
+    UPDATE {{s}}.messages m SET base = g.attempt, ready_at = {_NOW} FROM g
      WHERE m.group_id = g.group_id AND m.seq = g.head_seq
 )
 SELECT (SELECT count(*) FROM g),
        (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM g) AND {_ANY_WAITER})
 """,
-    ("group_id", "seq"),
+    ("group_id", "seq", "now"),
 )
 
 # The dead letter, locked, and whether it holds its group (it is still in `messages`).
@@ -1105,14 +1166,20 @@ UPDATE {s}.messages m SET attempt = g.attempt
 """,
     ("group_id", "seq"),
 )
-# The dead letter back under its own seq, in its place; the group (re)opened around it.
+# The dead letter back under its own seq, in its place, ready from now; the group
+# (re)opened around it (RESTORE_HEAD, next), keeping its priority if it has messages.
 RESTORE_MESSAGE: Final = Statement(
-    """
-INSERT INTO {s}.messages (group_id, seq, priority, event, attempt, base)
-SELECT group_id, seq, priority, event, attempts, attempts FROM {s}.dead_letters
- WHERE seq = :seq
+    f"""
+INSERT INTO {{s}}.messages (group_id, seq, priority, event, attempt, base, group_priority,
+                           ready_at)
+SELECT d.group_id, d.seq, d.priority, d.event, d.attempts, d.attempts,
+       coalesce((SELECT g.priority FROM {{s}}.groups g WHERE g.group_id = d.group_id),
+                d.priority),
+       {_NOW}
+  FROM {{s}}.dead_letters d
+ WHERE d.seq = :seq
 """,
-    ("seq",),
+    ("seq", "now"),
 )
 RESTORE_HEAD: Final = Statement(
     f"""
@@ -1137,17 +1204,44 @@ FORGET_DEAD_LETTER: Final = Statement("DELETE FROM {s}.dead_letters WHERE seq = 
 # --- admin ------------------------------------------------------------------------------------
 
 # Per group priority. Only a head can be leased or parked; the messages behind it count as
-# ready. A held dead letter is counted as dead only.
+# ready. A held dead letter is counted as dead only. One scan of `groups` (as groups()
+# reads it), which also counts the groups: ready, those whose head a claim may take now
+# (free, or its lease lapsed or park ended; not paused; not a held dead letter, not a
+# hold=True head not due), and busy, the others with a queued message (a held dead letter
+# with nothing behind it has none). A group opened only by a delayed message that is due
+# but has not joined it yet is not here: every admin read first lets due messages join
+# (`_ops._Read`), so only one that came due since is missed, and its message with it.
+# Then, per priority found, the age of its oldest ready message: the front of that
+# priority's part of messages_ready, up to now (a held message not due, and a held dead
+# letter, lie past now), passing over the heads leased or parked, each checked by a probe
+# of its group's key; so it reads one entry, plus one per such head older than the
+# oldest ready message (at most the in-flight and parked counts), never the backlog.
+_OPEN = "(locked_by IS NULL OR lock_expiry < t.now)"
 MESSAGE_COUNTS: Final = Statement(
     f"""
-SELECT priority,
-       sum(depth - (locked_by IS NOT NULL AND locked_by <> '{DELAYED}'
-                    AND lock_expiry >= t.now)::int)::bigint,
-       count(*) FILTER (WHERE locked_by NOT IN (:parked, '{DELAYED}') AND lock_expiry >= t.now),
-       count(*) FILTER (WHERE locked_by = :parked AND lock_expiry >= t.now
-                          AND lock_expiry < 'Infinity')
-  FROM {{s}}.groups, (SELECT {_NOW} AS now) t
- GROUP BY priority
+WITH t AS MATERIALIZED (SELECT {_NOW} AS now), c AS (
+    SELECT priority,
+           sum(depth - (locked_by IS NOT NULL AND locked_by <> '{DELAYED}'
+                        AND lock_expiry >= t.now)::int)::bigint AS ready,
+           count(*) FILTER (WHERE locked_by NOT IN (:parked, '{DELAYED}')
+                              AND lock_expiry >= t.now) AS leased,
+           count(*) FILTER (WHERE locked_by = :parked AND lock_expiry >= t.now
+                              AND lock_expiry < 'Infinity') AS parked,
+           count(*) FILTER (WHERE depth > 0 AND NOT paused AND {_OPEN}) AS open,
+           count(*) FILTER (WHERE depth > CASE WHEN lock_expiry = 'Infinity' THEN 1 ELSE 0 END)
+               AS queued
+      FROM {{s}}.groups, t
+     GROUP BY priority
+)
+SELECT c.priority, c.ready, c.leased, c.parked, c.open, c.queued - c.open,
+       t.now - (
+        SELECT m.ready_at FROM {{s}}.messages m JOIN {{s}}.groups g ON g.group_id = m.group_id
+         WHERE m.group_priority = c.priority AND m.ready_at <= t.now
+           AND NOT (m.seq = g.head_seq AND g.locked_by IS NOT NULL
+                    AND g.locked_by <> '{DELAYED}' AND g.lock_expiry >= t.now)
+         ORDER BY m.ready_at
+         LIMIT 1)
+  FROM c, t
 """,
     ("parked", "now"),
 )
@@ -1271,8 +1365,9 @@ SELECT array(SELECT group_id FROM {s}.groups WHERE group_id = ANY (:groups::text
 # the end of their groups in (due, seq) order, as if published when due: each takes a
 # place drawn now, except the first of a group with no messages (new, depth 0), which
 # becomes its head under its own seq, and sets the group's priority and tenant as a
-# publish that made it would. A group made for nothing (its messages joined it before)
-# is left to DROP_EMPTY. A blocked claim is woken.
+# publish that made it would. Each is ready since its due time, however late it joins,
+# under its group's priority (the first joiner's, for a group it opens). A group made for
+# nothing (its messages joined it before) is left to DROP_EMPTY. A blocked claim is woken.
 PROMOTE: Final = Statement(
     f"""
 WITH t AS (
@@ -1285,8 +1380,10 @@ WITH t AS (
 ), r AS MATERIALIZED (
     SELECT t.*, row_number() OVER (ORDER BY due, seq) AS n,
            row_number() OVER (PARTITION BY group_id ORDER BY due, seq) AS k,
-           (SELECT depth FROM {{s}}.groups g WHERE g.group_id = t.group_id) AS depth
-      FROM t
+           first_value(t.priority) OVER (PARTITION BY group_id ORDER BY due, seq) AS opening,
+           g.depth, g.priority AS kept
+      FROM t CROSS JOIN LATERAL (
+        SELECT depth, priority FROM {{s}}.groups g WHERE g.group_id = t.group_id) g
 ), s AS (
     SELECT array_agg(x ORDER BY x) AS places
       FROM (SELECT nextval('{{s}}.seqs') AS x FROM r) drawn
@@ -1294,8 +1391,10 @@ WITH t AS (
     SELECT r.*, CASE WHEN r.depth = 0 AND r.k = 1 THEN r.seq ELSE s.places[r.n] END AS at
       FROM r, s
 ), m AS (
-    INSERT INTO {{s}}.messages (group_id, seq, priority, event, id)
-    SELECT group_id, at, priority, event, CASE WHEN at <> seq THEN seq END FROM p
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event, id, group_priority, ready_at)
+    SELECT group_id, at, priority, event, CASE WHEN at <> seq THEN seq END,
+           CASE WHEN depth = 0 THEN opening ELSE kept END, due
+      FROM p
 ), c AS (
     SELECT group_id, count(*) AS n, min(at) FILTER (WHERE k = 1) AS head,
            min(priority) FILTER (WHERE k = 1) AS priority,
@@ -1359,9 +1458,14 @@ WITH t AS MATERIALIZED (
     SELECT new.seq, :group_id, :priority, :tenant, :event, {_NOW} + :delay FROM new
      WHERE :delay::float8 > 0 AND NOT :hold::boolean
 ), m AS (
-    INSERT INTO {{s}}.messages (group_id, seq, priority, event, not_before)
+    INSERT INTO {{s}}.messages (group_id, seq, priority, event, not_before, group_priority,
+                                ready_at)
     SELECT :group_id, new.seq, :priority, :event,
-           CASE WHEN :delay::float8 > 0 THEN {_NOW} + :delay END FROM new
+           CASE WHEN :delay::float8 > 0 THEN {_NOW} + :delay END,
+           (SELECT CASE WHEN depth = 0 THEN :priority ELSE priority END FROM {{s}}.groups
+             WHERE group_id = :group_id),
+           {_NOW} + :delay
+      FROM new
      WHERE :delay::float8 = 0 OR :hold::boolean
     RETURNING seq, not_before
 ), g AS (

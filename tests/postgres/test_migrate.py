@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -19,12 +20,14 @@ import pytest
 from tests.cli._command import transports
 from transports_core import (
     Event,
+    Transport,
     TransportAdmin,
     TransportError,
     migrate,
     open_async_transport,
     open_transport,
 )
+from transports_core.conformance import ManualClock
 from transports_postgres import _sql as sql
 
 from .server import drop_schema, with_schema
@@ -88,7 +91,7 @@ def test_migrate_upgrades_a_version_3_schema_in_place(
     _make_version_3(raw, schema)
     done = transports("migrate", with_schema(url, schema))
     assert done.returncode == 0, done.stderr
-    assert f"from version {sql.UPGRADES_FROM} to {sql.SCHEMA_VERSION}" in done.stdout
+    assert f"from version 3 to {sql.SCHEMA_VERSION}" in done.stdout
     assert _version(raw, schema) == str(sql.SCHEMA_VERSION)
     with open_transport(with_schema(url, schema, migrate="never")) as queue:
         assert isinstance(queue, TransportAdmin)
@@ -103,8 +106,8 @@ def test_the_printed_upgrade_runs_as_it_is_and_leaves_a_new_schemas_shape(
     _make_version_3(raw, schema)
     printed = transports("migrate", "--sql", with_schema(url, schema))
     assert printed.returncode == 0, printed.stderr
-    assert _version(raw, schema) == str(sql.UPGRADES_FROM)  # --sql changed nothing
-    assert f"from version {sql.UPGRADES_FROM} to {sql.SCHEMA_VERSION}" in printed.stdout
+    assert _version(raw, schema) == "3"  # --sql changed nothing
+    assert f"from version 3 to {sql.SCHEMA_VERSION}" in printed.stdout
     _run_script(url, printed.stdout)
     upgraded = _shape(raw, schema)
     raw.execute(f'DROP SCHEMA "{schema}" CASCADE')
@@ -276,3 +279,132 @@ def test_migrate_never_refuses_a_missing_queue_and_creates_nothing(
     assert (
         raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
     )
+
+
+# --- version 4: before each message kept when it became ready -------------------------------
+
+
+def _make_version_4(raw: Conn, schema: str) -> None:
+    """A store as version 4 made it: today's DDL but for what version 5 added, holding
+    group g with two messages, group p whose head is parked for an hour with one behind,
+    group h whose head is a held dead letter with one behind, group x (priority 2) whose
+    head was published with hold=True and is due in an hour, and a delayed message."""
+    raw.execute(sql.CREATE_SCHEMA.render(schema))
+    values = {"owner": sql.OWNER, "version": "4"}
+    for statement in sql.SCHEMA:
+        if statement not in sql.READY_SCHEMA:
+            raw.execute(statement.render(schema), {n: values[n] for n in statement.names})
+    s = f'"{schema}"'
+    events = [Event(n=n).model_dump_json() for n in range(1, 9)]
+    raw.execute(
+        f"INSERT INTO {s}.messages (group_id, seq, priority, event, not_before) "
+        "SELECT g, n, p, e, CASE WHEN g = 'x' THEN date_part('epoch', now()) + 3600 END "
+        "FROM unnest(%s::text[], %s::int[], %s::int[], %s::text[]) AS v (g, n, p, e)",
+        (
+            ["g", "g", "p", "p", "h", "h", "x"],
+            [1, 2, 3, 4, 5, 6, 7],
+            [0, 0, 0, 0, 0, 0, 2],
+            events[:7],
+        ),
+    )
+    raw.execute(f"SELECT setval('{s}.seqs', 8)")
+    hour = "date_part('epoch', now()) + 3600"
+    raw.execute(
+        f"INSERT INTO {s}.groups (group_id, priority, head_seq, depth, attempt, locked_by, "
+        "lock_expiry, busy_until) VALUES "
+        "('g', 0, 1, 2, 0, NULL, NULL, NULL), "
+        f"('p', 0, 3, 2, 1, %(parked)s, {hour}, {hour}), "
+        "('h', 0, 5, 2, 1, %(parked)s, 'Infinity', 'Infinity'), "
+        f"('x', 2, 7, 1, 0, %(delayed)s, {hour}, {hour})",
+        {"parked": sql.PARKED, "delayed": sql.DELAYED},
+    )
+    raw.execute(
+        f"INSERT INTO {s}.dead_letters (seq, group_id, priority, event, attempts, reason, "
+        "dead_at) VALUES (5, 'h', 0, %s, 1, 'buried: bad', date_part('epoch', now()))",
+        (events[4],),
+    )
+    raw.execute(
+        f"INSERT INTO {s}.timers (seq, group_id, priority, event, due) "
+        f"VALUES (8, 't', 1, %s, {hour})",
+        (events[7],),
+    )
+
+
+def test_a_version_4_store_is_refused_on_opening_naming_transports_migrate(
+    schema_url: tuple[str, str], raw: Conn
+) -> None:
+    url, schema = schema_url
+    _make_version_4(raw, schema)
+    with pytest.raises(TransportError, match=r"version 4.*migrate=auto.*`transports migrate "):
+        open_transport(with_schema(url, schema))
+    assert _version(raw, schema) == "4"
+
+
+def test_migrate_upgrades_a_version_4_store_its_ready_messages_aged_from_the_upgrade(
+    schema_url: tuple[str, str], raw: Conn
+) -> None:
+    url, schema = schema_url
+    _make_version_4(raw, schema)
+    before = time.time()
+    done = transports("migrate", with_schema(url, schema))
+    assert done.returncode == 0, done.stderr
+    assert f"from version 4 to {sql.SCHEMA_VERSION}" in done.stdout
+    assert _version(raw, schema) == str(sql.SCHEMA_VERSION)
+    with open_transport(with_schema(url, schema, migrate="never")) as queue:
+        assert isinstance(queue, TransportAdmin)
+        stats = queue.stats()
+        after = time.time()
+        # Ready: g's two, the one behind p's parked head, the one behind h's dead letter.
+        assert (stats.ready, stats.parked, stats.dead, stats.delayed) == (4, 1, 1, 2)
+        assert stats.oldest_ready_age is not None
+        assert 0 <= stats.oldest_ready_age <= after - before + 0.01
+        assert (stats.ready_groups, stats.busy_groups) == (1, 3)
+        (x,) = [p for p in stats.by_priority if p.priority == 2]
+        assert (x.ready, x.oldest_ready_age, x.ready_groups, x.busy_groups) == (0, None, 0, 1)
+        assert [(m.seq, m.event.n) for m in _drain(queue)] == [(1, 1), (2, 2)]
+
+
+def test_a_version_4_store_opened_with_migrate_auto_ages_from_the_openers_clock(
+    schema_url: tuple[str, str], raw: Conn
+) -> None:
+    url, schema = schema_url
+    _make_version_4(raw, schema)
+    clock = ManualClock(time.time() + 1000)  # well after the server's clock
+    with open_transport(with_schema(url, schema, migrate="auto"), clock=clock) as queue:
+        assert isinstance(queue, TransportAdmin)
+        assert _version(raw, schema) == str(sql.SCHEMA_VERSION)
+        clock.advance(30)
+        stats = queue.stats()
+        assert stats.oldest_ready_age == pytest.approx(30, abs=1e-3)
+        # The held dead letter requeued is ready again, from now; the upgrade made its
+        # group's priority and time for it as for the others.
+        clock.advance(5)
+        assert queue.requeue(5) is True
+        stats = queue.stats()
+        assert stats.ready == 5
+        assert stats.oldest_ready_age == pytest.approx(35, abs=1e-3)
+
+
+def test_the_printed_upgrade_from_4_runs_as_it_is_and_leaves_a_new_schemas_shape(
+    schema_url: tuple[str, str], raw: Conn
+) -> None:
+    url, schema = schema_url
+    _make_version_4(raw, schema)
+    printed = transports("migrate", "--sql", with_schema(url, schema))
+    assert printed.returncode == 0, printed.stderr
+    assert _version(raw, schema) == "4"  # --sql changed nothing
+    assert f"from version 4 to {sql.SCHEMA_VERSION}" in printed.stdout
+    _run_script(url, printed.stdout)
+    assert _version(raw, schema) == str(sql.SCHEMA_VERSION)
+    upgraded = _shape(raw, schema)
+    raw.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    assert migrate(with_schema(url, schema)) is not None
+    assert upgraded == _shape(raw, schema)
+
+
+def _drain(queue: Transport[Event]) -> list[Any]:
+    leases = []
+    while (lease := queue.claim("drain", 30)) is not None:
+        leases.append(lease)
+        queue.ack(lease)
+    return leases

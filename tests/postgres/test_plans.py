@@ -135,7 +135,10 @@ def test_a_fresh_queue_claims_off_the_front_of_its_index_before_any_statistics(
 # ack_many's two.
 BATCH = {
     "lock_groups": (sql.LOCK_GROUPS, (["g1", "new"], [0, 0], [1, 1])),
-    "append_many": (sql.APPEND_MANY, (["{}", "{}"], ["g1", "new"], [0, 0], ["g1", "new"], [1, 2])),
+    "append_many": (
+        sql.APPEND_MANY,
+        (["{}", "{}"], ["g1", "new"], [0, 0], ["g1", "new"], [1, 2], None),
+    ),
     "lock_batch_groups": HOT["lock_batch_groups"],
     "ack_many": HOT["ack_many"],
 }
@@ -172,3 +175,21 @@ def test_a_batch_finds_its_groups_by_key_whatever_the_statistics(
             assert "Conflict Arbiter Indexes: groups_pkey" in plan, f"{name}:\n{plan}"
         else:
             assert "groups_pkey" in plan, f"{name}:\n{plan}"
+
+
+def test_the_stats_read_the_oldest_ready_message_off_the_front_of_its_index(
+    loaded: str, raw: psycopg.Connection[Any]
+) -> None:
+    # The groups are counted in one scan of their table (as ever); the messages are not
+    # scanned: each priority's oldest ready one is the front of its part of messages_ready.
+    raw.execute("SET plan_cache_mode = force_generic_plan")
+    raw.execute("BEGIN")
+    try:
+        raw.execute(f"PREPARE probe_counts AS {_positional(sql.MESSAGE_COUNTS, loaded)}")
+        args = f"{psycopg.sql.quote(sql.PARKED)}, NULL"
+        rows = raw.execute(f"EXPLAIN EXECUTE probe_counts({args})")
+        plan = "\n".join(row[0] for row in rows)
+    finally:
+        raw.execute("ROLLBACK")
+    assert "Seq Scan on messages" not in plan, plan
+    assert "Index Scan using messages_ready" in plan, plan

@@ -110,6 +110,28 @@ def test_another_schema_version_is_refused_naming_both(
         open_transport(queue_url)
 
 
+@pytest.mark.parametrize("version", ["2", "3", "4"])
+def test_an_older_version_is_upgraded_only_from_those_the_code_knows(
+    queue: Transport[Event],
+    queue_url: str,
+    raw: psycopg.Connection[Any],
+    schema_url: tuple[str, str],
+    version: str,
+) -> None:
+    # 3 and 4 may be upgraded in place (with ?migrate=auto, or `transports migrate`);
+    # anything older is refused naming both versions, even with ?migrate=auto.
+    raw.execute(f"UPDATE \"{schema_url[1]}\".meta SET value = %s WHERE key = 'version'", (version,))
+    if int(version) in sql.UPGRADES_FROM:
+        refusal = f"version {version}, .* needs version {sql.SCHEMA_VERSION}.*transports migrate"
+    else:
+        refusal = f"version {version}; .* knows version {sql.SCHEMA_VERSION}"
+    with pytest.raises(TransportError, match=refusal):
+        open_transport(queue_url)
+    if int(version) not in sql.UPGRADES_FROM:
+        with pytest.raises(TransportError, match=refusal):
+            open_transport(queue_url + "&migrate=auto")
+
+
 def test_a_password_in_the_url_never_shows_in_an_error(schema_url: tuple[str, str]) -> None:
     url = with_schema("postgresql://nobody:s3cret@127.0.0.1:1/test", schema_url[1])
     with pytest.raises(TransportError) as caught:
