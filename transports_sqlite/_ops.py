@@ -703,9 +703,7 @@ def Stats() -> Op[dt.QueueStats]:
             row[2] -= heads
             row[3] += held
         oldest = {
-            p: at
-            for p, at in (yield Stmt(sql.OLDEST_READY, {"now": now})).rows
-            if at is not None
+            p: at for p, at in (yield Stmt(sql.OLDEST_READY, {"now": now})).rows if at is not None
         }
         # A due timer is ready since its due time, whether or not a claim promoted it yet
         # (only then does it open or join a group, and count in that group's state).
@@ -722,7 +720,9 @@ def Stats() -> Op[dt.QueueStats]:
 
         def by_priority(p: int) -> dt.PriorityStats:
             ready, in_flight, parked, delayed, free, busy = live.get(p, zero)
-            since = oldest.get(p) if ready else None
+            # Never below 0, and 0 when only messages stamped later than `now` are ready
+            # (see `_sql.OLDEST_READY`): another process's clock may run a little ahead.
+            since = oldest.get(p, now)
             return dt.PriorityStats(
                 p,
                 ready=ready,
@@ -730,8 +730,7 @@ def Stats() -> Op[dt.QueueStats]:
                 parked=parked,
                 dead=dead.get(p, 0),
                 delayed=delayed,
-                # Never below 0: another process's clock may run a little ahead.
-                oldest_ready_age=None if since is None else max(0.0, now - since),
+                oldest_ready_age=max(0.0, now - since) if ready else None,
                 ready_groups=free,
                 busy_groups=busy,
             )
@@ -779,9 +778,7 @@ def HeldGroups() -> Op[list[dt.HeldGroup]]:
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
-def _on_dead_letter(
-    seq: int, act: Callable[[float, int, str, int, bool], Steps[None]]
-) -> Op[bool]:
+def _on_dead_letter(seq: int, act: Callable[[float, int, str, int, bool], Steps[None]]) -> Op[bool]:
     """Requeue and discard: find dead letter ``seq`` and ``act`` on it, given the
     transaction's `now`, its seq, its group, its attempts and whether it holds the group;
     False when there is none."""

@@ -1081,16 +1081,17 @@ SELECT priority,
 # as ready: not a hold=True message not yet due (as HOLD_COUNTS has it), and not the head
 # of a group whose lease, park or hold has not ended (as MESSAGE_COUNTS has it; a primary
 # key seek into `groups` per entry). So it walks past the busy heads older than that
-# message only (in-flight heads, parks, held dead letters), never the backlog. A hold=True
-# message not yet due has a ready_at after `now` (its due time), so it sorts after every
-# ready one and is only walked when nothing at its priority is ready.
+# message only (in-flight heads, parks, held dead letters), never the backlog. The walk
+# ends at `now`: a hold=True message not yet due is stamped with its due time, later, so
+# however many are scheduled none is walked. (A message stamped by a process whose clock
+# runs ahead is not walked either until `now` passes its stamp: `Stats` ages it 0.)
 _PRIORITIES = ", ".join(f"({p})" for p in range(MAX_PRIORITY + 1))
 OLDEST_READY: Final = Statement(
     f"""
 WITH p (priority) AS (VALUES {_PRIORITIES})
 SELECT p.priority, (
     SELECT m.ready_at FROM messages m INDEXED BY messages_by_ready
-     WHERE m.group_priority = p.priority
+     WHERE m.group_priority = p.priority AND m.ready_at <= :now
        AND (m.due IS NULL OR m.due < :now)
        AND NOT EXISTS (
            SELECT 1 FROM groups g
