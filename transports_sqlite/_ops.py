@@ -705,14 +705,18 @@ def Stats() -> Op[dt.QueueStats]:
         oldest = {
             p: at for p, at in (yield Stmt(sql.OLDEST_READY, {"now": now})).rows if at is not None
         }
-        # A due timer is ready since its due time, whether or not a claim promoted it yet
-        # (only then does it open or join a group, and count in that group's state).
+        # A due timer is ready since its due time, whether or not a claim promoted it yet;
+        # a group that only due timers would open counts as it will once they are.
         for p, delayed, due, first_due in (yield Stmt(sql.TIMER_COUNTS, {"now": now})).rows:
             row = live.setdefault(p, [0, 0, 0, 0, 0, 0])
             row[0] += due
             row[3] += delayed
             if first_due is not None:
                 oldest[p] = min(oldest.get(p, first_due), first_due)
+        for p, opening, paused_ones in (yield Stmt(sql.TIMER_GROUPS, {"now": now})).rows:
+            row = live.setdefault(p, [0, 0, 0, 0, 0, 0])
+            row[4] += opening - paused_ones
+            row[5] += paused_ones
         dead = dict((yield Stmt(sql.DEAD_COUNTS)).rows)
         ((keys,),) = (yield Stmt(sql.KEY_COUNT)).rows
         ((paused,),) = (yield Stmt(sql.PAUSED_COUNT)).rows

@@ -1197,6 +1197,26 @@ SELECT priority, count(*) FILTER (WHERE due > :now), count(*) FILTER (WHERE due 
     ("now",),
     rows=True,
 )
+# The groups that only due timers would open, counted where their promotion will put
+# them (as TIMER_COUNTS counts those timers ready, before any claim or publish promotes
+# them): under the priority of the first to be promoted (SQLite gives the bare column of
+# the row with min(due); equal due times in one group, at different priorities, are left
+# to chance), ready unless a pause is stored for the group. A range of `timers_by_due`
+# (the due timers only, however many are scheduled later), each with a primary key seek
+# into `groups`; `groups()` lists such a group only after the promotion.
+TIMER_GROUPS: Final = Statement(
+    """
+SELECT first.priority, count(*),
+       count(*) FILTER (WHERE EXISTS (SELECT 1 FROM paused p WHERE p.group_id = first.group_id))
+  FROM (SELECT t.group_id, t.priority, min(t.due) FROM timers t INDEXED BY timers_by_due
+         WHERE t.due <= :now
+           AND NOT EXISTS (SELECT 1 FROM groups g WHERE g.group_id = t.group_id)
+         GROUP BY t.group_id) AS first
+ GROUP BY first.priority
+""",
+    ("now",),
+    rows=True,
+)
 HOLD_COUNTS: Final = Statement(
     """
 SELECT g.priority, count(*), count(*) FILTER (WHERE g.head_seq = m.seq)
