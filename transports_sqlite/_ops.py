@@ -170,8 +170,9 @@ def upgrade(path: str) -> Op[None]:
 
     def steps(now: float) -> Steps[None]:
         version = _version(path, (yield Stmt(sql.READ_IDENTITY)))
+        stamp = {"now": now}  # the upgrade's time, for the messages it finds (`_sql._V7`)
         for statement in sql.UPGRADES.get(version, ()):
-            yield Stmt(statement)
+            yield Stmt(statement, stamp)
 
     return Plan(steps, wakes=False)
 
@@ -344,7 +345,7 @@ def _append(first: int, encoded: list[core.Item], now: float) -> Steps[None]:
     # Built from the back, so that each row knows the next seq of its group in the
     # batch. In the end `following` holds each group's first seq in the batch, and
     # `tails` its last.
-    rows: list[tuple[int, str, int, str, int | None, float | None]] = []  # INSERT_ROW's
+    rows: list[tuple[int, str, int, str, int | None, float | None, float]] = []  # INSERT_ROW's
     timers: list[tuple[int, str, int, str, str | None, float]] = []  # INSERT_TIMER's
     following: dict[str, int] = {}
     tails: dict[str, int] = {}
@@ -360,7 +361,7 @@ def _append(first: int, encoded: list[core.Item], now: float) -> Steps[None]:
         next_seq = after(group_id)
         if next_seq is None:
             tails[group_id] = seq
-        append((seq, group_id, priority, raw, next_seq, due))
+        append((seq, group_id, priority, raw, next_seq, due, due or now))
         following[group_id] = seq
         opening[group_id] = (priority, tenant, due)
         seq -= 1
@@ -689,36 +690,57 @@ def Stats() -> Op[dt.QueueStats]:
     def steps(now: float) -> Steps[dt.QueueStats]:
         markers = {"now": now, "parked": sql.PARKED, "held": sql.HELD}
         counted = yield Stmt(sql.MESSAGE_COUNTS, markers)
-        live = {p: [ready, in_flight, parked, 0] for p, ready, in_flight, parked in counted.rows}
+        # By priority: ready, in flight, parked, delayed, ready groups, busy groups.
+        live = {
+            p: [ready, in_flight, parked, 0, free, listed - free]
+            for p, ready, in_flight, parked, free, listed in counted.rows
+        }
         # A not-due hold=True message counts as delayed only: at the head it parks its
         # group (counted parked above), behind the head it was counted ready.
         for p, held, heads in (yield Stmt(sql.HOLD_COUNTS, {"now": now})).rows:
-            row = live.setdefault(p, [0, 0, 0, 0])
+            row = live.setdefault(p, [0, 0, 0, 0, 0, 0])
             row[0] -= held - heads
             row[2] -= heads
             row[3] += held
-        for p, delayed, due in (yield Stmt(sql.TIMER_COUNTS, {"now": now})).rows:
-            row = live.setdefault(p, [0, 0, 0, 0])
+        oldest = {
+            p: at for p, at in (yield Stmt(sql.OLDEST_READY, {"now": now})).rows if at is not None
+        }
+        # A due timer is ready since its due time, whether or not a claim promoted it yet;
+        # a group that only due timers would open counts as it will once they are.
+        for p, delayed, due, first_due in (yield Stmt(sql.TIMER_COUNTS, {"now": now})).rows:
+            row = live.setdefault(p, [0, 0, 0, 0, 0, 0])
             row[0] += due
             row[3] += delayed
+            if first_due is not None:
+                oldest[p] = min(oldest.get(p, first_due), first_due)
+        for p, opening, paused_ones in (yield Stmt(sql.TIMER_GROUPS, {"now": now})).rows:
+            row = live.setdefault(p, [0, 0, 0, 0, 0, 0])
+            row[4] += opening - paused_ones
+            row[5] += paused_ones
         dead = dict((yield Stmt(sql.DEAD_COUNTS)).rows)
         ((keys,),) = (yield Stmt(sql.KEY_COUNT)).rows
         ((paused,),) = (yield Stmt(sql.PAUSED_COUNT)).rows
-        zero = [0, 0, 0, 0]
+        zero = [0, 0, 0, 0, 0, 0]
+
+        def by_priority(p: int) -> dt.PriorityStats:
+            ready, in_flight, parked, delayed, free, busy = live.get(p, zero)
+            # Never below 0, and 0 when only messages stamped later than `now` are ready
+            # (see `_sql.OLDEST_READY`): another process's clock may run a little ahead.
+            since = oldest.get(p, now)
+            return dt.PriorityStats(
+                p,
+                ready=ready,
+                in_flight=in_flight,
+                parked=parked,
+                dead=dead.get(p, 0),
+                delayed=delayed,
+                oldest_ready_age=max(0.0, now - since) if ready else None,
+                ready_groups=free,
+                busy_groups=busy,
+            )
+
         return core.queue_stats(
-            (
-                dt.PriorityStats(
-                    p,
-                    ready=live.get(p, zero)[0],
-                    in_flight=live.get(p, zero)[1],
-                    parked=live.get(p, zero)[2],
-                    dead=dead.get(p, 0),
-                    delayed=live.get(p, zero)[3],
-                )
-                for p in sorted(live.keys() | dead.keys())
-            ),
-            keys=keys,
-            paused=paused,
+            map(by_priority, sorted(live.keys() | dead.keys())), keys=keys, paused=paused
         )
 
     return _admin_read(steps)
@@ -760,9 +782,10 @@ def HeldGroups() -> Op[list[dt.HeldGroup]]:
     return Plan(steps, sql.BEGIN_READ, wakes=False)
 
 
-def _on_dead_letter(seq: int, act: Callable[[int, str, int, bool], Steps[None]]) -> Op[bool]:
-    """Requeue and discard: find dead letter ``seq`` and ``act`` on it, given its seq, its
-    group, its attempts and whether it holds the group; False when there is none."""
+def _on_dead_letter(seq: int, act: Callable[[float, int, str, int, bool], Steps[None]]) -> Op[bool]:
+    """Requeue and discard: find dead letter ``seq`` and ``act`` on it, given the
+    transaction's `now`, its seq, its group, its attempts and whether it holds the group;
+    False when there is none."""
     seq = core.check_seq(seq)
 
     def steps(now: float) -> Steps[bool]:
@@ -770,16 +793,17 @@ def _on_dead_letter(seq: int, act: Callable[[int, str, int, bool], Steps[None]])
         if not rows:
             return False
         group_id, attempts, held = rows[0]
-        yield from act(seq, group_id, attempts, bool(held))
+        yield from act(now, seq, group_id, attempts, bool(held))
         return True
 
     return Plan(steps)
 
 
-def _requeue(seq: int, group_id: str, attempts: int, held: bool) -> Steps[None]:
+def _requeue(now: float, seq: int, group_id: str, attempts: int, held: bool) -> Steps[None]:
     message = {"group_id": group_id, "seq": seq}
     if held:
         yield Stmt(sql.UNHOLD_GROUP, message | {"held": sql.HELD})
+        yield Stmt(sql.READY_AGAIN, {"now": now, "seq": seq})
     else:
         holder = (
             yield Stmt(
@@ -793,7 +817,7 @@ def _requeue(seq: int, group_id: str, attempts: int, held: bool) -> Steps[None]:
             raise dt.RequeueRefused(seq, group_id, locked_by)
         yield Stmt(sql.STASH_HEAD_ATTEMPT, message)
         ((after,),) = (yield Stmt(sql.PREDECESSOR, message)).rows
-        yield Stmt(sql.RESTORE_MESSAGE, message | {"after": after})
+        yield Stmt(sql.RESTORE_MESSAGE, message | {"after": after, "now": now})
         if after is not None:
             yield Stmt(sql.LINK_AFTER, {"seq": seq, "after": after})
         yield Stmt(sql.RESTORE_HEAD, {"seq": seq})
@@ -802,7 +826,7 @@ def _requeue(seq: int, group_id: str, attempts: int, held: bool) -> Steps[None]:
     yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
 
 
-def _discard(seq: int, group_id: str, attempts: int, held: bool) -> Steps[None]:
+def _discard(now: float, seq: int, group_id: str, attempts: int, held: bool) -> Steps[None]:
     yield Stmt(sql.FORGET_DEAD_LETTER, {"seq": seq})
     if held:  # its row in `messages` goes too, which frees the group
         yield Stmt(sql.DROP_MESSAGE, {"seq": seq})

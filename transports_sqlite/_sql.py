@@ -12,7 +12,8 @@ writes two pages whatever the backlog.
 seq it published: a keyed publish is one more statement's worth of index seeks.
 `timers` holds delayed messages outside every chain until they are due, when they are
 promoted to the end of their group's chain; `paused` and `tenants` keep pauses and
-tenants' weights and turns (see `_V6`).
+tenants' weights and turns (see `_V6`). Each message in a chain knows when it became
+ready, for the backlog's age in `stats` (see `_V7`).
 
 Each statement is a `Statement`: its text, with ``:name`` for each parameter, the names of
 those parameters, declared once beside it, and whether it returns rows. Every value
@@ -33,7 +34,7 @@ from transports_core.backend import MAX_PRIORITY, RESERVED_PREFIX
 # database. SCHEMA_VERSION is stored in `user_version`; a file with another one is refused,
 # except one at a version in `UPGRADES`, which is brought up to date when opened.
 APPLICATION_ID: Final = 0x44545131
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 
 # The holder of a parked head, where a worker's id would be: inside core's reserved
 # prefix, so no worker can hold a lease under this name.
@@ -437,10 +438,111 @@ _V6: Final = tuple(
     )
 )
 
+# The upgrade's own time, for the rows it finds (see `_V7`): the transport's clock when an
+# open upgrades, bound as ``:now``; SQLite's (the system's) in the script that
+# `transports migrate --sql` prints, which runs without bound values (see `script`).
+SCRIPT_VALUES: Final = {"now": "((julianday('now') - 2440587.5) * 86400.0)"}
+
+
+def script(statement: Statement) -> str:
+    """``statement``'s text as a script runs it: each parameter written as the SQL of
+    `SCRIPT_VALUES`. Raises ``KeyError`` for a parameter a script cannot know."""
+    return _NAMED.sub(lambda match: SCRIPT_VALUES[match[1]], statement.text).strip()
+
+
+# Version 7: when each message in a chain became ready, and its group's priority, for the
+# backlog's age in `stats`. Run on a new file after the older versions' DDL, and as the
+# upgrade of a version 6 file, with `_STAMP_READY`.
+_V7: Final = tuple(
+    Statement(ddl)
+    for ddl in (
+        # ready_at: when it was published, came due (a delayed message: its due time,
+        # whether it waited in `timers` or in its chain with hold=True), or was requeued
+        # (a dead letter). A lapsed lease, a nack's park or a claim leaves it alone.
+        # group_priority: its group's priority when it joined the chain, which is the
+        # group's for as long as the message is in it (a group keeps its priority until
+        # its last message leaves); `stats` counts by it, as by `groups.priority`. Adding
+        # a column with a constant default rewrites no row.
+        "ALTER TABLE messages ADD COLUMN ready_at REAL NOT NULL DEFAULT 0",
+        "ALTER TABLE messages ADD COLUMN group_priority INTEGER NOT NULL DEFAULT 0",
+        # The oldest ready message of a priority is the first row of this index, at that
+        # priority, that is neither a busy head nor a hold=True message not yet due: a
+        # walk past the busy heads older than it, never a scan of the backlog. A publish
+        # appends to it (its ready_at is the latest yet, at its priority) and an ack
+        # removes an old entry: one page more per write, not a search.
+        "CREATE INDEX messages_by_ready ON messages (group_priority, ready_at)",
+        # Promotion: as in version 6, and the timer's due time is when it became ready.
+        "DROP TRIGGER promote_group_timers",
+        "DROP TRIGGER promote_timer",
+        "DROP VIEW promote",
+        """
+    CREATE VIEW promote (seq, group_id, priority, event, tenant, due) AS
+    SELECT seq, group_id, priority, event, tenant, due FROM timers WHERE 0
+    """,
+        """
+    CREATE TRIGGER promote_timer INSTEAD OF INSERT ON promote BEGIN
+        UPDATE seqs SET last = max(last, coalesce((SELECT max(seq) FROM messages), 0));
+        UPDATE messages SET next_seq = NEW.seq
+         WHERE seq = (SELECT tail_seq FROM groups WHERE group_id = NEW.group_id);
+        INSERT INTO messages (seq, group_id, priority, event, ready_at, group_priority)
+        VALUES (NEW.seq, NEW.group_id, NEW.priority, NEW.event, NEW.due,
+                coalesce((SELECT priority FROM groups WHERE group_id = NEW.group_id),
+                         NEW.priority));
+        INSERT INTO groups (group_id, priority, head_seq, tail_seq, tenant)
+        VALUES (NEW.group_id, NEW.priority, NEW.seq, NEW.seq, NEW.tenant)
+        ON CONFLICT (group_id) DO UPDATE SET tail_seq = excluded.tail_seq, depth = depth + 1;
+        INSERT INTO tenants (tenant) SELECT NEW.tenant WHERE NEW.tenant IS NOT NULL
+        ON CONFLICT (tenant) DO NOTHING;
+        DELETE FROM timers WHERE seq = NEW.seq;
+    END
+    """,
+        """
+    CREATE TRIGGER promote_group_timers INSTEAD OF INSERT ON promote_group
+    WHEN EXISTS (SELECT 1 FROM timers WHERE group_id = NEW.group_id AND due <= NEW.now)
+    BEGIN
+        INSERT INTO promote (seq, group_id, priority, event, tenant, due)
+        SELECT seq, group_id, priority, event, tenant, due FROM timers
+         WHERE group_id = NEW.group_id AND due <= NEW.now ORDER BY due, seq;
+    END
+    """,
+        # A publish: as in version 6, and it is ready from its publish's `now`.
+        "DROP TRIGGER publish_message",
+        """
+    CREATE TRIGGER publish_message INSTEAD OF INSERT ON publish BEGIN
+        INSERT INTO promote_group (group_id, now) VALUES (NEW.group_id, NEW.now);
+        UPDATE messages SET next_seq = NEW.seq
+         WHERE seq = (SELECT tail_seq FROM groups WHERE group_id = NEW.group_id);
+        INSERT INTO messages (seq, group_id, priority, event, ready_at, group_priority)
+        VALUES (NEW.seq, NEW.group_id, NEW.priority, NEW.event, NEW.now,
+                coalesce((SELECT priority FROM groups WHERE group_id = NEW.group_id),
+                         NEW.priority));
+        INSERT INTO groups (group_id, priority, head_seq, tail_seq)
+        VALUES (NEW.group_id, NEW.priority, NEW.seq, NEW.seq)
+        ON CONFLICT (group_id) DO UPDATE SET tail_seq = excluded.tail_seq, depth = depth + 1;
+    END
+    """,
+    )
+)
+
+# The upgrade to version 7 stamps the messages it finds, before the index is built from
+# them: their group's priority, and as ready since the upgrade (the time they really
+# became ready was never stored), except a hold=True message not yet due, which becomes
+# ready at its due time.
+_STAMP_READY: Final = Statement(
+    """
+UPDATE messages
+   SET ready_at = max(coalesce(due, :now), :now),
+       group_priority = coalesce(
+           (SELECT priority FROM groups g WHERE g.group_id = messages.group_id), priority)
+""",
+    ("now",),
+)
+
 SCHEMA: Final = (
     *_SCHEMA_V3,
     *_KEYS_SCHEMA,
     *_V6,
+    *_V7,
     Statement(f"PRAGMA application_id = {APPLICATION_ID}"),
     Statement(f"PRAGMA user_version = {SCHEMA_VERSION}"),
 )
@@ -463,12 +565,15 @@ _KEYS_V4_TO_V5: Final = (
 
 # What brings a queue at an older version up to SCHEMA_VERSION, by that version, run in
 # one write transaction (SQLite's DDL is transactional), so that a crash leaves the old
-# version whole and the next open upgrades again.
+# version whole and the next open upgrades again. The stamp goes between the columns and
+# the index (`_V7`'s first two statements, then the rest), so the index is built once.
 _UP_TO_DATE: Final = Statement(f"PRAGMA user_version = {SCHEMA_VERSION}")
+_TO_V7: Final = (*_V7[:2], _STAMP_READY, *_V7[2:], _UP_TO_DATE)
 UPGRADES: Final = {
-    3: (*_KEYS_SCHEMA, *_V6, _UP_TO_DATE),
-    4: (*_KEYS_V4_TO_V5, *_V6, _UP_TO_DATE),
-    5: (*_V6, _UP_TO_DATE),
+    3: (*_KEYS_SCHEMA, *_V6, *_TO_V7),
+    4: (*_KEYS_V4_TO_V5, *_V6, *_TO_V7),
+    5: (*_V6, *_TO_V7),
+    6: _TO_V7,
 }
 
 # A publish adds one to the highest seq handed out; publish_many reads it first to number
@@ -571,12 +676,15 @@ SET tail_seq = excluded.tail_seq, depth = depth + excluded.depth
 """,
     ("group_id", "priority", "head_seq", "tail_seq", "depth", "tenant", "due"),
 )
+# Each is ready from the batch's `now`, or from its due time if it has one (hold=True);
+# its group is open by now (OPEN_GROUP ran first), and lends it its priority.
 INSERT_ROW: Final = Statement(
     """
-INSERT INTO messages (seq, group_id, priority, event, next_seq, due)
-VALUES (:seq, :group_id, :priority, :event, :next_seq, :due)
+INSERT INTO messages (seq, group_id, priority, event, next_seq, due, ready_at, group_priority)
+VALUES (:seq, :group_id, :priority, :event, :next_seq, :due, :ready_at,
+        coalesce((SELECT priority FROM groups WHERE group_id = :group_id), :priority))
 """,
-    ("seq", "group_id", "priority", "event", "next_seq", "due"),
+    ("seq", "group_id", "priority", "event", "next_seq", "due", "ready_at"),
 )
 # A batch's delayed messages without hold wait here until due, out of every chain.
 INSERT_TIMER: Final = Statement(
@@ -607,8 +715,8 @@ PROMOTE_GROUP: Final = Statement(
 PROMOTE_PER_CLAIM: Final = 100
 PROMOTE_DUE: Final = Statement(
     f"""
-INSERT INTO promote (seq, group_id, priority, event, tenant)
-SELECT seq, group_id, priority, event, tenant FROM timers
+INSERT INTO promote (seq, group_id, priority, event, tenant, due)
+SELECT seq, group_id, priority, event, tenant, due FROM timers
  WHERE due <= :now ORDER BY due, seq LIMIT {PROMOTE_PER_CLAIM}
 """,
     ("now",),
@@ -861,13 +969,17 @@ SELECT locked_by, head_seq FROM groups
     rows=True,
 )
 
-# A held dead letter is still its group's head: freeing it makes it deliverable again.
+# A held dead letter is still its group's head: freeing it makes it deliverable again,
+# and ready from the requeue's `now`.
 UNHOLD_GROUP: Final = Statement(
     """
 UPDATE groups SET locked_by = NULL, lock_expiry = NULL, busy_until = NULL
  WHERE group_id = :group_id AND head_seq = :seq AND lock_expiry = :held
 """,
     ("group_id", "seq", "held"),
+)
+READY_AGAIN: Final = Statement(
+    "UPDATE messages SET ready_at = :now WHERE seq = :seq", ("now", "seq")
 )
 
 # A released dead letter goes back under its own seq, in its place in its group's chain:
@@ -898,15 +1010,20 @@ SELECT max(seq) FROM chain
     ("group_id", "seq"),
     rows=True,
 )
+# It is ready from the requeue's `now`, at its group's priority (its own if it opens the
+# group again: RESTORE_HEAD).
 RESTORE_MESSAGE: Final = Statement(
     """
-INSERT INTO messages (seq, group_id, priority, event, attempt, next_seq)
+INSERT INTO messages (seq, group_id, priority, event, attempt, next_seq, ready_at,
+                      group_priority)
 SELECT seq, group_id, priority, event, attempts,
        CASE WHEN :after IS NULL THEN (SELECT head_seq FROM groups WHERE group_id = :group_id)
-            ELSE (SELECT next_seq FROM messages WHERE seq = :after) END
+            ELSE (SELECT next_seq FROM messages WHERE seq = :after) END,
+       :now,
+       coalesce((SELECT priority FROM groups WHERE group_id = :group_id), priority)
   FROM dead_letters WHERE seq = :seq
 """,
-    ("after", "group_id", "seq"),
+    ("after", "group_id", "now", "seq"),
 )
 LINK_AFTER: Final = Statement(
     "UPDATE messages SET next_seq = :seq WHERE seq = :after",
@@ -937,20 +1054,53 @@ FORGET_DEAD_LETTER: Final = Statement("DELETE FROM dead_letters WHERE seq = :seq
 
 # --- admin --------------------------------------------------------------------------------
 
-# Per group priority (the one claims filter on), from `groups` alone. Only a head can be
-# leased or parked; the messages behind it count as ready. A held dead letter is counted
-# as dead only: it matches none of the three.
+# Per group priority (the one claims filter on), from `groups` alone: one pass over the
+# table, as today's counts always took. Only a head can be leased or parked; the messages
+# behind it count as ready. A held dead letter is counted as dead only: it matches none
+# of the three. Then the groups: those a claim could serve now (head free or lapsed, not
+# paused: a held dead letter's expiry never lapses), and those `groups` lists (depth 1 or
+# more once a holding dead letter is left out), whose difference is the busy ones.
 MESSAGE_COUNTS: Final = Statement(
     """
 SELECT priority,
        sum(depth - (locked_by IS NOT NULL AND lock_expiry >= :now)),
        count(*) FILTER (WHERE locked_by != :parked AND lock_expiry >= :now),
        count(*) FILTER (WHERE locked_by = :parked AND lock_expiry >= :now
-                          AND lock_expiry < :held)
+                          AND lock_expiry < :held),
+       count(*) FILTER (WHERE paused = 0 AND (locked_by IS NULL OR lock_expiry < :now)),
+       count(*) FILTER (WHERE depth > (lock_expiry IS :held))
   FROM groups
  GROUP BY priority
 """,
     ("now", "parked", "held"),
+    rows=True,
+)
+
+# When the oldest ready message of each priority became ready. For each priority, a walk
+# of `messages_by_ready` from its oldest entry, stopping at the first message that counts
+# as ready: not a hold=True message not yet due (as HOLD_COUNTS has it), and not the head
+# of a group whose lease, park or hold has not ended (as MESSAGE_COUNTS has it; a primary
+# key seek into `groups` per entry). So it walks past the busy heads older than that
+# message only (in-flight heads, parks, held dead letters), never the backlog. The walk
+# ends at `now`: a hold=True message not yet due is stamped with its due time, later, so
+# however many are scheduled none is walked. (A message stamped by a process whose clock
+# runs ahead is not walked either until `now` passes its stamp: `Stats` ages it 0.)
+_PRIORITIES = ", ".join(f"({p})" for p in range(MAX_PRIORITY + 1))
+OLDEST_READY: Final = Statement(
+    f"""
+WITH p (priority) AS (VALUES {_PRIORITIES})
+SELECT p.priority, (
+    SELECT m.ready_at FROM messages m INDEXED BY messages_by_ready
+     WHERE m.group_priority = p.priority AND m.ready_at <= :now
+       AND (m.due IS NULL OR m.due < :now)
+       AND NOT EXISTS (
+           SELECT 1 FROM groups g
+            WHERE g.group_id = m.group_id AND g.head_seq = m.seq
+              AND g.locked_by IS NOT NULL AND g.lock_expiry >= :now)
+     ORDER BY m.ready_at LIMIT 1)
+  FROM p
+""",
+    ("now",),
     rows=True,
 )
 
@@ -1035,13 +1185,34 @@ PURGE_GROUP_TIMERS: Final = Statement(
 # --- timers, pauses and tenants, for the admin interface ----------------------------------
 
 # Delayed messages not yet due: timers by their own priority (due ones count as ready,
-# as the next claim promotes them), and hold=True messages by
-# their group's (where `MESSAGE_COUNTS` counted them: as parked when at the head, which
-# parks its group until due, as ready behind it).
+# as the next claim promotes them, and have been since their due time), and hold=True
+# messages by their group's (where `MESSAGE_COUNTS` counted them: as parked when at the
+# head, which parks its group until due, as ready behind it).
 TIMER_COUNTS: Final = Statement(
     """
-SELECT priority, count(*) FILTER (WHERE due > :now), count(*) FILTER (WHERE due <= :now)
+SELECT priority, count(*) FILTER (WHERE due > :now), count(*) FILTER (WHERE due <= :now),
+       min(due) FILTER (WHERE due <= :now)
   FROM timers GROUP BY priority
+""",
+    ("now",),
+    rows=True,
+)
+# The groups that only due timers would open, counted where their promotion will put
+# them (as TIMER_COUNTS counts those timers ready, before any claim or publish promotes
+# them): under the priority of the first to be promoted (SQLite gives the bare column of
+# the row with min(due); equal due times in one group, at different priorities, are left
+# to chance), ready unless a pause is stored for the group. A range of `timers_by_due`
+# (the due timers only, however many are scheduled later), each with a primary key seek
+# into `groups`; `groups()` lists such a group only after the promotion.
+TIMER_GROUPS: Final = Statement(
+    """
+SELECT first.priority, count(*),
+       count(*) FILTER (WHERE EXISTS (SELECT 1 FROM paused p WHERE p.group_id = first.group_id))
+  FROM (SELECT t.group_id, t.priority, min(t.due) FROM timers t INDEXED BY timers_by_due
+         WHERE t.due <= :now
+           AND NOT EXISTS (SELECT 1 FROM groups g WHERE g.group_id = t.group_id)
+         GROUP BY t.group_id) AS first
+ GROUP BY first.priority
 """,
     ("now",),
     rows=True,

@@ -505,7 +505,7 @@ def run_migration(options: SqliteOptions, apply: bool) -> Migration:
         "missing" if version == _ops.EMPTY else "old",
         None if version == _ops.EMPTY else version,
         sql.SCHEMA_VERSION,
-        tuple(statement.text.strip() for statement in statements),
+        tuple(sql.script(statement) for statement in statements),
         apply,
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,7 +58,16 @@ def test_the_variable_gives_the_same_answer_as_the_argument(
     given = transports(args[0], queue.url, *args[1:])
     from_environment = transports(*args, env={"TRANSPORTS_URL": queue.url})
     assert given.returncode == from_environment.returncode == 0, from_environment.stderr
-    assert json.loads(given.stdout) == json.loads(from_environment.stdout)
+    assert _ageless(json.loads(given.stdout)) == _ageless(json.loads(from_environment.stdout))
+
+
+def _ageless(report: Any) -> Any:
+    """A JSON report without the backlog's ages, which grow between the two runs."""
+    if isinstance(report, dict):
+        return {k: _ageless(v) for k, v in report.items() if k != "oldest_ready_age"}
+    if isinstance(report, list):
+        return [_ageless(item) for item in report]
+    return report
 
 
 def test_a_url_on_the_command_line_wins_over_the_variable(tmp_path: Path) -> None:

@@ -257,6 +257,7 @@ def test_publish_many_links_each_group_once_then_appends_chained_rows() -> None:
             "event": '{"i":1}',
             "next_seq": 13,
             "due": None,
+            "ready_at": NOW,
         },
         {
             "seq": 12,
@@ -265,6 +266,7 @@ def test_publish_many_links_each_group_once_then_appends_chained_rows() -> None:
             "event": '{"i":2}',
             "next_seq": None,
             "due": None,
+            "ready_at": NOW,
         },
         {
             "seq": 13,
@@ -273,6 +275,7 @@ def test_publish_many_links_each_group_once_then_appends_chained_rows() -> None:
             "event": '{"i":3}',
             "next_seq": None,
             "due": None,
+            "ready_at": NOW,
         },
     ]
     assert value == [11, 12, 13]

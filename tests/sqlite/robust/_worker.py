@@ -125,7 +125,8 @@ def hold(db: str) -> None:
     """Take the write lock through the transport's own runner, write half a batch, say so
     on stdout, and wait to be killed."""
     transport: SqliteTransport[Event] = SqliteTransport(parse_url(f"sqlite:///{db}", {}))
-    rows = [(10_000 + i, f"half-{i}", 0, '{"id":"half"}', None, None) for i in range(50)]
+    now = time.time()
+    rows = [(10_000 + i, f"half-{i}", 0, '{"id":"half"}', None, None, now) for i in range(50)]
 
     def steps(now: float) -> _ops.Steps[None]:
         yield _ops.Stmt(_sql.INSERT_ROW, many=rows)

@@ -4,6 +4,7 @@ nothing."""
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -34,16 +35,29 @@ def test_stats_count_each_state_per_priority(tmp_path: Path) -> None:
         assert lapsing is not None
         clock.advance(5)  # d's lease lapses: its head counts as ready again
 
-        assert queue.stats() == QueueStats(
+        stats = queue.stats()
+        # Every ready message was published about 5 s ago (the clock ticks 1 us a read).
+        ages = [p.oldest_ready_age for p in stats.by_priority]
+        assert ages == pytest.approx([5, 5, 5], abs=1e-3)
+        assert stats.oldest_ready_age == max(age for age in ages if age is not None)
+        unaged = replace(
+            stats,
+            oldest_ready_age=None,
+            by_priority=tuple(replace(p, oldest_ready_age=None) for p in stats.by_priority),
+        )
+        # Groups: a in flight and b parked are busy, d (lapsed) and e ready, c in flight.
+        assert unaged == QueueStats(
             ready=7,
             in_flight=2,
             parked=1,
             dead=0,
             by_priority=(
-                PriorityStats(0, ready=2, in_flight=1, parked=1, dead=0),
-                PriorityStats(2, ready=3, in_flight=1, parked=0, dead=0),
-                PriorityStats(4, ready=2, in_flight=0, parked=0, dead=0),
+                PriorityStats(0, 2, 1, 1, 0, ready_groups=0, busy_groups=2),
+                PriorityStats(2, 3, 1, 0, 0, ready_groups=1, busy_groups=1),
+                PriorityStats(4, 2, 0, 0, 0, ready_groups=1, busy_groups=0),
             ),
+            ready_groups=2,
+            busy_groups=3,
         )
 
 
