@@ -364,9 +364,8 @@ class PublishWith(Operation[int]):
         return int(seq) if stored else dt.Duplicate(seq)
 
     def body(self, now: float | None) -> Steps[int]:
-        groups = [self.item.group_id]
-        results = yield _storing(groups, [self.item], self.window, now)
-        return _stored(results[2])
+        (stored,) = yield from _storing([self.item], self.window, now)
+        return stored
 
 
 def _store(item: core.Item, window: float, now: float | None) -> Stmt:
@@ -386,17 +385,28 @@ def _store(item: core.Item, window: float, now: float | None) -> Stmt:
     )
 
 
-def _storing(
-    groups: list[str], items: Sequence[core.Item], window: float, now: float | None
-) -> Batch:
-    """Lock ``groups`` in order, let their due delayed messages join them, store ``items``
-    one by one, and drop the groups left empty: one round trip."""
-    return (
-        Stmt(sql.LOCK_GROUP_LIST, (groups,)),
-        Stmt(sql.PROMOTE, (groups, now, None)),
-        *(_store(item, window, now) for item in items),
-        Stmt(sql.DROP_EMPTY, (groups,)),
+def _storing(items: Sequence[core.Item], window: float, now: float | None) -> Steps[list[int]]:
+    """Lock the groups that ``items`` join now in order, let their due delayed messages
+    join them, store ``items`` one by one, and drop the groups left empty: one round
+    trip; the seqs (or `Duplicate` values), in order. A message delayed without ``hold``
+    joins no group until it is due (it waits in the timers, under its key if it has one),
+    so its group is neither locked nor made: a group row made to lock a group and dropped
+    again would leave a dead entry in the groups' indexes until a vacuum, one per delayed
+    publish to a group without messages, which slowed every claim (and its planning) on
+    a queue of many timers. What the lock would order it against, a publish to its group
+    after it came due, is ordered by the commits: the message joins when it is due and
+    its publish has committed."""
+    groups = sorted({item.group_id for item in items if not (item.delay and not item.hold)})
+    locking = (
+        (Stmt(sql.LOCK_GROUP_LIST, (groups,)), Stmt(sql.PROMOTE, (groups, now, None)))
+        if groups
+        else ()
     )
+    stores = tuple(_store(item, window, now) for item in items)
+    dropping = (Stmt(sql.DROP_EMPTY, (groups,)),) if groups else ()
+    results = yield (*locking, *stores, *dropping)
+    first = len(locking)
+    return [_stored(result) for result in results[first : first + len(stores)]]
 
 
 def _stored(result: Result) -> int:
@@ -416,9 +426,7 @@ class PublishManyWith(Operation[list[int]]):
         self.items, self.window = items, window
 
     def body(self, now: float | None) -> Steps[list[int]]:
-        groups = sorted({item.group_id for item in self.items})
-        results = yield _storing(groups, self.items, self.window, now)
-        return [_stored(result) for result in results[2:-1]]
+        return (yield from _storing(self.items, self.window, now))
 
 
 class PublishMany(Operation[list[int]]):

@@ -1345,8 +1345,8 @@ WITH d AS MATERIALIZED (
         SELECT group_id FROM {{s}}.timers WHERE due <= {_NOW}
          ORDER BY due, seq LIMIT {PROMOTE_BATCH}) first
 ), made AS (
-    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth)
-    SELECT group_id, 0, 0, 0 FROM d ORDER BY group_id
+    INSERT INTO {{s}}.groups (group_id, priority, head_seq, depth, paused)
+    SELECT group_id, 0, 0, 0, true FROM d ORDER BY group_id
     ON CONFLICT (group_id) DO NOTHING
 )
 SELECT array(SELECT group_id FROM d)
@@ -1419,11 +1419,16 @@ SELECT (SELECT count(*) FROM p),
     ("groups", "now", "limit"),
 )
 
-# Every group of a batch locked (made empty if new), in group order, adding nothing.
+# Every group of a batch locked (made empty if new), in group order, adding nothing. A
+# group made here is marked paused until a message joins it (which sets its pause as
+# stored), so that it enters none of the partial indexes that claims read (groups_ready,
+# groups_busy): one made for a delayed message alone is dropped again (DROP_EMPTY), and
+# its dead entry would otherwise sit at the front of groups_ready, where every claim
+# reads, until a vacuum.
 LOCK_GROUP_LIST: Final = Statement(
     """
-INSERT INTO {s}.groups (group_id, priority, head_seq, depth)
-SELECT g, 0, 0, 0 FROM unnest(:groups::text[]) AS b (g) ORDER BY g
+INSERT INTO {s}.groups (group_id, priority, head_seq, depth, paused)
+SELECT g, 0, 0, 0, true FROM unnest(:groups::text[]) AS b (g) ORDER BY g
 ON CONFLICT (group_id) DO UPDATE SET depth = {s}.groups.depth WHERE false
 """,
     ("groups",),
