@@ -67,6 +67,8 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
             if self._locator is not None:
                 self._follow(await self._locator.locate())
             self._check_server(await self._command("INFO", "memory", check=False))
+            # The sync twin's upgrade, driven here: `_run` would open again.
+            await drive_async(ops.Upgrade(), self._now(), self._execute)
         except BaseException:
             # Refused (or failed): no connection is left behind for the loop to find.
             for pool in list(self._pools.values()):

@@ -301,6 +301,8 @@ class RedisTransport(Handle, core.TransportBase[E]):
         self._setup(options, event_type, pool)
         try:
             self._check_server(self._command("INFO", "memory"))
+            # A queue stored by an older version is brought to this one's (see docs/redis.md).
+            self._run(ops.Upgrade())
         except BaseException:
             pool.disconnect()
             if self._locator is not None:
