@@ -95,6 +95,11 @@ class Defects:
     many_all_or_nothing: bool = False  # settle_many raises at a stale lease, the rest unsettled
     many_unfenced: bool = False  # settle_many acts on the seq, whoever holds it now
     claims_after_lost_ack: bool = False  # ack_and_claim claims though its ack found no lease
+    age_counts_leased: bool = False  # the backlog's age counts in-flight and parked heads too
+    age_from_publish: bool = False  # a delayed message's age counts from its publish
+    age_restarts_on_nack: bool = False  # a nack makes its message ready anew
+    groups_by_message: bool = False  # ready_groups counts ready messages, not groups
+    paused_groups_ready: bool = False  # a paused group with a free head counts as ready
 
 
 @dataclass
@@ -111,6 +116,7 @@ class _Message:
     claimed_at: float = 0.0
     due: float = 0.0  # a delayed publish: not deliverable before
     hold: bool = False  # delayed with hold=True: in its FIFO place, holding its group
+    ready_at: float = 0.0  # when it became ready: published, came due, or requeued
 
 
 @dataclass
@@ -286,10 +292,12 @@ class MemoryTransport(core.Closing):
         s.publishes += 1
         if s.defects.drop_every and s.publishes % s.defects.drop_every == 0:
             return s.seq
-        m = _Message(s.seq, item.group_id, item.event, item.priority)
+        m = _Message(s.seq, item.group_id, item.event, item.priority, ready_at=s.clock())
         hold = item.hold and not s.defects.hold_ignored
         if item.delay and not s.defects.early_delay:
             m.due, m.hold = s.clock() + item.delay, hold or s.defects.delay_holds
+            if not s.defects.age_from_publish:
+                m.ready_at = m.due
             if not m.hold:
                 s.timers[m.seq] = m
                 s.timer_tenants[m.seq] = item.tenant
@@ -651,6 +659,8 @@ class MemoryTransport(core.Closing):
                 m.holder, m.until = PARKED, start + delay
             else:
                 m.holder, m.until = None, 0.0
+            if s.defects.age_restarts_on_nack:
+                m.ready_at = s.clock()
             m.nacked = True
 
     def extend(self, lease: dt.Lease[Any], visibility: float) -> dt.Lease[Any]:
@@ -682,14 +692,35 @@ class MemoryTransport(core.Closing):
         with self._holding() as s:
             self._promote()
             now = s.clock()
-            counts: dict[int, dict[str, int]] = {}
+            counts: dict[int, dict[str, Any]] = {}
             zero = dict.fromkeys(("ready", "in_flight", "parked", "dead", "delayed"), 0)
+            zero |= {"ready_groups": 0, "busy_groups": 0}
+            oldest: dict[int, float] = {}
             for m in [*s.messages.values(), *s.timers.values()]:
                 row = counts.setdefault(m.priority, dict(zero))
-                row[self._state(m, now)] += 1
+                state = self._state(m, now)
+                row[state] += 1
+                if state == "ready" or (s.defects.age_counts_leased and state != "delayed"):
+                    oldest[m.priority] = min(oldest.get(m.priority, now), m.ready_at)
+            for name, group in s.groups.items():
+                if not group.seqs:
+                    continue
+                row = counts.setdefault(group.priority, dict(zero))
+                head = s.messages[group.seqs[0]]
+                free = self._state(head, now) == "ready" and not self._held(name)
+                if name in s.paused and not s.defects.paused_groups_ready:
+                    free = False
+                if s.defects.groups_by_message and free:
+                    row["ready_groups"] += sum(
+                        self._state(s.messages[q], now) == "ready" for q in group.seqs
+                    )
+                else:
+                    row["ready_groups" if free else "busy_groups"] += 1
             for d in s.dead.values():
                 row = counts.setdefault(d.message.priority, dict(zero))
                 row["dead"] += 1
+            for p, at in oldest.items():
+                counts[p]["oldest_ready_age"] = now - at
             by = tuple(dt.PriorityStats(p, **counts[p]) for p in sorted(counts))
             return core.queue_stats(by, len(s.keys), len(s.paused))
 
@@ -769,7 +800,7 @@ class MemoryTransport(core.Closing):
             if blocker and blocker[0] != seq:
                 raise dt.RequeueRefused(seq, m.group, None, blocker[0])
             del s.dead[seq]
-            m.allowance = m.attempt
+            m.allowance, m.ready_at = m.attempt, s.clock()
             s.messages[seq] = m
             group = s.groups.setdefault(m.group, _Group(m.priority, seq))
             if s.defects.requeue_at_tail:

@@ -27,6 +27,7 @@ from transports_core import (
 
 from ._base import ADMIN, MULTI_HANDLE, checks, must_raise, seen
 from ._properties import (
+    ADMIN_BACKLOG,
     ADMIN_DEAD,
     ADMIN_DISCARD,
     ADMIN_PURGE,
@@ -55,6 +56,28 @@ def drain(t: Transport[Any], worker: str = "w9") -> list[int]:
     return got
 
 
+def ageless(stats: QueueStats, **blank: Any) -> QueueStats:
+    """``stats`` without the age of its oldest ready messages (which grows as time
+    passes), and with whatever else ``blank`` names set so, totals and per priority."""
+    blank["oldest_ready_age"] = None
+    rows = tuple(replace(p, **blank) for p in stats.by_priority)
+    return replace(stats, by_priority=rows, **blank)
+
+
+def _counts_only(stats: QueueStats) -> QueueStats:
+    """``stats`` with its keys, age and group counts blanked."""
+    return replace(ageless(stats, ready_groups=0, busy_groups=0), keys=0)
+
+
+def _backlog(stats: QueueStats) -> dict[int | str, tuple[int, int]]:
+    """Ready and busy groups, per priority and under ``"all"``."""
+    found: dict[int | str, tuple[int, int]] = {
+        p.priority: (p.ready_groups, p.busy_groups) for p in stats.by_priority
+    }
+    found["all"] = (stats.ready_groups, stats.busy_groups)
+    return found
+
+
 class AdminScenarios(Steps):
     def open_admin(self, **options: Any) -> tuple[Transport[Any], TransportAdmin]:
         self.require(ADMIN)
@@ -73,8 +96,9 @@ class AdminScenarios(Steps):
             f"{ADMIN_STATS}: the first claims gave {leased} and {parked}"
         )
         t.nack(parked, self.hold)
-        # Keys are counted by key-count-in-stats: a store shared by the tests has some.
-        stats = replace(a.stats(), keys=0)
+        # Keys are counted by key-count-in-stats: a store shared by the tests has some; the
+        # backlog's age and groups by admin-backlog-age-and-groups.
+        stats = _counts_only(a.stats())
         want = QueueStats(4, 1, 1, 0, (PriorityStats(0, 3, 1, 1, 0), PriorityStats(2, 1, 0, 0, 0)))
         assert stats == want, f"{ADMIN_STATS}: stats() gave {stats}, expected {want}"
         groups = a.groups()
@@ -94,6 +118,157 @@ class AdminScenarios(Steps):
         assert by_name["a"].head_seq == leased.seq, f"{ADMIN_STATS}: {by_name['a']}"
         assert [g.group_id for g in a.groups(limit=2)] == ["a", "c"], (
             f"{ADMIN_STATS}: groups(limit=2)"
+        )
+
+    # -- the backlog: the oldest ready message's age, ready and busy groups ----------
+
+    @property
+    def _gap(self) -> float:
+        """Time let pass between publishes whose ages the backlog scenarios tell apart."""
+        return 4 * self.real_margin if self._clock is None else 10.0
+
+    def _stats_aged(
+        self, a: TransportAdmin, since: dict[int | str, tuple[float, float]], when: str
+    ) -> QueueStats:
+        """``a.stats()``, checked to age each priority (and ``"all"``) in ``since`` from
+        when its oldest ready message became ready, a moment between the two times given
+        (suite's clock): its age must lie between the least and the most the call could
+        have seen, within the margin. An absent priority must report no age."""
+        margin = self.real_margin if self._clock is None else 0.01
+        start = self.now()
+        stats = a.stats()
+        end = self.now()
+        ages: dict[int | str, float | None] = {
+            p.priority: p.oldest_ready_age for p in stats.by_priority
+        }
+        ages["all"] = stats.oldest_ready_age
+        for key, age in ages.items():
+            if key not in since:
+                assert age is None, (
+                    f"{ADMIN_BACKLOG}: {when}: priority {key} has no ready message, yet "
+                    f"stats() gives it oldest_ready_age {age}"
+                )
+                continue
+            lo, hi = since[key]
+            least, most = start - hi - margin, end - lo + margin
+            assert age is not None, f"{ADMIN_BACKLOG}: {when}: priority {key} has no age"
+            assert least <= age <= most, (
+                f"{ADMIN_BACKLOG}: {when}: oldest_ready_age of priority {key} is {age}; "
+                f"its oldest ready message became ready {start - hi:.3f}-{end - lo:.3f} s "
+                f"before the call"
+            )
+        missing = set(since) - set(ages)
+        assert not missing, f"{ADMIN_BACKLOG}: {when}: stats() has no row for {missing}"
+        return stats
+
+    def _published(self, t: Transport[Any], *items: tuple[str, int, int]) -> tuple[float, float]:
+        """Publish ``(group, n, priority)`` items; the suite's time before and after."""
+        before = self.now()
+        for group, n, priority in items:
+            t.publish(group, ev(n), priority)
+        return before, self.now()
+
+    @checks(ADMIN_BACKLOG)
+    def test_admin_backlog_ages_ready_messages_only(self) -> None:
+        t, a = self.open_admin()
+        empty = self._stats_aged(a, {}, "on an empty queue")
+        assert _backlog(empty) == {"all": (0, 0)}, (
+            f"{ADMIN_BACKLOG}: an empty queue has groups {_backlog(empty)}"
+        )
+        first = self._published(t, ("a", 1, 0))
+        self.wait(self._gap)
+        later = self._published(t, ("a", 2, 0), ("b", 3, 0), ("c", 4, 2))
+        stats = self._stats_aged(
+            a, {0: first, 2: later, "all": first}, "a waited, then a, b and c got more"
+        )
+        groups = _backlog(stats)
+        assert groups == {0: (2, 0), 2: (1, 0), "all": (3, 0)}, (
+            f"{ADMIN_BACKLOG}: (ready, busy) groups by priority {groups}: a and b at 0, c at 2, "
+            "all ready"
+        )
+        leased = take(t, "w1", self.hold)
+        assert leased.group_id == "a", (
+            f"{ADMIN_BACKLOG}: the first claim gave {leased}, not a's head"
+        )
+        stats = self._stats_aged(
+            a,
+            {0: later, 2: later, "all": later},
+            "a's head in flight (its next message, published later, is ready behind it)",
+        )
+        groups = _backlog(stats)
+        assert groups == {0: (1, 1), 2: (1, 0), "all": (2, 1)}, (
+            f"{ADMIN_BACKLOG}: with a's head in flight, (ready, busy) groups {groups}: a busy"
+        )
+        t.nack(leased)
+        self._stats_aged(
+            a,
+            {0: first, 2: later, "all": first},
+            "a's head nacked: ready again, aged from its publish, not from the nack",
+        )
+        parked = take(t, "w1", self.hold)
+        assert parked.group_id == "b", f"{ADMIN_BACKLOG}: the next claim gave {parked}, not b"
+        t.nack(parked, self.hold)
+        a.pause_group("c")
+        try:
+            stats = a.stats()
+        finally:
+            a.resume_group("c")
+        groups = _backlog(stats)
+        assert groups == {0: (1, 1), 2: (0, 1), "all": (1, 2)}, (
+            f"{ADMIN_BACKLOG}: b parked and c paused, (ready, busy) groups {groups}: only a "
+            "ready"
+        )
+
+    @checks(ADMIN_BACKLOG)
+    def test_admin_backlog_ages_delays_and_requeues_from_when_they_are_ready(self) -> None:
+        t, a = self.open_admin(on_dead="hold")
+        before = self.now()
+        t.publish("d", ev(1), delay=self._gap)
+        t.publish("e", ev(2), delay=self._gap, hold=True)
+        after = self.now()
+        stats = self._stats_aged(a, {}, "two messages delayed, none due")
+        assert _backlog(stats)["all"] == (0, 1), (
+            f"{ADMIN_BACKLOG}: a delayed message holding group e makes it busy, and d has "
+            f"no queued message yet: (ready, busy) groups {_backlog(stats)}"
+        )
+        self.pass_deadline(after + self._gap)
+        self.wait(self._gap)
+        due = (before + self._gap, after + self._gap)
+        t.publish("z", ev(3))  # promotes the due timers, on backends that do so lazily
+        stats = self._stats_aged(
+            a, {0: due, "all": due}, "two delayed messages due a while ago: aged from due"
+        )
+        assert _backlog(stats)["all"] == (3, 0), (
+            f"{ADMIN_BACKLOG}: d, e and z ready: (ready, busy) groups {_backlog(stats)}"
+        )
+        for _ in range(3):
+            t.ack(take(t, "w1", self.hold))
+        t.publish("h", ev(4))
+        t.publish("h", ev(5))
+        t.publish("k", ev(6))
+        dead = take(t, "w1", self.hold)
+        kept = take(t, "w1", self.hold)
+        assert (dead.group_id, kept.group_id) == ("h", "k"), (
+            f"{ADMIN_BACKLOG}: claims gave {dead} and {kept}, expected h's head then k's"
+        )
+        t.bury(dead, "poison")
+        t.bury(kept, "poison")
+        stats = a.stats()
+        assert _backlog(stats)["all"] == (0, 1), (
+            f"{ADMIN_BACKLOG}: h held by a dead letter with a message behind it is busy, k "
+            f"held with nothing behind is neither: (ready, busy) groups {_backlog(stats)}"
+        )
+        a.discard(dead.seq)
+        t.ack(take(t, "w1", self.hold))
+        self.wait(self._gap)
+        before = self.now()
+        a.requeue(kept.seq)
+        requeued = (before, self.now())
+        stats = self._stats_aged(
+            a, {0: requeued, "all": requeued}, "a dead letter requeued: aged from the requeue"
+        )
+        assert _backlog(stats)["all"] == (1, 0), (
+            f"{ADMIN_BACKLOG}: k requeued is ready: (ready, busy) groups {_backlog(stats)}"
         )
 
     @checks(ADMIN_DEAD)

@@ -51,6 +51,7 @@ ADMIN_REQUEUE: Final = "admin-requeue-to-head-in-order"
 ADMIN_REFUSED: Final = "admin-requeue-refused"
 ADMIN_DISCARD: Final = "admin-discard"
 ADMIN_PURGE: Final = "admin-purge-group"
+ADMIN_BACKLOG: Final = "admin-backlog-age-and-groups"
 PARALLEL_FAIRNESS: Final = "parallel-fairness-bound"
 EVENT_TYPE: Final = "event-type-round-trip"
 EVENT_REFUSED: Final = "event-type-refused-at-publish"
@@ -140,6 +141,7 @@ PROPERTIES: Final[dict[str, str]] = {
     ADMIN_REFUSED: "requeue while a worker holds the group raises RequeueRefused(seq, holder)",
     ADMIN_DISCARD: "discard deletes a dead letter for good, and a group it held goes on",
     ADMIN_PURGE: "purge_group removes a group's messages and dead letters; holders lose",
+    ADMIN_BACKLOG: "stats() ages the oldest ready message and counts ready and busy groups",
     PARALLEL_FAIRNESS: "with C claims in flight, each serves one of the C oldest ready groups",
     EVENT_TYPE: "a transport opened with event_type= gives leases of that type (unions too)",
     EVENT_REFUSED: "an event that is not of the event type is refused at publish: TypeError",
