@@ -67,8 +67,6 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
             if self._locator is not None:
                 self._follow(await self._locator.locate())
             self._check_server(await self._command("INFO", "memory", check=False))
-            # The sync twin's upgrade, driven here: `_run` would open again.
-            await drive_async(ops.Upgrade(), self._now(), self._execute)
         except BaseException:
             # Refused (or failed): no connection is left behind for the loop to find.
             for pool in list(self._pools.values()):
@@ -201,6 +199,9 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
         """Run ``op`` even if the handle closes meanwhile: the call began before close."""
         if not self._checked:
             await self._open()
+        if not self._current:
+            await drive_async(ops.Upgrade(), self._now(), self._execute)
+            self._current = True
         return await drive_async(op, self._now(), self._execute)
 
     async def _claim_once(self, op: ops.Claim) -> Claimed | ops.Idle | None:
