@@ -517,7 +517,7 @@ class Stats(Op[dt.QueueStats]):
             if not phase:
                 break
         m, leased, parked, dead, apart, holds = (counts[i : i + 5] for i in range(0, 30, 5))
-        keys, holding, ready_sets, tenanted = counts[30], counts[31:36], counts[37:42], counts[42:47]
+        keys, holding, ready_sets, tenanted = counts[30], counts[31:36], counts[37:42], counts[42:]
         lapsed = [found[p] + found[5 + p] + found[10 + p] for p in scripts.PRIORITIES]
         off_busy = [0] * 5
         for priority in paused.values():
@@ -850,7 +850,8 @@ class Upgrade(Op[int]):
         found = int((yield (scripts.STORED_VERSION, ())))
         if found >= scripts.VERSION:
             return found
-        at, cursor, resume, left = server_time(now), "", "", []
+        at, cursor, resume = server_time(now), "", ""
+        left: list[str] = []
         while True:
             reply = yield (scripts.UPGRADE, (at, CHUNK, cursor, resume, *left))
             if int(reply[0]) == 1:

@@ -142,7 +142,8 @@ def test_answers_that_span_many_chunks_are_whole(
     assert _scripts_run(raw) - before == 1 + 5
     assert (lapsed.in_flight, lapsed.parked, lapsed.ready) == (0, 0, total - 1)
     assert (lapsed.ready_groups, lapsed.busy_groups) == (700 - 1, held_busy)
-    assert lapsed.oldest_ready_age is not None and lapsed.oldest_ready_age > 61
+    assert lapsed.oldest_ready_age is not None
+    assert lapsed.oldest_ready_age > 61
     assert all(lease is not None for lease in leased)
     assert manual.check() == []
 
