@@ -52,8 +52,8 @@ one cluster slot; group ids are hash fields and set members, never part of a key
 A queue stored before the nine keys from `tm` to `tw` existed works as it was: each is
 created when first needed, and a group record without their fields reads as the
 defaults. The last two index what is queued already: a queue stored before them is
-upgraded by `UPGRADE`, which every handle runs when it opens (field v of `n` says it is
-done, `VERSION`).
+upgraded by `UPGRADE`, which every handle runs before its first call (field v of `n`
+says it is done, `VERSION`).
 
 Only the keyed publishes, stats and check touch the last two (`KEYED_KEYS`): a plain
 publish sends the keys it always sent. Nothing else removes a key: an acked, dead or

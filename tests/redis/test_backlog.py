@@ -221,6 +221,13 @@ def test_ages_and_groups_are_split_by_the_groups_priority(
     _matches_groups(t, stats)
     t.cancel(1)  # low's head: its second, 10 s old, is the oldest at priority 0
     assert _row(t.stats(), 0)[0] == pytest.approx(10, abs=MARGIN)
+    # A tenant's ready groups are counted apart from the ready sets (in `tc`).
+    t.publish("shop", Event(n=1), 3, tenant="acme")
+    t.publish("shop2", Event(n=1), 1, tenant="acme")
+    stats = t.stats()
+    assert (_row(stats, 1)[1:], _row(stats, 3)[1:]) == ((1, 0), (2, 1))
+    _matches_groups(t, stats)
+    t.ack(lease)
 
 
 def test_the_age_is_on_the_servers_clock(queue_url: str) -> None:
