@@ -507,7 +507,7 @@ APPEND_MANY: Final = (
     + r"""
 local function append_many(first, n, at, stride, skip, given)
   local cache, added, seq = {}, {}, first
-  local now, ready = clock(given), {}
+  local now, ready, scores = clock(given), {}, {}
   for i = 0, n - 1 do
     if not (skip and skip[i]) then
       local base = at + stride * i
@@ -527,8 +527,12 @@ local function append_many(first, n, at, stride, skip, given)
       end
       cache[group] = r
       added[r.prio] = (added[r.prio] or 0) + 1
-      ready[#ready + 1] = f17(ready_score(r.prio, now))
-      ready[#ready + 1] = ready_member(seq, group)
+      local score = scores[r.prio]
+      if score == nil then
+        score = f17(ready_score(r.prio, now))
+        scores[r.prio] = score
+      end
+      ready[#ready + 1], ready[#ready + 2] = score, ready_member(seq, group)
       seq = seq + 1
     end
   end
