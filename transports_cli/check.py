@@ -6,10 +6,10 @@ interface succeeds; exit 1 otherwise, with one line saying why. Never creates a 
 file, never claims, never writes (beyond what opening a backend does: a SQLite file of an
 older schema is brought up to date, as any handle would).
 
-``--max-oldest-ready`` asks how long the oldest ready message has waited. The admin
-interface reports no such age yet (messages carry no publish time, and `GroupInfo` no
-head age), so a queue with ready messages fails that check saying so; a queue with none
-passes it, honestly: no ready message has waited at all.
+``--max-oldest-ready`` also fails when the oldest ready message has waited longer
+(`QueueStats.oldest_ready_age`, on the store's clock). A backend that reports no age
+(one of another package) fails it while it has ready messages, saying so; a queue with
+none ready passes it: no ready message has waited at all.
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ def _totals(stats: QueueStats) -> str:
     )
 
 
+def _oldest_priority(stats: QueueStats) -> str:
+    ages = {p.priority: p.oldest_ready_age or 0.0 for p in stats.by_priority}
+    return f"priority {max(ages, key=lambda p: ages[p])}"
+
+
 @click.command(short_help="Exit 0 if a queue answers and is sound, else 1 (for probes).")
 @url_argument()
 @seconds_option(
@@ -44,9 +49,8 @@ def check(url: str, max_oldest_ready: float | None) -> None:
     settings (whatever its backend verifies on opening), and that its totals can be
     read. Prints one line: ok and the totals (exit 0), or the reason (exit 1).
 
-    With --max-oldest-ready S, also fail when ready messages have waited longer than S
-    seconds. No backend of this version reports that age, so while any message is ready
-    this check fails, saying it is not reported; with none ready it passes.
+    With --max-oldest-ready S, also fail when the oldest ready message has waited
+    longer than S seconds (since it was published, came due, or was requeued).
 
     \b
     Example:
@@ -57,9 +61,16 @@ def check(url: str, max_oldest_ready: float | None) -> None:
         stats = admin.stats()
     shown = redact_url(url)
     if max_oldest_ready is not None and stats.ready:
-        raise click.ClickException(
-            f"{shown}: the age of the oldest ready message is not reported by this backend "
-            f"yet, so --max-oldest-ready cannot be checked ({plural(stats.ready, 'message')} "
-            "ready)"
-        )
+        age = stats.oldest_ready_age
+        if age is None:
+            raise click.ClickException(
+                f"{shown}: this backend does not report the age of the oldest ready message, "
+                f"so --max-oldest-ready cannot be checked ({plural(stats.ready, 'message')} "
+                "ready)"
+            )
+        if age > max_oldest_ready:
+            raise click.ClickException(
+                f"{shown}: the oldest ready message has waited {age:.1f} s "
+                f"({_oldest_priority(stats)}), more than {max_oldest_ready:g} s"
+            )
     click.echo(f"ok: {shown} answers; {_totals(stats)}")

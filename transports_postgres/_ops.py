@@ -1400,16 +1400,22 @@ class ClaimManyRest(Operation[list[core.Claimed]]):
 
 
 class SettleMany(Operation[list[dt.LeaseLost]]):
-    """Acks, nacks and buries, each fenced by its lease, in one transaction."""
+    """Acks, nacks and buries, each fenced by its lease, in one transaction. Their
+    groups are locked first, in group-id order (`sql.LOCK_BATCH_GROUPS`), as every
+    other call that locks several groups does: in the caller's order, two batches (or
+    a batch and a `publish_many`) could each wait on a group the other holds."""
 
-    __slots__ = ("settles",)
+    __slots__ = ("groups", "settles")
     call = "settle_many"
 
     def __init__(self, settles: list[Operation[None]]) -> None:
+        self.groups = sorted({op.fence[0] for op in settles if isinstance(op, _Settle)})
         self.settles = [_flushing(op) for op in settles]
 
     def body(self, now: float | None) -> Steps[list[dt.LeaseLost]]:
-        return core.settling_many(self.settles, now, _bare)
+        yield (Stmt(sql.LOCK_BATCH_GROUPS, (self.groups,)),)
+        lost: list[dt.LeaseLost] = yield from core.settling_many(self.settles, now, _bare)
+        return lost
 
 
 class AckMany(Operation[list[dt.LeaseLost]]):

@@ -67,6 +67,11 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
             if self._locator is not None:
                 self._follow(await self._locator.locate())
             self._check_server(await self._command("INFO", "memory", check=False))
+            if self._locator is None and self._seeds_a_cluster(
+                await self._command("INFO", "cluster", check=False)
+            ):
+                self._locator = AsyncLocator(self._options)
+                self._follow(await self._locator.locate())
         except BaseException:
             # Refused (or failed): no connection is left behind for the loop to find.
             for pool in list(self._pools.values()):

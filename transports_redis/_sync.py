@@ -241,6 +241,16 @@ class Handle:
         if refusal is not None:
             raise TransportError(refusal)
 
+    def _seeds_a_cluster(self, info: object) -> bool:
+        """Whether this handle, opened with a plain URL, reached a cluster node (``INFO
+        cluster`` says ``cluster_enabled:1``): it then takes that node as its seed, as a
+        ``redis+cluster://`` URL would, so that it follows the queue's slot through
+        failovers instead of waiting for the node it first reached."""
+        if self._options.topology != "server" or "cluster_enabled:1" not in str(info):
+            return False
+        self._options = self._options.as_cluster_seed()
+        return True
+
     def _new_claim(self, worker_id: str, visibility: float, min_priority: int) -> ops.Claim:
         opts = self._options
         return ops.Claim(worker_id, visibility, min_priority, opts.max_attempts, opts.on_dead)
@@ -305,6 +315,9 @@ class RedisTransport(Handle, core.TransportBase[E]):
         self._setup(options, event_type, pool)
         try:
             self._check_server(self._command("INFO", "memory"))
+            if self._locator is None and self._seeds_a_cluster(self._command("INFO", "cluster")):
+                self._locator = Locator(self._options)
+                self._follow(self._locator.locate())
         except BaseException:
             pool.disconnect()
             if self._locator is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -114,6 +114,18 @@ class RedisOptions:
             "ssl_cert_reqs": self.ssl_cert_reqs,
             "ssl_check_hostname": self.ssl_cert_reqs != "none" if check is None else check,
         }
+
+    def as_cluster_seed(self) -> RedisOptions:
+        """These options of a plain URL whose server turned out to be a cluster node, as
+        a ``redis+cluster://`` URL naming that node alone would give them: the queue's
+        node is then found through the cluster's slot map, and found again after a
+        failover."""
+        parts = urlsplit(self.server)
+        return replace(
+            self,
+            topology="cluster",
+            nodes=((parts.hostname or "localhost", parts.port or DEFAULT_PORTS["cluster"]),),
+        )
 
     def node_url(self, node: Node) -> str:
         """The URL of one data node (a cluster's, or the primary a Sentinel names), with

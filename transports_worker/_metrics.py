@@ -150,6 +150,39 @@ METRICS: Final = (
         ("transports.priority", "transports.state"),
     ),
     MetricSpec(
+        "transports_queue_oldest_ready_age_seconds",
+        "gauge",
+        (),
+        "Seconds since the oldest ready message became ready (published, came due, or "
+        "was requeued); 0 when none is ready.",
+        "transports.queue.oldest_ready_age",
+    ),
+    MetricSpec(
+        "transports_queue_priority_oldest_ready_age_seconds",
+        "gauge",
+        ("priority",),
+        "The same age, by priority (only priorities with ready messages).",
+        "transports.queue.priority_oldest_ready_age",
+        ("transports.priority",),
+    ),
+    MetricSpec(
+        "transports_queue_groups",
+        "gauge",
+        ("state",),
+        "Groups with queued messages, by state: ready (a claim could serve one now) or "
+        "busy (head in flight, parked, held by a delay or a dead letter, or paused).",
+        "transports.queue.groups",
+        ("transports.state",),
+    ),
+    MetricSpec(
+        "transports_queue_priority_groups",
+        "gauge",
+        ("priority", "state"),
+        "Ready and busy groups, by priority.",
+        "transports.queue.priority_groups",
+        ("transports.priority", "transports.state"),
+    ),
+    MetricSpec(
         "transports_queue_keys",
         "gauge",
         (),
@@ -186,6 +219,10 @@ class BacklogSample:
     held_groups: int | None = None
     deepest: tuple[tuple[str, int], ...] = ()
     error: str = ""
+    oldest_ready_age: float | None = None
+    age_by_priority: dict[int, float] = field(default_factory=dict)
+    groups: dict[str, int] = field(default_factory=dict)
+    groups_by_priority: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
 def _counts(stats: object) -> dict[str, int]:
@@ -271,6 +308,18 @@ class QueueBacklog:
             keys=stats.keys,
             held_groups=held,
             deepest=tuple((g.group_id, g.depth) for g in deepest),
+            oldest_ready_age=stats.oldest_ready_age,
+            age_by_priority={
+                row.priority: row.oldest_ready_age
+                for row in stats.by_priority
+                if row.oldest_ready_age is not None
+            },
+            groups={"ready": stats.ready_groups, "busy": stats.busy_groups},
+            groups_by_priority={
+                (row.priority, state): count
+                for row in stats.by_priority
+                for state, count in (("ready", row.ready_groups), ("busy", row.busy_groups))
+            },
         )
 
     def _drop(self) -> None:

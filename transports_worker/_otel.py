@@ -56,6 +56,20 @@ BACKLOG: Final[dict[str, Readings]] = {
     "transports_queue_group_depth": lambda s: [
         (count, {"transports.group_id": group_id}) for group_id, count in s.deepest
     ],
+    "transports_queue_oldest_ready_age_seconds": lambda s: (
+        [(s.oldest_ready_age or 0.0, {})] if s.ok else []
+    ),
+    "transports_queue_priority_oldest_ready_age_seconds": lambda s: [
+        (seconds, {"transports.priority": priority})
+        for priority, seconds in sorted(s.age_by_priority.items())
+    ],
+    "transports_queue_groups": lambda s: [
+        (count, {"transports.state": state}) for state, count in s.groups.items()
+    ],
+    "transports_queue_priority_groups": lambda s: [
+        (count, {"transports.priority": priority, "transports.state": state})
+        for (priority, state), count in sorted(s.groups_by_priority.items())
+    ],
 }
 
 
@@ -68,7 +82,10 @@ def _observe_backlog(meter: Meter, backlog: QueueBacklog) -> None:
         ) -> Iterable[Observation]:
             return [Observation(value, attrs) for value, attrs in readings(backlog.sample())]
 
-        meter.create_observable_gauge(spec.otel, callbacks=[callback], description=spec.help)
+        unit = "s" if name.endswith("_seconds") else ""
+        meter.create_observable_gauge(
+            spec.otel, callbacks=[callback], unit=unit, description=spec.help
+        )
 
 
 class OpenTelemetryHooks(Hooks):

@@ -61,12 +61,24 @@ class _BacklogCollector(Collector):
         keys = family("transports_queue_keys")
         held = family("transports_queue_held_groups")
         depth = family("transports_queue_group_depth")
+        age = family("transports_queue_oldest_ready_age_seconds")
+        age_by_priority = family("transports_queue_priority_oldest_ready_age_seconds")
+        groups = family("transports_queue_groups")
+        groups_by_priority = family("transports_queue_priority_groups")
         if sample is not None:
             up.add_metric([], 1.0 if sample.ok else 0.0)
             for state, count in sample.totals.items():
                 messages.add_metric([state], count)
             for (priority, state), count in sorted(sample.by_priority.items()):
                 by_priority.add_metric([str(priority), state], count)
+            if sample.ok:
+                age.add_metric([], sample.oldest_ready_age or 0.0)
+            for priority, seconds in sorted(sample.age_by_priority.items()):
+                age_by_priority.add_metric([str(priority)], seconds)
+            for state, count in sample.groups.items():
+                groups.add_metric([state], count)
+            for (priority, state), count in sorted(sample.groups_by_priority.items()):
+                groups_by_priority.add_metric([str(priority), state], count)
             if sample.keys is not None:
                 keys.add_metric([], sample.keys)
             if sample.held_groups is not None:
@@ -74,6 +86,7 @@ class _BacklogCollector(Collector):
             for group_id, count in sample.deepest:
                 depth.add_metric([group_id], count)
         yield from (up, messages, by_priority, keys, held, depth)
+        yield from (age, age_by_priority, groups, groups_by_priority)
 
 
 class PrometheusHooks(Hooks):

@@ -51,6 +51,11 @@ def test_json_counts_match_what_was_set_up(tmp_path: Path) -> None:
     assert by_priority[1]["oldest"] is None  # poison's only message is dead
     assert by_priority[2]["oldest"]["seq"] == 5
     assert report["groups_total"] == 4
+    assert (report["ready_groups"], report["busy_groups"]) == (2, 2)  # leased, parked busy
+    assert report["oldest_ready_age"] == max(
+        by_priority[0]["oldest_ready_age"], by_priority[2]["oldest_ready_age"]
+    )
+    assert by_priority[1]["oldest_ready_age"] is None
     groups = [(g["group_id"], g["depth"], g["head_seq"], g["state"]) for g in report["groups"]]
     assert groups == [
         ("deep", 3, 5, "ready"),
@@ -101,17 +106,37 @@ def test_table_shows_totals_oldest_and_deepest_groups(tmp_path: Path) -> None:
         "parked",
         "delayed",
         "dead",
+        "groups",
+        "ready/busy",
         "oldest",
+        "ready",
+        "first",
         "seq",
     ]
-    assert lines[3].split() == ["0", "2", "1", "1", "0", "0", "1"]
-    assert lines[4].split() == ["1", "0", "0", "0", "0", "1", "-"]
-    assert lines[5].split() == ["2", "3", "0", "0", "0", "0", "5"]
-    assert lines[6].split() == ["total", "5", "1", "1", "0", "1", "1"]
-    assert "Oldest waiting message: seq 1, head of group 'leased' (priority 0, in flight)" in lines
+    # Ages ("12.3 s", or "-") are read apart: they grow while the test runs.
+    found = [_age_apart(line.split()) for line in lines[3:7]]
+    assert [row for row, _ in found] == [
+        ["0", "2", "1", "1", "0", "0", "1/2", "1"],
+        ["1", "0", "0", "0", "0", "1", "0/0", "-"],
+        ["2", "3", "0", "0", "0", "0", "1/0", "5"],
+        ["total", "5", "1", "1", "0", "1", "2/2", "1"],
+    ]
+    ages = [age for _, age in found]
+    assert ages[1] is None
+    assert ages[0] is not None
+    assert ages[2] is not None
+    assert ages[3] == max(ages[0], ages[2]) > 0
+    assert "First in line: seq 1, head of group 'leased' (priority 0, in flight)" in lines
     deep = next(line for line in lines if line.startswith("deep "))
     assert deep.split()[:5] == ["deep", "2", "3", "5", "ready"]
     assert "\x1b[" not in result.stdout
+
+
+def _age_apart(row: list[str]) -> tuple[list[str], float | None]:
+    """A table row without its "oldest ready" cell, and that cell's seconds."""
+    if row[-2] == "s":
+        return [*row[:-3], row[-1]], float(row[-3])
+    return [*row[:-2], row[-1]], None
 
 
 def test_an_empty_queue_says_so(tmp_path: Path) -> None:

@@ -92,10 +92,21 @@ def test_pages_show_what_inspect_reports(
         assert [h["seq"] for h in held] == [prepared.held_seq]
         by_priority = report["by_priority"]
         assert isinstance(by_priority, list)
-        assert table(browser, "#by-priority") == [
-            [str(p[k]) for k in ("priority", "ready", "in_flight", "parked", "dead")]
-            for p in by_priority
-        ]
+        counted = ["priority", "ready", "in_flight", "parked", "dead"]
+        counted += ["ready_groups", "busy_groups"]
+        shown = table(browser, "#by-priority")
+        assert [row[:-1] for row in shown] == [[str(p[k]) for k in counted] for p in by_priority]
+        assert figure(browser, "ready_groups") == report["ready_groups"]
+        assert figure(browser, "busy_groups") == report["busy_groups"]
+        # Ages grow between inspect's read and the page's: the page's is no younger.
+        total = browser.find_element(By.ID, "stat-oldest_ready_age").text
+        ages = [row[-1] for row in shown]
+        for text, p in zip([*ages, total], [*by_priority, report], strict=True):
+            if p["oldest_ready_age"] is None:
+                assert text == "-", (text, p)
+            else:
+                assert text.endswith(" s"), text
+                assert float(text[:-2]) >= p["oldest_ready_age"] - 0.05, (text, p)
         assert browser.find_element(By.ID, "mode").text == "read-only"
         assert browser.find_elements(By.CSS_SELECTOR, "form[action^='/actions/']") == []
 
@@ -157,13 +168,15 @@ def test_sparkline_and_counts_follow_the_queue(browser: webdriver.Chrome, tmp_pa
                 # The page samples on its own: wait until it has shown this figure.
                 WebDriverWait(browser, 20, poll_frequency=0.1).until(shows(waiting))
             by_priority = [
-                [str(p.priority), str(p.ready), str(p.in_flight), str(p.parked), str(p.dead)]
+                [str(p.priority), str(p.ready), str(p.in_flight), str(p.parked), str(p.dead),
+                 str(p.ready_groups), str(p.busy_groups)]
                 for p in queue.stats().by_priority
-            ]
+            ]  # fmt: skip
         points = line.get_attribute("points") or ""
         assert len(points.split()) >= 6
         assert figure(browser, "waiting") == start + 3 * (1 + 2 + 3 + 4 + 5)
         assert "per second" in browser.find_element(By.ID, "rate").text
-        assert table(browser, "#by-priority") == by_priority  # updated in place too
+        # updated in place too (the ages apart: they grow)
+        assert [row[:-1] for row in table(browser, "#by-priority")] == by_priority
         screenshot(browser, tmp_path, "overview")
     assert running.returncode == 0, running.output

@@ -42,18 +42,19 @@ def _expressions() -> dict[str, str]:
 
 def test_every_expression_names_only_served_metrics() -> None:
     expressions = _expressions()
-    assert len([k for k in expressions if k.startswith("alert ")]) == 4
+    assert len([k for k in expressions if k.startswith("alert ")]) == 5
     for where, expr in expressions.items():
         names = set(NAME.findall(expr))
         assert names, f"{where} names no metric: {expr}"
         assert names <= _known(), f"{where} asks for {names - _known()}"
 
 
-def test_the_alerts_cover_dead_letters_idle_claims_and_a_growing_backlog() -> None:
+def test_the_alerts_cover_dead_letters_idle_claims_an_old_and_a_growing_backlog() -> None:
     rules = (FOLDER / "alerts.yml").read_text()
     alerts = set(re.findall(r"- alert: (\w+)", rules))
     assert {
         "TransportsDeadLettersGrowing",
         "TransportsNoClaimsWhileReady",
         "TransportsBacklogGrowing",
+        "TransportsOldestReadyTooOld",
     } <= alerts

@@ -3,6 +3,8 @@ saying why when it does not, for probes."""
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 
 import pytest
@@ -65,14 +67,23 @@ def test_max_oldest_ready_passes_with_nothing_ready(queue: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_max_oldest_ready_fails_saying_the_age_is_not_reported(queue: str) -> None:
+def test_max_oldest_ready_fails_when_a_ready_message_waited_longer(queue: str) -> None:
     with open_transport(queue) as store:
-        store.publish("g", Event(n=2))
-    result = transports("check", queue, "--max-oldest-ready", "60")
-    assert result.returncode == 1
-    [line] = result.stderr.splitlines()
-    assert "not reported by this backend yet" in line
-    assert "1 message ready" in line
+        store.publish("g", Event(n=2), priority=3)
+    published = time.time()
+    young = transports("check", queue, "--max-oldest-ready", "60")
+    assert young.returncode == 0, young.stderr
+    time.sleep(max(0.0, published + 0.6 - time.time()))  # let it age past 0.5 s
+    old = transports("check", queue, "--max-oldest-ready", "0.5")
+    assert old.returncode == 1, old.stdout
+    [line] = old.stderr.splitlines()
+    found = re.fullmatch(
+        rf"Error: {re.escape(queue)}: the oldest ready message has waited ([0-9.]+) s "
+        r"\(priority 3\), more than 0.5 s",
+        line,
+    )
+    assert found, line
+    assert 0.5 < float(found[1]) < time.time() - published + 0.1
 
 
 def test_max_oldest_ready_must_be_positive(queue: str) -> None:

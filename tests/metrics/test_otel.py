@@ -93,6 +93,14 @@ def test_the_sdk_reads_the_runtime_and_backlog_metrics(url: str, backlog: QueueB
     by_priority = {"transports.priority": 1, "transports.state": "dead"}
     assert read("transports.queue.priority_messages", **by_priority) == 2
     assert read("transports.queue.held_groups") == 0
+    age = read("transports.queue.oldest_ready_age")
+    assert isinstance(age, float), age
+    assert age > 0
+    assert read("transports.queue.priority_oldest_ready_age", **{"transports.priority": 0}) == age
+    assert read("transports.queue.groups", **{"transports.state": "ready"}) == 1
+    assert read("transports.queue.groups", **{"transports.state": "busy"}) == 0
+    waiting = {"transports.priority": 0, "transports.state": "ready"}
+    assert read("transports.queue.priority_groups", **waiting) == 1
     assert read("transports.queue.keys") == 0
     assert points["transports.queue.group_depth"] == {
         frozenset({("transports.group_id", "waiting")}): 3

@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from ._served import PATIENCE, REPO, Scrape, ServingWorker
 PAGE = REPO / "docs" / "metrics.md"
 # Priority 0 waits: the worker claims from priority 1 up.
 WAITING = {"deep": 3, "mid": 2, "shallow": 1}
+SINCE: list[float] = []  # before the waiting messages were published, and after the scrape
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +31,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServingWo
     once everything it will do is done."""
     cwd = tmp_path_factory.mktemp("served")
     url = f"sqlite:///{cwd / 'queue.db'}"
+    SINCE.append(time.time())
     with open_transport(url) as store:
         for n in range(5):
             store.publish(f"g{n}", Event(kind="ack"), priority=1)
@@ -49,6 +52,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServingWo
                 and (s.value("transports_worker_empty_claims_total") or 0) >= 1
             )
         )
+        SINCE.append(time.time())
         yield worker, scrape
         assert worker.stop() == 0, worker.text
     finally:
@@ -100,6 +104,20 @@ def test_the_backlog_totals_per_priority_and_the_deepest_groups(
         if name == "transports_queue_group_depth"
     }
     assert depths == {"deep": 3, "mid": 2}, "not the 2 deepest groups, and only those"
+
+
+def test_the_backlog_age_and_groups(served: tuple[ServingWorker, Scrape]) -> None:
+    _, scrape = served
+    published, scraped = SINCE
+    age = scrape.value("transports_queue_oldest_ready_age_seconds")
+    assert age is not None
+    assert 0 < age <= scraped - published, (age, scraped - published)
+    by_priority = "transports_queue_priority_oldest_ready_age_seconds"
+    assert scrape.value(by_priority, priority="0") == age
+    assert scrape.value(by_priority, priority="1") is None, "priority 1 has nothing ready"
+    groups = {s: scrape.value("transports_queue_groups", state=s) for s in ("ready", "busy")}
+    assert groups == {"ready": 3, "busy": 0}
+    assert scrape.value("transports_queue_priority_groups", priority="0", state="ready") == 3
 
 
 def test_the_page_lists_every_metric_served_with_its_type_and_labels(

@@ -16,6 +16,7 @@ import itertools
 import multiprocessing
 import random
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg.pq import Trace
 
@@ -332,3 +334,47 @@ def test_processes_claiming_in_batches_never_share_a_group_and_lose_nothing(
         # leases were live at once.
         for (_, acking, _), (got, _, _) in itertools.pairwise(spans):
             assert acking <= got, f"{group}: two live leases at once ({acking} > {got})"
+
+
+def test_a_mixed_settle_many_locks_its_groups_in_group_order(
+    queue_url: str, schema_url: tuple[str, str]
+) -> None:
+    """A batch of nacks given as (b, a) must take a's lock before b's, as publish_many and
+    ack_many do: while another transaction holds a, the batch waits on a holding nothing,
+    so b stays free. (In the caller's order it would hold b while it waits: two batches in
+    opposite orders deadlock.)"""
+    url, schema = schema_url
+    with open_transport(queue_url) as t:
+        t.publish("a", Event(n=1))
+        t.publish("b", Event(n=2))
+        leases = {x.group_id: x for x in t.claim_many("w", 60, 2)}
+        with psycopg.connect(url) as holder, psycopg.connect(url, autocommit=True) as probe:
+            holder.execute(f"SELECT 1 FROM {schema}.groups WHERE group_id = 'a' FOR UPDATE")
+            settled: list[object] = []
+            batch = [Settlement(leases["b"], "nack"), Settlement(leases["a"], "nack")]
+            waiter = threading.Thread(target=lambda: settled.append(t.settle_many(batch)))
+            waiter.start()
+            try:
+                deadline = time.monotonic() + 10
+                while not _waits_on_a_lock(probe, schema):
+                    assert time.monotonic() < deadline, "settle_many never waited on a"
+                    time.sleep(0.01)
+                row = probe.execute(
+                    f"SELECT 1 FROM {schema}.groups WHERE group_id = 'b' FOR UPDATE SKIP LOCKED"
+                ).fetchall()
+                assert row == [(1,)], "settle_many held b while it waited for a"
+            finally:
+                holder.rollback()
+                waiter.join(10)
+        assert settled == [[]]
+        assert sorted(x.group_id for x in t.claim_many("w", 60, 2)) == ["a", "b"]
+
+
+def _waits_on_a_lock(probe: psycopg.Connection[tuple[object, ...]], schema: str) -> bool:
+    """Whether a statement naming ``schema`` waits for a lock."""
+    waiting = probe.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND position(%s in query) > 0",
+        (schema,),
+    ).fetchone()
+    return bool(waiting and waiting[0])

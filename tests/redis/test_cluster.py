@@ -118,12 +118,15 @@ def _replicated(node: PrivateServer) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("form", ["cluster", "plain"])
 def test_after_a_primary_is_killed_calls_go_to_its_promoted_replica_and_lose_nothing(
-    tmp_path: Path,
+    tmp_path: Path, form: str
 ) -> None:
     """Six servers (three primaries, a replica each); a publisher (sync) and a consumer
     (async) run with ``wait_replicas=1`` while the queue's primary is SIGKILLed, its
-    replica promoted, and the old primary restarted (it comes back as a replica)."""
+    replica promoted, and the old primary restarted (it comes back as a replica). The
+    URL is a ``redis+cluster://`` one naming every node, or a plain ``redis://`` one
+    naming the primary that is killed: a cluster node, which the handle seeds from."""
     with local_cluster(6, 1, "--cluster-node-timeout", "1000") as nodes:
         queue = "failover"
         primary = owner(nodes, slot_of(nodes[0], queue))
@@ -131,7 +134,11 @@ def test_after_a_primary_is_killed_calls_go_to_its_promoted_replica_and_lose_not
         while not _replicated(primary):
             assert time.monotonic() < deadline, "the replica did not catch up"
             time.sleep(0.05)
-        url = cluster_url(nodes, queue, "&wait_replicas=1&socket_timeout=5")
+        query = "&wait_replicas=1&socket_timeout=5"
+        if form == "plain":
+            url = f"{primary.url}?queue={queue}{query}"
+        else:
+            url = cluster_url(nodes, queue, query)
         published, consumed = tmp_path / "publisher", tmp_path / "consumer"
         stop = tmp_path / "stop"
         spawn = multiprocessing.get_context("spawn")

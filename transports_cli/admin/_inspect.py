@@ -1,8 +1,9 @@
 """``transports inspect``: what a queue holds, read through the admin protocol only.
 
-Five reads: `stats` (the idempotency keys remembered and delayed messages too), `groups`
-for every group (the deepest are listed; all are needed to find the oldest waiting
-message), `held_groups`, `paused_groups` and `tenants`. Never a claim, never a write.
+Five reads: `stats` (the idempotency keys remembered, delayed messages, the oldest ready
+message's age and the ready and busy groups too), `groups` for every group (the deepest
+are listed; all are needed to find the first message in line, the lowest seq at a
+head), `held_groups`, `paused_groups` and `tenants`. Never a claim, never a write.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import click
 
 from transports_cli._output import count_option, emit_json, print_table, url_argument
 from transports_cli.admin._access import all_groups, open_admin, plural, relative
-from transports_core import GroupInfo, TenantInfo, redact_url
+from transports_core import GroupInfo, PriorityStats, QueueStats, TenantInfo, redact_url
 
 __all__ = ["inspect"]
 
@@ -46,10 +47,10 @@ def _oldest_json(group: GroupInfo | None) -> dict[str, Any] | None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def inspect(url: str, limit: int, as_json: bool) -> None:
     """Show how many messages a queue holds (ready, in flight, parked, delayed, dead), in
-    total and per priority; how many idempotency keys it remembers; the groups with the
-    deepest backlog; the oldest waiting message (the lowest seq: messages carry no
-    publish time); groups held by a dead letter; paused groups; and tenants with their
-    weights.
+    total and per priority, with how long the oldest ready message has waited and how
+    many groups are ready or busy; how many idempotency keys it remembers; the groups
+    with the deepest backlog; the first message in line (the lowest seq at a group's
+    head); groups held by a dead letter; paused groups; and tenants with their weights.
 
     Works with every backend that implements the admin interface
     (transports_core.TransportAdmin). It only reads: it takes no lease and changes
@@ -85,6 +86,9 @@ def inspect(url: str, limit: int, as_json: bool) -> None:
                     "delayed": stats.delayed,
                     "dead": stats.dead,
                 },
+                "oldest_ready_age": stats.oldest_ready_age,
+                "ready_groups": stats.ready_groups,
+                "busy_groups": stats.busy_groups,
                 "keys": stats.keys,
                 "by_priority": [
                     {**asdict(p), "oldest": _oldest_json(oldest_by_priority[p.priority])}
@@ -110,39 +114,36 @@ def inspect(url: str, limit: int, as_json: bool) -> None:
     if not stats.by_priority:
         return
     click.echo()
-    counts = [
-        (
-            str(p.priority),
-            p.ready,
-            p.in_flight,
-            p.parked,
-            p.delayed,
-            p.dead,
-            oldest_by_priority[p.priority],
-        )
-        for p in stats.by_priority
+    rows: list[tuple[str, PriorityStats | QueueStats, GroupInfo | None]] = [
+        (str(p.priority), p, oldest_by_priority[p.priority]) for p in stats.by_priority
     ]
-    counts.append(
-        (
-            "total",
-            stats.ready,
-            stats.in_flight,
-            stats.parked,
-            stats.delayed,
-            stats.dead,
-            oldest,
-        )
-    )
+    rows.append(("total", stats, oldest))
     print_table(
-        ["priority", "ready", "in flight", "parked", "delayed", "dead", "oldest seq"],
         [
-            [label, *(str(c) for c in numbers), str(head.head_seq) if head else "-"]
-            for label, *numbers, head in counts
+            "priority",
+            "ready",
+            "in flight",
+            "parked",
+            "delayed",
+            "dead",
+            "groups ready/busy",
+            "oldest ready",
+            "first seq",
+        ],
+        [
+            [
+                label,
+                *(str(n) for n in (c.ready, c.in_flight, c.parked, c.delayed, c.dead)),
+                f"{c.ready_groups}/{c.busy_groups}",
+                "-" if c.oldest_ready_age is None else f"{c.oldest_ready_age:.1f} s",
+                str(head.head_seq) if head else "-",
+            ]
+            for label, c, head in rows
         ],
     )
     if oldest is not None:
         click.echo(
-            f"\nOldest waiting message: seq {oldest.head_seq}, head of group "
+            f"\nFirst in line: seq {oldest.head_seq}, head of group "
             f"{oldest.group_id!r} (priority {oldest.priority}, {_STATE[oldest.state]})"
         )
     if deepest:

@@ -122,6 +122,11 @@ def _short(text: str) -> str:
     return text if len(text) <= _SHORT_EVENT else text[: _SHORT_EVENT - 1] + "\u2026"
 
 
+def _age(seconds: float | None) -> str:
+    """An age as the pages show it (dashboard.js writes it the same way)."""
+    return "-" if seconds is None else f"{seconds:.1f} s"
+
+
 def _stats_json(stats: QueueStats) -> dict[str, Any]:
     document = {f.name: getattr(stats, f.name) for f in fields(stats) if f.name != "by_priority"}
     document["waiting"] = stats.ready + stats.in_flight + stats.parked
@@ -150,6 +155,7 @@ class Dashboard:
             lstrip_blocks=True,
             undefined=jinja2.StrictUndefined,
         )
+        self.templates.globals["age"] = _age
 
     # -- helpers ---------------------------------------------------------------------
 

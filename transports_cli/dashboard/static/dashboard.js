@@ -27,15 +27,21 @@
     }
   }
 
+  // An age in seconds as the page shows it: "12.3 s", or "-" when nothing is ready.
+  function age(seconds) {
+    return typeof seconds === "number" ? `${seconds.toFixed(1)} s` : "-";
+  }
+
   function priorities(rows) {
     const body = document.querySelector("#by-priority tbody");
     if (!body || !Array.isArray(rows)) return;
     body.replaceChildren(...rows.map((p) => {
       const row = document.createElement("tr");
-      for (const name of ["priority", "ready", "in_flight", "parked", "dead"]) {
+      for (const name of ["priority", "ready", "in_flight", "parked", "dead", "ready_groups",
+        "busy_groups", "oldest_ready_age"]) {
         const cell = row.insertCell();
         cell.className = "num";
-        cell.textContent = String(p[name]);
+        cell.textContent = name === "oldest_ready_age" ? age(p[name]) : String(p[name]);
       }
       return row;
     }));
@@ -48,7 +54,8 @@
       const stats = await response.json();
       for (const [name, value] of Object.entries(stats)) {
         const cell = document.getElementById(`stat-${name}`);
-        if (cell && typeof value === "number") cell.textContent = String(value);
+        if (cell && name === "oldest_ready_age") cell.textContent = age(value);
+        else if (cell && typeof value === "number") cell.textContent = String(value);
       }
       priorities(stats.by_priority);
       samples.push(stats);
