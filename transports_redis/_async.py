@@ -204,6 +204,9 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
         """Run ``op`` even if the handle closes meanwhile: the call began before close."""
         if not self._checked:
             await self._open()
+        if not self._current:
+            await drive_async(ops.Upgrade(), self._now(), self._execute)
+            self._current = True
         return await drive_async(op, self._now(), self._execute)
 
     async def _claim_once(self, op: ops.Claim) -> Claimed | ops.Idle | None:

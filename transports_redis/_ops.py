@@ -491,37 +491,61 @@ def promoted(now: float | None) -> core.Steps[ScriptCall, Any, str]:
 
 
 class Stats(Op[dt.QueueStats]):
-    """The counters the scripts keep, less the leases and parks that ended but that no
-    claim has freed yet, read `CHUNK` at a time from the first that ended (each chunk at
-    the time the first one read)."""
+    """The counters the scripts keep, corrected by walks over the busy parts of the
+    queue only (see `scripts.STATS`), `CHUNK` items a call, each call at the time the
+    first one read."""
 
     __slots__ = ()
     script = scripts.STATS
 
     def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, dt.QueueStats]:
         at = yield from promoted(now)
-        after, score = "", ""
-        lapsed = [0] * 10  # leased l0..l4, parked k0..k4
+        phase, after, score = "", "", ""
+        found = [0] * 25  # lapsed l, k, h; paused among them; held busy groups (each 0..4)
+        since: list[str] = [""] * 5
+        paused: dict[str, int] = {}  # group -> priority: the set scan may show one twice
         counts: list[int] = []
         while True:
-            reply = yield (self.script, (at, after, score, CHUNK))
-            at, after, score = reply[0], reply[1], reply[2]
-            lapsed = [a + int(b) for a, b in zip(lapsed, reply[3:13], strict=True)]
+            reply = yield (self.script, (at, phase, after, score, CHUNK))
+            at, phase, after, score = reply[0], reply[1], reply[2], reply[3]
+            found = [a + int(b) for a, b in zip(found, reply[4:29], strict=True)]
+            since = [old or new for old, new in zip(since, reply[29:34], strict=True)]
+            tail = reply[34:]
             if not counts:
-                counts = [int(x) for x in reply[13:45]]
-            if not after:
+                counts, tail = [int(x) for x in tail[:47]], tail[47:]
+            paused.update((tail[i], int(tail[i + 1])) for i in range(0, len(tail), 2))
+            if not phase:
                 break
-        m, leased, parked, dead = (counts[i : i + 5] for i in range(0, 20, 5))
-        keys = counts[20]
-        apart, holding = counts[21:26], counts[26:31]
+        m, leased, parked, dead, apart, holds = (counts[i : i + 5] for i in range(0, 30, 5))
+        keys, holding, ready_sets, tenanted = counts[30], counts[31:36], counts[37:42], counts[42:]
+        lapsed = [found[p] + found[5 + p] + found[10 + p] for p in scripts.PRIORITIES]
+        off_busy = [0] * 5
+        for priority in paused.values():
+            off_busy[priority] += 1
         rows = []
         for p in scripts.PRIORITIES:
-            in_flight, held = leased[p] - lapsed[p], parked[p] - lapsed[5 + p]
+            in_flight, held = leased[p] - found[p], parked[p] - found[5 + p]
             delayed = apart[p] + holding[p]
             if m[p] or dead[p] or delayed:
                 ready = m[p] - in_flight - held - holding[p]
-                rows.append(dt.PriorityStats(p, ready, in_flight, held, dead[p], delayed))
-        return core.queue_stats(rows, keys=keys, paused=counts[31])
+                # lapsed and not paused: a claim would free and take them
+                freed = lapsed[p] - found[15 + p]
+                busy = leased[p] + parked[p] + holds[p] - freed + off_busy[p] + found[20 + p]
+                age = max(number(at) - number(since[p]), 0.0) if ready and since[p] else None
+                rows.append(
+                    dt.PriorityStats(
+                        p,
+                        ready,
+                        in_flight,
+                        held,
+                        dead[p],
+                        delayed,
+                        oldest_ready_age=age,
+                        ready_groups=ready_sets[p] + tenanted[p] + freed,
+                        busy_groups=busy,
+                    )
+                )
+        return core.queue_stats(rows, keys=keys, paused=counts[36])
 
 
 def _deepest(info: dt.GroupInfo) -> tuple[int, int]:
@@ -670,6 +694,9 @@ class Requeue(_OneDeadLetter):
     __slots__ = ()
     script = scripts.REQUEUE
 
+    def first(self, now: float | None) -> ScriptCall:
+        return (self.script, (self.seq, server_time(now)))
+
     def done(self, reply: Any, now: float | None) -> bool:
         code = int(reply[0])
         if code == -1:
@@ -810,6 +837,26 @@ class Tenants(Op[list[dt.TenantInfo]]):
             for i in range(1, len(reply), 3)
         ]
         return out + sorted(named, key=lambda t: t.tenant or "")
+
+
+class Upgrade(Op[int]):
+    """What every handle runs as it opens: nothing but a read when the queue is at
+    `scripts.VERSION` (or new), else the chunked `scripts.UPGRADE`, `CHUNK` items a
+    call, all at the time of its first. Its value: the version it found."""
+
+    __slots__ = ()
+
+    def steps(self, now: float | None) -> core.Steps[ScriptCall, Any, int]:
+        found = int((yield (scripts.STORED_VERSION, ())))
+        if found >= scripts.VERSION:
+            return found
+        at, cursor, resume = server_time(now), "", ""
+        left: list[str] = []
+        while True:
+            reply = yield (scripts.UPGRADE, (at, CHUNK, cursor, resume, *left))
+            if int(reply[0]) == 1:
+                return found
+            at, cursor, resume, left = reply[1], reply[2], reply[3], reply[4:]
 
 
 class Check(Op[list[str]]):

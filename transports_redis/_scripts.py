@@ -43,9 +43,17 @@ one cluster slot; group ids are hash fields and set members, never part of a key
     dt:{NAME}:tp       hash    V, the tenants' passes and the highest (see `TURNS`)
     dt:{NAME}:tw       hash    w<tenant> -> its weight (1 unless set), n<tenant> -> its
                                groups
+    dt:{NAME}:rt       zset    every queued message (a dead letter holding its group
+                               not included), `ready_member(seq, group)`, by its
+                               group's priority then the time it became ready (see
+                               `ready_score`), for the backlog's age in stats
+    dt:{NAME}:hg       zset    groups held by a dead letter, all scored 0, for stats
 
-A queue stored before the last nine existed works as it was: each is created when
-first needed, and a group record without their fields reads as the defaults.
+A queue stored before the nine keys from `tm` to `tw` existed works as it was: each is
+created when first needed, and a group record without their fields reads as the
+defaults. The last two index what is queued already: a queue stored before them is
+upgraded by `UPGRADE`, which every handle runs before its first call (field v of `n`
+says it is done, `VERSION`).
 
 Only the keyed publishes, stats and check touch the last two (`KEYED_KEYS`): a plain
 publish sends the keys it always sent. Nothing else removes a key: an acked, dead or
@@ -75,8 +83,11 @@ READY_KEYS: Final = tuple(f"r{p}" for p in PRIORITIES)
 WAKE_KEYS: Final = tuple(f"w{p}" for p in PRIORITIES)
 QUEUE_KEYS: Final = (
     "seq", "ev", "nx", "att", "g", "busy", *READY_KEYS, *WAKE_KEYS, "dead", "deadq", "dg", "n",
-    "tm", "tg", "td", "hz", "pz", "tq", "tc", "tp", "tw",
+    "tm", "tg", "td", "hz", "pz", "tq", "tc", "tp", "tw", "rt", "hg",
 )  # fmt: skip
+# The stored format's version, in field v of `n` once `UPGRADE` has indexed a queue's
+# messages in `rt` and its held groups in `hg` (2: a queue stored before had no v).
+VERSION: Final = 2
 KEYED_KEYS: Final = (*QUEUE_KEYS, "key", "kx")
 # At most this many forgotten keys are removed by a keyed publish (per keyed item).
 FORGET: Final = 8
@@ -128,6 +139,14 @@ local function hex(seq) return string.format('%016x', seq) end
 -- band spans some 2,000 years either side of 0)
 local BAND = 2 ^ 37
 local function hold_score(prio, due) return prio * BAND + due end
+-- a queued message in rt: its seq, then its group (so that stats needs no other read to
+-- find its group), scored by its group's priority band, then when it became ready
+local function ready_member(seq, group) return hex(seq) .. group end
+local function ready_score(prio, since) return hold_score(prio, since) end
+local function now_ready(group, prio, seq, since)
+  redis.call('ZADD', K.rt, f17(ready_score(prio, since)), ready_member(seq, group))
+end
+local function not_ready(group, seq) redis.call('ZREM', K.rt, ready_member(seq, group)) end
 -- 8 bytes whose byte order is x's order as a number, so that a member can be sorted by
 -- a time inside a range of names
 local function sortable(x)
@@ -240,6 +259,8 @@ end
 -- the head is done: the next message becomes the head, or the group is forgotten
 local function advance(group, r)
   local head = r.head
+  if r.held ~= 0 then redis.call('ZREM', K.hg, group) end
+  not_ready(group, head)
   local nxt = redis.call('HGET', K.nx, head)
   redis.call('HDEL', K.ev, head)
   redis.call('HDEL', K.nx, head)
@@ -314,6 +335,8 @@ local function kill(group, r, now, how, text, last, max, on_dead)
   unlist(group, r)
   if held == 1 then
     redis.call('HDEL', K.ev, r.head)
+    not_ready(group, r.head)
+    redis.call('ZADD', K.hg, 0, group)
     r.held, r.worker, r.due = r.head, '', 0
     save(group, r)
   else
@@ -349,8 +372,9 @@ local function first_timer()
   if t[2] then return tonumber(t[2]) end
   return nil
 end
--- message `seq` at the end of its group, the group created if it has none
-local function enqueue(group, prio, raw, tenant, seq)
+-- message `seq` at the end of its group, the group created if it has none; ready since
+-- `since`
+local function enqueue(group, prio, raw, tenant, seq, since)
   redis.call('HSET', K.ev, seq, raw)
   local r = load(group)
   if r then
@@ -363,11 +387,12 @@ local function enqueue(group, prio, raw, tenant, seq)
     make_ready(group, r)
   end
   bump('m' .. r.prio, 1)
+  now_ready(group, r.prio, seq, since)
   return r
 end
-local function append(group, prio, raw)
+local function append(group, prio, raw, now)
   local seq = redis.call('INCR', K.seq)
-  enqueue(group, prio, raw, '', seq)
+  enqueue(group, prio, raw, '', seq, now)
   return seq
 end
 -- a delayed message that came due (its hex seq) joins the end of its group
@@ -378,7 +403,7 @@ local function promote_one(h)
   redis.call('ZREM', K.tm, h)
   redis.call('ZREM', K.tg, gprefix(group) .. sortable(due) .. h)
   bump('t' .. prio, -1)
-  enqueue(group, prio, raw, tenant, seq)
+  enqueue(group, prio, raw, tenant, seq, due)
 end
 -- the delayed messages due at `now`, at most `limit`, by (due, seq); how many
 local function promote(now, limit)
@@ -386,8 +411,8 @@ local function promote(now, limit)
   for _, h in ipairs(due) do promote_one(h) end
   return #due
 end
--- before a publish appends to `group`: its own due ones first (`given`: the call's now
--- argument; the server's clock is read only when some message waits)
+-- before a publish appends to `group`: its own due ones first (`given`: the call's time,
+-- or its now argument, when the server's clock is read only if some message waits)
 local function promote_group(group, given, limit)
   if redis.call('EXISTS', K.tm) == 0 then return end
   local p = gprefix(group)
@@ -413,7 +438,8 @@ local function wake_for(due, prio)
   local first, t = earliest(), first_timer()
   if (first == nil or due < first) and (t == nil or due < t) then signal(prio) end
 end
--- a publish with a delay (`due`, 0 none), hold and tenant ('' none), its seq given
+-- a publish with a delay (`due`, after now: callers with no delay enqueue), hold and
+-- tenant ('' none), its seq given
 local function put(seq, group, prio, raw, tenant, due, hold)
   if due > 0 and hold ~= '1' then
     local h = hex(seq)
@@ -424,7 +450,6 @@ local function put(seq, group, prio, raw, tenant, due, hold)
     bump('t' .. prio, 1)
     return
   end
-  if due == 0 then enqueue(group, prio, raw, tenant, seq); return end
   redis.call('HSET', K.ev, seq, raw)
   local r = load(group)
   local fresh = r == nil
@@ -438,6 +463,8 @@ local function put(seq, group, prio, raw, tenant, due, hold)
   redis.call('ZADD', K.hz, f17(hold_score(r.prio, due)), hex(seq))
   r.holds = r.holds + 1
   bump('m' .. r.prio, 1)
+  -- in its chain at once, but ready only once due: its age counts from then
+  now_ready(group, r.prio, seq, due)
   if fresh then
     r.hold, r.due = 1, due
     save(group, r)
@@ -480,6 +507,7 @@ APPEND_MANY: Final = (
     + r"""
 local function append_many(first, n, at, stride, skip, given)
   local cache, added, seq = {}, {}, first
+  local now, ready, scores = clock(given), {}, {}
   for i = 0, n - 1 do
     if not (skip and skip[i]) then
       local base = at + stride * i
@@ -487,7 +515,7 @@ local function append_many(first, n, at, stride, skip, given)
       redis.call('HSET', K.ev, seq, ARGV[base + 2])
       local r = cache[group]
       if r == nil then
-        promote_group(group, given, PROMOTE)
+        promote_group(group, now, PROMOTE)
         r = load(group)
       end
       if r then
@@ -499,6 +527,12 @@ local function append_many(first, n, at, stride, skip, given)
       end
       cache[group] = r
       added[r.prio] = (added[r.prio] or 0) + 1
+      local score = scores[r.prio]
+      if score == nil then
+        score = f17(ready_score(r.prio, now))
+        scores[r.prio] = score
+      end
+      ready[#ready + 1], ready[#ready + 2] = score, ready_member(seq, group)
       seq = seq + 1
     end
   end
@@ -507,6 +541,10 @@ local function append_many(first, n, at, stride, skip, given)
     if r.new then make_ready(group, r) end
   end
   for p, count in pairs(added) do bump('m' .. p, count) end
+  -- a thousand arguments a call: Lua's stack holds some 8,000
+  for from = 1, #ready, 1000 do
+    redis.call('ZADD', K.rt, unpack(ready, from, math.min(from + 999, #ready)))
+  end
 end
 """.replace("PROMOTE", str(PROMOTE))
 )
@@ -661,8 +699,9 @@ PUBLISH: Final = Script(
     ("group", "prio", "raw", "now"),
     APPEND
     + r"""
-promote_group(A.group, A.now, PROMOTE)
-return append(A.group, A.prio, A.raw)
+local now = clock(A.now)
+promote_group(A.group, now, PROMOTE)
+return append(A.group, A.prio, A.raw, now)
 """.replace("PROMOTE", str(PROMOTE)),
 )
 
@@ -689,7 +728,7 @@ local delay = tonumber(A.delay)
 if delay > 0 then
   put_helpers().put(seq, A.group, A.prio, A.raw, A.tenant, now + delay, A.hold)
 else
-  enqueue(A.group, A.prio, A.raw, A.tenant, seq)
+  enqueue(A.group, A.prio, A.raw, A.tenant, seq, now)
 end
 if A.member ~= '' then remember(A.member, seq, now + tonumber(A.window)) end
 return seq
@@ -794,7 +833,7 @@ for i = 0, n - 1 do
       helpers = helpers or put_helpers()
       helpers.put(seq, group, ARGV[at + 1], ARGV[at + 2], ARGV[at + 6], now + delay, ARGV[at + 5])
     else
-      enqueue(group, ARGV[at + 1], ARGV[at + 2], ARGV[at + 6], seq)
+      enqueue(group, ARGV[at + 1], ARGV[at + 2], ARGV[at + 6], seq, now)
     end
   end
 end""",
@@ -1165,55 +1204,217 @@ return claim_one(clock(A.now), A)
 # Reads write nothing. Each costs at most `chunk` items a script: an answer that needs
 # more is read in several scripts, each its own consistent snapshot (see docs/redis.md).
 
-# The counters, less the lapsed leases and ended parks that no claim has freed yet: those
-# in `busy` from the cursor `after` (the member last seen, or '' to begin; `score` is its
-# score, for when it has left meanwhile), `chunk` at a time. Reply: now, the member to go
-# on from ('' when done) and its score, the lapsed l0..l4 and k0..k4 of this chunk, then,
-# on the first call only, the counters m0..m4, l0..l4, k0..k4, d0..d4, the keys
-# remembered (those whose time is not up), the counters t0..t4 of delayed messages
-# waiting apart, the hold-delayed messages not due by priority, and the paused groups.
+# The counters, less what a walk finds, `chunk` items a script in all: each call goes on
+# from where the last stopped (`phase` and its cursor `after`, with `score`, the cursor's
+# score, for when it has left meanwhile; '' to begin). The walks, in order, each served
+# by an index whose items it reads are only busy ones, never the whole queue:
+#   b   `busy` from its lowest score up to now: the lapsed leases, ended parks and due
+#       hold-delayed heads that no claim has freed yet (ready again), by kind; those of
+#       paused groups apart (still busy). Bounded by the groups that ended meanwhile.
+#   p   `pz` (SSCAN, `after` its cursor): the paused groups outside `busy` that have
+#       messages (busy groups that no counter counts). Bounded by the paused groups.
+#   h   `hg` by name: the held groups, not paused, with messages behind their dead
+#       letter (busy too). Bounded by the held groups.
+#   a<p> `rt` in priority p's band from its oldest up to now: the first member that is
+#       not an in-flight or parked head is the oldest ready message. The walk passes
+#       only heads of busy groups, so it is bounded by those, not by the backlog.
+# Reply: now, phase ('' when done), after, score; what this call found: lapsed l0..l4,
+# k0..k4, h0..h4, paused among them by priority (5), held busy groups by priority (5),
+# the ready-since time of each priority whose oldest ready message it found ('' else);
+# on the first call only, the counters m, l, k, d, t, h (each 0..4), the keys
+# remembered (those whose time is not up), the hold-delayed messages not due by
+# priority, the paused groups, the ready groups of each priority without a tenant
+# (ZCARD r<p>) and with one (`tc`); then, as group, priority pairs, the paused groups
+# the p walk counted (a set scan may show one twice: the caller counts them once).
 STATS: Final = Script(
     "stats",
-    ("now", "after", "score", "chunk"),
+    ("now", "phase", "after", "score", "chunk"),
     r"""
 local now = clock(A.now)
-local chunk = tonumber(A.chunk)
-local from = 0
-if A.after ~= '' then
-  from = redis.call('ZRANK', K.busy, A.after)
-  if from then from = from + 1 else from = redis.call('ZCOUNT', K.busy, '-inf', A.score) end
+local budget = tonumber(A.chunk)
+local phase, after, score = A.phase, A.after, A.score
+if phase == '' then phase = 'b' end
+local lapsed, paused_lapsed, held_busy, since, paused = {}, {}, {}, {}, {}
+local function add(t, k) t[k] = (t[k] or 0) + 1 end
+-- the rank after the cursor in sorted set `key`, or `start` to begin the walk
+local function resume(key, start)
+  if after == '' then return start end
+  local at = redis.call('ZRANK', key, after)
+  if at then return at + 1 end
+  return redis.call('ZCOUNT', key, '-inf', score)
 end
-local lapsed, last, score = {}, '', ''
-local items = redis.call('ZRANGE', K.busy, from, from + chunk - 1, 'WITHSCORES')
-for i = 1, #items, 2 do
-  if tonumber(items[i + 1]) >= now then last = ''; break end
-  local r = load(items[i])
-  if r then lapsed[kind(r)] = (lapsed[kind(r)] or 0) + 1 end
-  last, score = items[i], items[i + 1]
+while budget > 0 and phase ~= '' do
+  if phase == 'b' then
+    local from = resume(K.busy, 0)
+    local items = redis.call('ZRANGE', K.busy, from, from + budget - 1, 'WITHSCORES')
+    local done = #items < 2 * budget
+    for i = 1, #items, 2 do
+      if tonumber(items[i + 1]) >= now then done = true; break end
+      local r = load(items[i])
+      if r then
+        add(lapsed, kind(r))
+        if r.paused == 1 then add(paused_lapsed, r.prio) end
+      end
+      after, score, budget = items[i], items[i + 1], budget - 1
+    end
+    if done then phase, after, score = 'p', '0', '' end
+  elseif phase == 'p' then
+    local scan = redis.call('SSCAN', K.pz, after, 'COUNT', budget)
+    after, budget = scan[1], budget - 1
+    for _, group in ipairs(scan[2]) do
+      budget = budget - 1
+      local r = load(group)
+      if r and not redis.call('ZSCORE', K.busy, group) then
+        local depth = r.depth
+        if r.held ~= 0 then depth = depth - 1 end
+        if depth > 0 then paused[#paused + 1], paused[#paused + 2] = group, r.prio end
+      end
+    end
+    if after == '0' then phase, after = 'h', '' end
+  elseif phase == 'h' then
+    local from = '-'
+    if after ~= '' then from = '(' .. after end
+    local groups = redis.call('ZRANGEBYLEX', K.hg, from, '+', 'LIMIT', 0, budget)
+    local done = #groups < budget
+    for _, group in ipairs(groups) do
+      local r = load(group)
+      if r and r.held ~= 0 and r.paused == 0 and r.depth > 1 then add(held_busy, r.prio) end
+      after, budget = group, budget - 1
+    end
+    if done then phase, after, score = 'a0', '', '' end
+  else
+    local p = tonumber(string.sub(phase, 2))
+    local top = ready_score(p, now)
+    local start = redis.call('ZCOUNT', K.rt, '-inf', '(' .. f17(ready_score(p, -BAND / 2)))
+    local from = resume(K.rt, start)
+    local items = redis.call('ZRANGE', K.rt, from, from + budget - 1, 'WITHSCORES')
+    local done = #items < 2 * budget
+    for i = 1, #items, 2 do
+      local s = tonumber(items[i + 1])
+      if s > top then done = true; break end
+      after, score, budget = items[i], items[i + 1], budget - 1
+      local seq, r = tonumber(string.sub(items[i], 1, 16), 16), load(string.sub(items[i], 17))
+      -- a head in flight or parked is the only queued message that is not ready (and
+      -- one gone is skipped: only a handle of an older version leaves one behind)
+      if not (r and r.head == seq and r.held == 0 and r.hold == 0 and r.due > 0
+              and r.due >= now) and redis.call('HEXISTS', K.ev, seq) == 1 then
+        since[p] = f17(s - p * BAND)
+        done = true
+        break
+      end
+    end
+    if done then
+      after, score = '', ''
+      if p < 4 then phase = 'a' .. (p + 1) else phase = '' end
+    end
+  end
 end
-if #items < 2 * chunk then last = '' end
-local out = {f17(now), last, score}
-for _, k in ipairs({'l', 'k'}) do
+local out = {f17(now), phase, after, score}
+for _, k in ipairs({'l', 'k', 'h'}) do
   for p = 0, 4 do out[#out + 1] = lapsed[k .. p] or 0 end
 end
-if A.after == '' then
-  local counts = redis.call('HMGET', K.n, 'm0', 'm1', 'm2', 'm3', 'm4', 'l0', 'l1', 'l2',
-    'l3', 'l4', 'k0', 'k1', 'k2', 'k3', 'k4', 'd0', 'd1', 'd2', 'd3', 'd4', 't0', 't1', 't2',
-    't3', 't4')
-  for i = 1, 20 do out[#out + 1] = counts[i] or 0 end
+for p = 0, 4 do out[#out + 1] = paused_lapsed[p] or 0 end
+for p = 0, 4 do out[#out + 1] = held_busy[p] or 0 end
+for p = 0, 4 do out[#out + 1] = since[p] or '' end
+if A.phase == '' then
+  local fields = {}
+  for _, k in ipairs({'m', 'l', 'k', 'd', 't', 'h'}) do
+    for p = 0, 4 do fields[#fields + 1] = k .. p end
+  end
+  for _, v in ipairs(redis.call('HMGET', K.n, unpack(fields))) do out[#out + 1] = v or 0 end
   out[#out + 1] = redis.call('ZCOUNT', K.kx, '(' .. f17(now), '+inf')
-  for i = 21, 25 do out[#out + 1] = counts[i] or 0 end
   -- hold-delayed messages not due yet: queued in their chains, counted as delayed
   for p = 0, 4 do
     out[#out + 1] = redis.call('ZCOUNT', K.hz, '(' .. f17(hold_score(p, now)),
       f17(hold_score(p, BAND / 2)))
   end
   out[#out + 1] = redis.call('SCARD', K.pz)
+  for p = 0, 4 do out[#out + 1] = redis.call('ZCARD', rkey(p)) end
+  local tenanted = {}
+  local tc = redis.call('HGETALL', K.tc)
+  for i = 1, #tc, 2 do
+    local p = tonumber(string.sub(tc[i], 1, 1))
+    tenanted[p] = (tenanted[p] or 0) + tonumber(tc[i + 1])
+  end
+  for p = 0, 4 do out[#out + 1] = tenanted[p] or 0 end
 end
+for _, v in ipairs(paused) do out[#out + 1] = v end
 return out
 """,
     flags="no-writes",
     keys=KEYED_KEYS,
+)
+
+# The stored format's version of the queue: 0 for one stored before `VERSION`s existed.
+STORED_VERSION: Final = Script(
+    "stored_version",
+    (),
+    "return tonumber(redis.call('HGET', K.n, 'v') or 0)",
+    flags="no-writes",
+)
+
+# A queue stored before `VERSION` 2, brought to it: every queued message put in `rt`,
+# ready since `now` (the upgrade's time: when it became ready before is not stored), a
+# hold-delayed one since its due time if that is later; every held group in `hg`. A
+# walk of the group hash (HSCAN from `cursor`, '' to begin, 'end' when the scan is over)
+# and of each group's chain, `chunk` items a call: ARGV after the four named are the
+# groups of the scan's last page not yet done, the first from seq `resume` ('' its
+# head). ZADD NX and ZADD of a set member, so that what handles of this version
+# indexed meanwhile stays, and two upgrades at once do no harm. Reply: 1 when done
+# (field v of `n` set), else 0; the time it used; cursor, resume and the groups left,
+# for the next call.
+UPGRADE: Final = Script(
+    "upgrade",
+    ("now", "chunk", "cursor", "resume"),
+    r"""
+local now = clock(A.now)
+local budget = tonumber(A.chunk)
+local cursor, resume = A.cursor, A.resume
+local pending, i = {}, 1
+for j = 5, #ARGV do pending[#pending + 1] = ARGV[j] end
+while budget > 0 do
+  if i > #pending then
+    if cursor == 'end' then break end
+    if cursor == '' then cursor = '0' end
+    local scan = redis.call('HSCAN', K.g, cursor, 'COUNT', budget)
+    cursor, pending, i, budget = scan[1], {}, 1, budget - 1
+    if cursor == '0' then cursor = 'end' end
+    for j = 1, #scan[2], 2 do pending[#pending + 1] = scan[2][j] end
+  else
+    local group = pending[i]
+    local r = load(group)
+    local seq = nil
+    if r then
+      if r.held ~= 0 then redis.call('ZADD', K.hg, 0, group) end
+      seq = r.head
+      -- the group's walk goes on where it stopped, unless that message left meanwhile
+      if resume ~= '' and redis.call('HEXISTS', K.ev, resume) == 1 then seq = tonumber(resume) end
+    end
+    resume = ''
+    while seq do
+      if not (seq == r.head and r.held ~= 0) then
+        local t = now
+        if r.holds > 0 then
+          local due = tonumber(redis.call('HGET', K.td, 'h' .. seq) or 0)
+          if due > t then t = due end
+        end
+        redis.call('ZADD', K.rt, 'NX', f17(ready_score(r.prio, t)), ready_member(seq, group))
+      end
+      budget = budget - 1
+      if seq == r.tail then seq = nil else seq = tonumber(redis.call('HGET', K.nx, seq)) end
+      if seq and budget <= 0 then resume = tostring(seq); break end
+    end
+    if resume == '' then i = i + 1 end
+  end
+end
+if i > #pending and cursor == 'end' then
+  redis.call('HSET', K.n, 'v', VERSION)
+  return {1, f17(now)}
+end
+local out = {0, f17(now), cursor, resume}
+for j = i, #pending do out[#out + 1] = pending[j] end
+return out
+""".replace("VERSION", str(VERSION)),
 )
 
 # Groups from the hash scan's cursor, `chunk` at a time. Reply: now, the next cursor ('0'
@@ -1282,12 +1483,12 @@ return out
     flags="no-writes",
 )
 
-# Back at its place in its group's chain (by seq), with a fresh allowance of deliveries.
-# Reply: {1} done, {0} no such dead letter, {-1, worker, group} a lease holds the
-# group, {-2, seq, group} another dead letter holds it.
+# Back at its place in its group's chain (by seq), with a fresh allowance of deliveries,
+# ready since `now`. Reply: {1} done, {0} no such dead letter, {-1, worker, group} a
+# lease holds the group, {-2, seq, group} another dead letter holds it.
 REQUEUE: Final = Script(
     "requeue",
-    ("seq",),
+    ("seq", "now"),
     r"""
 local function is_ready(group, r)
   if r.tenant == '' then return redis.call('ZSCORE', rkey(r.prio), group) ~= false end
@@ -1305,6 +1506,7 @@ end
 unbury(A.seq)
 if held == 1 and r and r.held == seq then
   redis.call('HSET', K.ev, seq, raw)
+  redis.call('ZREM', K.hg, group)
   r.held, r.base = 0, r.att
   save(group, r)
   make_ready(group, r)
@@ -1346,6 +1548,7 @@ else
   end
 end
 bump('m' .. r.prio, 1)
+now_ready(group, r.prio, seq, clock(A.now))
 return {1}
 """,
 )
@@ -1444,6 +1647,7 @@ local bad = {}
 local function fail(msg) bad[#bad + 1] = msg end
 local all = redis.call('HGETALL', K.g)
 local chained, events, links, want, tenanted = {}, 0, 0, {}, {}
+local indexed, held_groups = 0, 0
 local function count(field) want[field] = (want[field] or 0) + 1 end
 for i = 1, #all, 2 do
   local group = all[i]
@@ -1451,9 +1655,22 @@ for i = 1, #all, 2 do
   want['m' .. r.prio] = (want['m' .. r.prio] or 0) + r.depth
   if r.held ~= 0 then want['m' .. r.prio] = want['m' .. r.prio] - 1 end
   if redis.call('ZSCORE', K.busy, group) then count(kind(r)) end
+  if r.held ~= 0 then
+    held_groups = held_groups + 1
+    if not redis.call('ZSCORE', K.hg, group) then fail(group .. ': held but not in hg') end
+  end
   local seq, steps = r.head, 1
   while true do
     chained[seq] = true
+    if not (seq == r.head and r.held ~= 0) then
+      indexed = indexed + 1
+      local since = tonumber(redis.call('ZSCORE', K.rt, ready_member(seq, group)))
+      if not since then
+        fail(group .. ': ' .. seq .. ' not in rt')
+      elseif math.abs(since - ready_score(r.prio, 0)) > BAND / 2 then
+        fail(group .. ': ' .. seq .. ' in rt outside its priority')
+      end
+    end
     local v = redis.call('HGET', K.ev, seq)
     if v then
       events = events + 1
@@ -1502,6 +1719,8 @@ for i = 1, #all, 2 do
   end
 end
 if redis.call('HLEN', K.ev) ~= events then fail('events outside any chain') end
+if redis.call('ZCARD', K.rt) ~= indexed then fail('rt holds messages outside any chain') end
+if redis.call('ZCARD', K.hg) ~= held_groups then fail('hg holds groups not held') end
 local timers, holds = 0, 0
 local td = redis.call('HGETALL', K.td)
 for i = 1, #td, 2 do
@@ -1649,6 +1868,7 @@ end
 redis.call('HDEL', K.ev, seq)
 redis.call('HDEL', K.nx, seq)
 redis.call('HDEL', K.att, seq)
+not_ready(group, seq)
 drop_hold(r, seq)
 r.depth = r.depth - 1
 save(group, r)
@@ -1793,5 +2013,5 @@ ALL: Final = (
     PUBLISH, PUBLISH_WITH, PUBLISH_MANY, PUBLISH_MANY_KEYED, PUBLISH_MANY_WITH, CLAIM, ACK,
     NACK, UNCLAIM, EXTEND, BURY, CLAIM_MANY, SETTLE_MANY, ACK_AND_CLAIM, STATS, GROUPS,
     DEAD_LETTERS, REQUEUE, DISCARD, PURGE_GROUP, CHECK, PROMOTE_DUE, CANCEL, PAUSE,
-    PAUSED_GROUPS, PEEK, SET_TENANT_WEIGHT, TENANTS,
+    PAUSED_GROUPS, PEEK, SET_TENANT_WEIGHT, TENANTS, STORED_VERSION, UPGRADE,
 )  # fmt: skip

@@ -134,6 +134,10 @@ class Handle:
         # each with the moment it went idle.
         self._idle: dict[Node, list[tuple[Any, float]]] = {self._home: []}
         self._pid = os.getpid()
+        # Until the handle's first call has run `_ops.Upgrade` (at a call, not at open: a
+        # server still loading its data set answers INFO, not scripts, and its wait is
+        # the call's). Threads that race to it each run it: it is harmless twice.
+        self._current = False
         n = options.wait_replicas
         self._wait_call = ops.command("WAIT", n, int(options.wait_timeout * 1000)) if n else None
 
@@ -430,6 +434,9 @@ class RedisTransport(Handle, core.TransportBase[E]):
 
     def _run(self, op: core.Operation[ops.ScriptCall, Any, T]) -> T:
         self._refuse_if_closed()
+        if not self._current:
+            drive(ops.Upgrade(), self._now(), self._execute)
+            self._current = True
         return drive(op, self._now(), self._execute)
 
     def _wait(self, op: ops.Claim, idle: ops.Idle, wait: float) -> Claimed | None:

@@ -126,14 +126,24 @@ def test_answers_that_span_many_chunks_are_whole(
     assert [p.priority for p in stats.by_priority] == [0, 1]
     assert admin.held_groups()[0].seq == buried.seq
 
+    # The group counts are those groups() shows, read three items a script too.
+    held_busy = int(shown[buried.group_id] > 0)
+    assert (stats.ready_groups, stats.busy_groups) == (700 - 10, 9 + held_busy)
+    assert stats.oldest_ready_age is not None
+
     # The leases and parks end: stats counts them ready, though no claim has freed them
     # yet, reading those nine entries of busy three a script, after the one script that
-    # moves due delayed messages into their groups (none here).
+    # moves due delayed messages into their groups (none here). The fourth finds the end
+    # of busy and goes on through the paused and held groups to the age of priority 0's
+    # oldest ready message; the fifth finds priority 1's.
     clock.advance(61)
     before = _scripts_run(raw)
     lapsed = admin.stats()
-    assert _scripts_run(raw) - before == 1 + 4
+    assert _scripts_run(raw) - before == 1 + 5
     assert (lapsed.in_flight, lapsed.parked, lapsed.ready) == (0, 0, total - 1)
+    assert (lapsed.ready_groups, lapsed.busy_groups) == (700 - 1, held_busy)
+    assert lapsed.oldest_ready_age is not None
+    assert lapsed.oldest_ready_age > 61
     assert all(lease is not None for lease in leased)
     assert manual.check() == []
 
