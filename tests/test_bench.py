@@ -5,6 +5,7 @@ Timings are not checked here (speed is judged by the benchmark itself, never by 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import batch, keys, timers
+from bench import batch, keys, peers, timers
 from tests.core.broken_backends import MemoryStore
 from transports_core import Backend, register_backend
 
@@ -281,3 +282,70 @@ def test_batch_benchmark_measures_the_round_trip_floors_on_redis() -> None:
 def test_batch_benchmark_refuses_a_batch_larger_than_a_round_fills() -> None:
     with pytest.raises(SystemExit):
         batch.main(["--quick", "--limit", "501"])
+
+
+@pytest.mark.slow
+def test_peers_benchmark_runs_ours_everywhere_and_each_installed_peer(tmp_path: Path) -> None:
+    import psycopg
+    import redis
+
+    from tests.postgres.server import server_url as postgres_url
+    from tests.redis.server import server_url as redis_url
+
+    out = tmp_path / "peers.json"
+    postgres, redis_server = postgres_url(), redis_url()
+    argv = ["--messages", "200", "--groups", "20", "--rounds", "1", "--concurrency", "4"]
+    argv += ["--postgres", postgres, "--redis", redis_server, "--out", str(out)]
+    assert peers.main(argv) == 0
+    cases = json.loads(out.read_text())["cases"]
+    assert list(cases) == list(peers.CASES)
+    for name, case in cases.items():
+        needs = {"procrastinate": ["procrastinate"], "pgqueuer": ["pgqueuer", "asyncpg"]}.get(
+            name.partition("-")[0], []
+        )
+        missing = [m for m in needs if importlib.util.find_spec(m) is None]
+        if name == "pgmq" or missing:  # a server extension; or a peer not installed here
+            assert "not_run" in case, name
+            assert name == "pgmq" or "is not installed" in case["not_run"], case
+            continue
+        # It ran, and its checks passed: every message once, in order where promised.
+        assert "not_run" not in case, case
+        assert len(case["drain"]) == len(case["publish"]) == 1, name
+        assert case["drain_median"] > 0, name
+        assert case["publish_median"] > 0, name
+        if peers.CASES[name].ordered:
+            assert case["seen"] == [{"groups_out_of_order": 0, "overlaps": 0}], name
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'bench\\_peers\\_%'"
+        ).fetchone()
+    assert left == (0,), "the run left its schemas behind"
+    client = redis.Redis.from_url(redis_server)
+    try:
+        assert list(client.scan_iter(match="dt:{bench-peers-*")) == [], "keys left behind"
+    finally:
+        client.close()
+
+
+def test_peers_benchmark_refuses_a_broken_drain() -> None:
+    record = peers.Record()
+    size = peers.Size(messages=4, groups=2, concurrency=1)
+    for group, n in [(0, 0), (1, 1), (1, 3), (0, 2)]:
+        record.handle(group, n)
+    assert record.check(size, ordered=True) == {"groups_out_of_order": 0, "overlaps": 0}
+    record.handle(0, 2)  # handled twice
+    with pytest.raises(peers.Broken, match="1 handled more than once"):
+        record.check(size, ordered=True)
+    reordered = peers.Record()
+    for group, n in [(0, 2), (1, 1), (1, 3), (0, 0)]:
+        reordered.handle(group, n)
+    assert reordered.check(size, ordered=False)["groups_out_of_order"] == 1
+    with pytest.raises(peers.Broken, match="1 groups handled out of publish order"):
+        reordered.check(size, ordered=True)
+    overlapping = peers.Record()
+    overlapping.begin(0, 0)
+    overlapping.begin(0, 2)  # while 0 still runs
+    for group, n in [(1, 1), (1, 3)]:
+        overlapping.handle(group, n)
+    with pytest.raises(peers.Broken, match="1 handlers started while another"):
+        overlapping.check(size, ordered=True)
