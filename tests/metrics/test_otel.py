@@ -97,8 +97,8 @@ def test_the_sdk_reads_the_runtime_and_backlog_metrics(url: str, backlog: QueueB
     assert isinstance(age, float), age
     assert age > 0
     # Each gauge reads its own sample here (cache=0): the two ages are a moment apart.
-    by_priority = read("transports.queue.priority_oldest_ready_age", **{"transports.priority": 0})
-    assert by_priority == pytest.approx(age, abs=1.0)
+    aged = read("transports.queue.priority_oldest_ready_age", **{"transports.priority": 0})
+    assert aged == pytest.approx(age, abs=1.0)
     assert read("transports.queue.groups", **{"transports.state": "ready"}) == 1
     assert read("transports.queue.groups", **{"transports.state": "busy"}) == 0
     waiting = {"transports.priority": 0, "transports.state": "ready"}
