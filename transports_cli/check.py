@@ -2,9 +2,9 @@
 
 Exit 0 when the store answers, its schema is current and its server's settings are sound
 (what the backend verifies as it opens), and one read of its totals through the admin
-interface succeeds; exit 1 otherwise, with one line saying why. Never creates a SQLite
-file, never claims, never writes (beyond what opening a backend does: a SQLite file of an
-older schema is brought up to date, as any handle would).
+interface succeeds; exit 1 otherwise, with one line saying why (a queue of an older
+schema version included: run ``transports migrate``). Never creates a SQLite file, never
+claims, never writes.
 
 ``--max-oldest-ready`` also fails when the oldest ready message has waited longer
 (`QueueStats.oldest_ready_age`, on the store's clock). A backend that reports no age

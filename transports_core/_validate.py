@@ -31,6 +31,10 @@ RESERVED_PREFIX = "__"
 # A bury reason is stored with the dead letter and shown to operators: a line, not a log.
 MAX_REASON = 1000
 ON_DEAD_CHOICES = ("release", "hold")
+# What opening a transport may change in a versioned schema (a backend's ``migrate``
+# option): ``create`` a missing queue but refuse an older one, naming ``transports
+# migrate``; ``auto``: upgrade an older one too; ``never``: change nothing, refuse both.
+MIGRATE_CHOICES = ("create", "auto", "never")
 
 
 def check_group_id(group_id: object) -> str:
@@ -180,6 +184,14 @@ def check_on_dead(value: object) -> str:
     if isinstance(value, str) and value.lower() in ON_DEAD_CHOICES:
         return value.lower()
     raise ValueError(f"on_dead must be one of {', '.join(ON_DEAD_CHOICES)}, got {value!r}")
+
+
+def check_migrate(value: object) -> str:
+    """The ``migrate`` option of a backend with a versioned schema: one of
+    `MIGRATE_CHOICES` (any case, from a URL)."""
+    if isinstance(value, str) and value.lower() in MIGRATE_CHOICES:
+        return value.lower()
+    raise ValueError(f"migrate must be one of {', '.join(MIGRATE_CHOICES)}, got {value!r}")
 
 
 def check_lease(lease: object) -> Lease[object]:

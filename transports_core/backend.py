@@ -29,7 +29,7 @@ without breaking anyone. It holds:
 * the shared argument checks, so every backend refuses the same input with the same error
   before it writes anything (`check_seconds` and `check_count` are the one check of a span
   of time and of a count, which the others and the worker runtime use), and their bounds
-  (`MAX_PRIORITY`, `RESERVED_PREFIX`, `MAX_REASON`, `ON_DEAD_CHOICES`);
+  (`MAX_PRIORITY`, `RESERVED_PREFIX`, `MAX_REASON`, `ON_DEAD_CHOICES`, `MIGRATE_CHOICES`);
 * the dead-letter reasons (`buried_reason`, `exhausted_reason`); `queue_stats`, the
   totals of the counts per priority; and the admin reads' values from stored rows
   (`group_info`, `dead_letter`, `held_group`);
@@ -101,6 +101,7 @@ from ._validate import (
     MAX_REASON,
     MAX_TENANT,
     MAX_WEIGHT,
+    MIGRATE_CHOICES,
     ON_DEAD_CHOICES,
     RESERVED_PREFIX,
     check_count,
@@ -113,6 +114,7 @@ from ._validate import (
     check_lease,
     check_limit,
     check_max_attempts,
+    check_migrate,
     check_on_dead,
     check_priority,
     check_publish_delay,
@@ -139,6 +141,7 @@ __all__ = [
     "MAX_REASON",
     "MAX_TENANT",
     "MAX_WEIGHT",
+    "MIGRATE_CHOICES",
     "MORE",
     "ON_DEAD_CHOICES",
     "RESERVED_PREFIX",
@@ -182,6 +185,7 @@ __all__ = [
     "check_lease",
     "check_limit",
     "check_max_attempts",
+    "check_migrate",
     "check_on_dead",
     "check_priority",
     "check_publish_delay",

@@ -32,7 +32,6 @@ OnDead = Literal["release", "hold"]
 LeaseCommit = Literal["flush", "async"]
 LEASE_COMMITS = ("flush", "async")
 Migrate = Literal["create", "auto", "never"]
-MIGRATES = ("create", "auto", "never")
 # psycopg's own default.
 PREPARE_THRESHOLD = 5
 
@@ -126,9 +125,7 @@ def _lease_commit(value: object) -> LeaseCommit:
 
 
 def _migrate(value: object) -> Migrate:
-    if isinstance(value, str) and value.lower() in MIGRATES:
-        return cast(Migrate, value.lower())
-    raise ValueError(f"migrate must be one of {', '.join(MIGRATES)}, got {value!r}")
+    return cast(Migrate, core.check_migrate(value))
 
 
 def _prepare_threshold(value: object) -> int | None:

@@ -14,6 +14,7 @@ The builders of the public methods' operations go by the names of core's `Operat
 from __future__ import annotations
 
 import json
+import shlex
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -138,6 +139,31 @@ def _version(path: str, identity: Result) -> int:
             f"durable-transports knows version {sql.SCHEMA_VERSION}"
         )
     return int(version)
+
+
+def may_change(path: str, migrate: str, version: int) -> None:
+    """Raise unless ``migrate`` (the option) lets opening create (``version`` `EMPTY`)
+    or upgrade (an older version) the queue in the file at ``path``; the refusal names
+    the command that does it."""
+    if version == sql.SCHEMA_VERSION:
+        return
+    if version == EMPTY:
+        if migrate != "never":
+            return
+        why = "has no queue yet and this URL says migrate=never"
+    elif migrate == "auto":
+        return
+    else:
+        why = (
+            f"has queue schema version {version}, and this version of durable-transports "
+            f"needs version {sql.SCHEMA_VERSION}; opening upgrades it only with "
+            "?migrate=auto in the URL"
+        )
+    url = shlex.quote(f"sqlite:///{path}")
+    raise dt.TransportError(
+        f"{path} {why}: run `transports migrate {url}` "
+        "(`transports migrate --sql` prints the statements for review)"
+    )
 
 
 def needs_setup(path: str) -> Plan[int]:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from typing import Any, Generic, TypeVar
 from urllib.request import pathname2url
@@ -82,6 +83,8 @@ class Engine:
         self._relax = _ops.lease_durability(options.synchronous, options.memory)
         self._resting_busy_timeout = 0 if self.on_loop else options.busy_timeout
         self._execute: Callable[[_ops.Stmt], _ops.Result]
+        if options.migrate == "never" and not (options.memory or os.path.exists(options.path)):
+            _ops.may_change(options.path, options.migrate, _ops.EMPTY)  # refuses; creates nothing
         target = database_target(options)
         with sqlite_errors(options.path):
             # isolation_level=None: sqlite3 must not open transactions behind our back; we
@@ -97,6 +100,8 @@ class Engine:
         try:
             # Look before asking for the write lock, so that a read-only queue opens.
             version = self._transaction(conn, _ops.needs_setup(options.path))
+            if not options.memory:
+                _ops.may_change(options.path, options.migrate, version)
             if version == _ops.EMPTY:
                 self._transaction(conn, _ops.new_file())
                 self._transaction(conn, _ops.setup(options.path))
@@ -500,7 +505,7 @@ def run_migration(options: SqliteOptions, apply: bool) -> Migration:
     else:
         statements = sql.UPGRADES[version]
     if apply:
-        SqliteTransport(options).close()
+        SqliteTransport(replace(options, migrate="auto")).close()
     return Migration(
         "missing" if version == _ops.EMPTY else "old",
         None if version == _ops.EMPTY else version,
@@ -512,6 +517,6 @@ def run_migration(options: SqliteOptions, apply: bool) -> Migration:
 
 def migrate(url: str, *, apply: bool = True, **options: object) -> Migration:
     """Create the queue in the file at ``url`` when it has none, or upgrade an older
-    schema (as opening does too); with ``apply=False``, only read (a missing file is not
-    created), and return the DDL that would run."""
+    schema (which opening does only with ``migrate="auto"``); with ``apply=False``, only
+    read (a missing file is not created), and return the DDL that would run."""
     return run_migration(parse_url(url, options), apply)

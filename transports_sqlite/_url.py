@@ -43,6 +43,10 @@ class SqliteOptions:
     ``file_mode``: permission bits of a database file this transport creates (0o600).
     ``dedup_window``: seconds a group remembers an idempotency key (a day by default);
     a publish with a key used within it is a `Duplicate`.
+    ``migrate``: what opening may change in the file's schema. ``create`` (default):
+    create the queue in a new or empty file, but refuse a queue of an older schema
+    version, naming ``transports migrate``; ``auto``: also upgrade an older one in place
+    (in one write transaction); ``never``: neither, refuse a file without a queue too.
     ``clock``: seconds since the epoch; injectable for tests (keyword only).
     """
 
@@ -53,6 +57,7 @@ class SqliteOptions:
     on_dead: OnDead = "release"
     file_mode: int = 0o600
     dedup_window: float = core.DEDUP_WINDOW
+    migrate: str = "create"
     clock: Callable[[], float] = time.time
 
     @property
@@ -110,6 +115,7 @@ OPTIONS = core.OptionTable(
         "max_attempts": core.check_max_attempts,
         "on_dead": core.check_on_dead,
         "dedup_window": _dedup_window,
+        "migrate": core.check_migrate,
     },
     keyword_only={"clock": core.check_clock},
 )

@@ -18,10 +18,12 @@ from transports_core import (
     Event,
     Message,
     QueueStats,
+    TransportError,
     open_async_transport,
+    open_transport,
 )
 from transports_core.conformance import ManualClock
-from transports_sqlite import SqliteOptions, SqliteTransport
+from transports_sqlite import SqliteOptions, SqliteTransport, migrate
 from transports_sqlite import _sql as sql
 
 from ._support import query
@@ -336,7 +338,7 @@ def test_a_version_6_queue_is_upgraded_and_its_messages_age_from_the_upgrade(
 ) -> None:
     _v6_queue(db_path, clock.now())
     upgraded_at = clock.now()
-    transport = open_db()
+    transport = open_db(migrate="auto")
     assert query(db_path, "PRAGMA user_version") == [(sql.SCHEMA_VERSION,)]
     clock.advance(20)
     # Published 500 s before the upgrade, but the file did not know: aged from the upgrade.
@@ -365,7 +367,7 @@ def test_a_queue_upgraded_from_version_6_has_the_schema_of_a_new_one(
     db_path: Path, tmp_path: Path, open_db: OpenDb, clock: ManualClock
 ) -> None:
     _v6_queue(db_path, clock.now())
-    open_db().close()
+    open_db(migrate="auto").close()
     fresh = tmp_path / "fresh.db"
     SqliteTransport[Event](SqliteOptions(str(fresh))).close()
     schema = "SELECT type, name, sql FROM sqlite_master ORDER BY type, name"
@@ -379,3 +381,37 @@ def test_the_upgrade_script_stamps_rows_with_sqlites_own_clock() -> None:
     assert any("julianday('now')" in text for text in texts)
     with pytest.raises(KeyError):
         sql.script(sql.Statement("SELECT :other", ("other",)))
+
+
+def test_an_older_queue_is_refused_on_open_unless_migrate_auto_and_left_as_it_was(
+    db_path: Path, open_db: OpenDb, clock: ManualClock
+) -> None:
+    _v6_queue(db_path, clock.now())
+    before = db_path.read_bytes()
+    for options in ({}, {"migrate": "create"}, {"migrate": "never"}):
+        with pytest.raises(TransportError) as refused:
+            open_db(**options)
+        assert str(refused.value) == (
+            f"{db_path} has queue schema version 6, and this version of durable-transports "
+            f"needs version {sql.SCHEMA_VERSION}; opening upgrades it only with ?migrate=auto "
+            f"in the URL: run `transports migrate sqlite:///{db_path}` (`transports migrate "
+            "--sql` prints the statements for review)"
+        )
+    assert db_path.read_bytes() == before
+    assert query(db_path, "PRAGMA user_version") == [(6,)]
+    migrated = migrate(f"sqlite:///{db_path}")
+    assert (migrated.found, migrated.version, migrated.applied) == ("old", 6, True)
+    assert query(db_path, "PRAGMA user_version") == [(sql.SCHEMA_VERSION,)]
+    assert stats(open_db()).ready == 3
+
+
+def test_migrate_never_refuses_a_file_without_a_queue_and_creates_none(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    missing = tmp_path / "missing.db"
+    with pytest.raises(TransportError, match="has no queue yet and this URL says migrate=never"):
+        open_transport(f"sqlite:///{missing}?migrate=never", clock=clock)
+    assert not missing.exists()
+    with pytest.raises(ValueError, match="migrate must be one of create, auto, never, got 'x'"):
+        open_transport(f"sqlite:///{missing}?migrate=x", clock=clock)
+    assert not missing.exists()

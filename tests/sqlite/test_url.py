@@ -70,7 +70,8 @@ def test_unknown_query_option_is_named_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown SQLite option 'journal'") as info:
         parse_url("sqlite:///q.db?journal=wal", {})
     assert str(info.value).endswith(
-        "known options: busy_timeout, dedup_window, file_mode, max_attempts, on_dead, synchronous"
+        "known options: busy_timeout, dedup_window, file_mode, max_attempts, migrate, on_dead, "
+        "synchronous"
     )
 
 
@@ -78,8 +79,8 @@ def test_unknown_keyword_option_is_named_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown SQLite option 'timeout'") as info:
         parse_url("sqlite:///q.db", {"timeout": 1})
     assert str(info.value).endswith(
-        "known options: busy_timeout, clock, dedup_window, file_mode, max_attempts, on_dead, "
-        "synchronous"
+        "known options: busy_timeout, clock, dedup_window, file_mode, max_attempts, migrate, "
+        "on_dead, synchronous"
     )
 
 
