@@ -1491,13 +1491,40 @@ def settle_many(settles: list[Operation[None]]) -> SettleMany | AckMany:
 
 
 class AckAndClaim(Operation[core.Claimed | None]):
-    """An ack and the next claim, in one transaction."""
+    """An ack and the next claim. First, in one transaction and one round trip, the ack
+    as `Ack` tries it (`sql.ACK_AT_ONCE_MARKED`) and the claim's first try, which claims
+    only if the ack removed the head (`sql.CLAIM_AFTER_ACK`). A stale lease raises
+    `LeaseLost` with nothing claimed. An ack that must run again under its group's lock
+    runs with the claim in one transaction of their own; a claim that needs more than its
+    first try (lapsed groups to wake, a head to bury, due timers, tenants) goes on as
+    `ClaimRest`, the ack committed: as ``ack`` then ``claim`` would."""
 
     __slots__ = ("ack", "claim")
     call = "ack_and_claim"
 
     def __init__(self, ack: Operation[None], claim: Claim) -> None:
-        self.ack, self.claim = ack, _flushing(claim)
+        self.ack, self.claim = ack, _flushing_claim(claim)
+
+    def first(self, now: float | None) -> Batch | None:
+        if type(self.ack) is not Ack:
+            return None
+        return (
+            Stmt(sql.BEGIN),
+            Stmt(sql.ACK_AT_ONCE_MARKED, (*self.ack.fence, now)),
+            self.claim._claim(now, sql.CLAIM_AFTER_ACK),
+            Stmt(sql.COMMIT),
+        )
+
+    def done(self, results: list[Result], now: float | None) -> core.Claimed | More:
+        assert isinstance(self.ack, Ack)  # `first` gave a step
+        removed, _, held, _ = results[1].rows[0]
+        if removed == 0 and held:
+            return MORE
+        self.ack.held(removed == 1)
+        rows = results[2].rows
+        if not rows or self.claim._due(rows[0]):
+            return More(ClaimRest(self.claim, rows[0] if rows else None))
+        return self.claim._claimed(rows[0])
 
     def body(self, now: float | None) -> Steps[core.Claimed | None]:
         result: core.Claimed | None = yield from core.then_claiming(

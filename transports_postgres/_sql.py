@@ -769,10 +769,11 @@ _NO_TENANTS = "(SELECT min(tenant) FROM {s}.groups WHERE tenant IS NOT NULL) IS 
 _SIMPLE = f"""
        AND coalesce((SELECT min(due) FROM {{s}}.timers), 'Infinity') > {_NOW}
        AND {_NO_TENANTS}"""
-CLAIM_READY: Final = _claim(
+_READY = (
     f"\n       AND coalesce((SELECT min(busy_until) FROM {{s}}.groups), 'Infinity') >= {_NOW}"
     + _SIMPLE
 )
+CLAIM_READY: Final = _claim(_READY)
 CLAIM_SIMPLE: Final = _claim(_SIMPLE)
 CLAIM: Final = _claim("")
 # A claim in one tenant's turn: only its groups (through groups_tenant_ready), or only
@@ -921,8 +922,9 @@ ACK: Final = _remove_head(_FENCE, FENCE_NAMES)
 # the right one. Finding none, it drops the group only if the row still has one message;
 # otherwise it changes nothing and says whether the lease was held when it began, and the
 # ack runs again as LOCK_LEASE then ACK.
-ACK_AT_ONCE: Final = Statement(
-    f"""
+def _ack_at_once(mark: str = "") -> Statement:
+    return Statement(
+        f"""
 WITH nxt AS (
     SELECT seq, attempt, id, not_before FROM {{s}}.messages
      WHERE group_id = :group_id AND seq > :seq
@@ -945,10 +947,24 @@ WITH nxt AS (
     RETURNING 1
 )
 SELECT g.n, (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM moved) AND {_ANY_WAITER}),
-       CASE WHEN g.n = 0 THEN EXISTS (SELECT 1 FROM {{s}}.groups WHERE {_FENCE}) END
+       CASE WHEN g.n = 0 THEN EXISTS (SELECT 1 FROM {{s}}.groups WHERE {_FENCE}) END{mark}
   FROM (SELECT count(*) AS n FROM gone) g
 """,
-    (*FENCE_NAMES, "now"),
+        (*FENCE_NAMES, "now"),
+    )
+
+
+ACK_AT_ONCE: Final = _ack_at_once()
+# ack_and_claim's first try, in one transaction and one round trip: ACK_AT_ONCE, which
+# also notes in a setting local to the transaction whether it removed the head, then
+# CLAIM_AFTER_ACK, which claims only if it did. A stale lease (or an ack that must run
+# again under the group's lock) so claims nothing, with no round trip to ask in between.
+_ACKED = "transports.acked"
+ACK_AT_ONCE_MARKED: Final = _ack_at_once(
+    f",\n       set_config('{_ACKED}', CASE WHEN g.n = 1 THEN 'yes' ELSE 'no' END, true)"
+)
+CLAIM_AFTER_ACK: Final = _claim(
+    _READY + f"\n       AND current_setting('{_ACKED}', true) IS NOT DISTINCT FROM 'yes'"
 )
 
 # ack_many, first: every group of the batch locked, in group order (as publish_many locks

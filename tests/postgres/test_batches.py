@@ -145,6 +145,30 @@ def test_a_batch_of_claims_and_one_of_acks_are_one_round_trip_each(
         assert counts()["Sync"] == 2
 
 
+def test_ack_and_claim_is_one_round_trip_and_a_stale_lease_claims_nothing(
+    one_conn: Transport[Event],
+) -> None:
+    t = one_conn
+    t.publish_many([(g, Event(n=n), 0) for n in (1, 2) for g in "ab"])
+    lease = t.claim("w", 60)
+    assert lease is not None
+    with sent(t) as counts:
+        counts()
+        nxt = t.ack_and_claim(lease, "w", 60)
+        once = counts()
+        assert (once["Sync"], once["Bind"]) == (1, 4), once  # BEGIN, ack, claim, COMMIT
+        assert nxt is not None
+        assert (lease.group_id, nxt.group_id, nxt.event.n) == ("a", "b", 1)
+        # Stale: the same lease again (acked already). LeaseLost, and nothing claimed.
+        with pytest.raises(LeaseLost):
+            t.ack_and_claim(lease, "w", 60)
+        assert counts()["Sync"] == 1
+    assert isinstance(t, TransportAdmin)
+    assert t.stats().in_flight == 1  # b's head only: the stale call claimed nothing
+    left = sorted((x.group_id, x.event.n) for x in t.claim_many("w", 60, 10))
+    assert left == [("a", 2)]  # b is in flight; a's next one is still there
+
+
 def test_batches_that_are_not_distinct_acks_keep_the_generic_path(
     one_conn: Transport[Event],
 ) -> None:
