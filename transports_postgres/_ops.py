@@ -964,32 +964,30 @@ class Stats(_Read[dt.QueueStats]):
             delayed[p] = delayed.get(p, 0) + int(n)
         # A held message not due is counted delayed, not ready.
         holding = {p: int(n) for p, n in held.rows}
-        counts = {
-            p: (int(ready) - holding.get(p, 0), int(leased), int(parked))
-            for p, ready, leased, parked, *_ in live.rows
-        }
-        # The backlog's age (None: nothing ready) and groups, by the same priorities.
-        backlog: dict[int, tuple[float | None, int, int]] = {
-            p: (None if age is None else float(age), int(open_), int(busy))
-            for p, _, _, _, open_, busy, age in live.rows
+        # Per priority: the message counts, the backlog's age (None: nothing ready) and
+        # its ready and busy groups.
+        found: dict[int, dict[str, Any]] = {
+            p: {
+                "ready": int(ready) - holding.get(p, 0),
+                "in_flight": int(leased),
+                "parked": int(parked),
+                "oldest_ready_age": None if age is None else float(age),
+                "ready_groups": int(open_),
+                "busy_groups": int(busy),
+            }
+            for p, ready, leased, parked, open_, busy, age in live.rows
         }
         dead = {p: int(n) for p, n in dead_rows.rows}
-        rows = []
-        for p in sorted(counts.keys() | dead.keys() | delayed.keys()):
-            age, open_groups, busy_groups = backlog.get(p, (None, 0, 0))
-            rows.append(
-                dt.PriorityStats(
-                    p,
-                    *counts.get(p, (0, 0, 0)),
-                    dead=dead.get(p, 0),
-                    delayed=delayed.get(p, 0),
-                    oldest_ready_age=age,
-                    ready_groups=open_groups,
-                    busy_groups=busy_groups,
-                )
-            )
+        none = {"ready": 0, "in_flight": 0, "parked": 0}
         return core.queue_stats(
-            rows, keys=int(keys.rows[0][0]), paused=int(paused.rows[0][0])
+            (
+                dt.PriorityStats(
+                    p, **found.get(p, none), dead=dead.get(p, 0), delayed=delayed.get(p, 0)
+                )
+                for p in sorted(found.keys() | dead.keys() | delayed.keys())
+            ),
+            keys=int(keys.rows[0][0]),
+            paused=int(paused.rows[0][0]),
         )
 
 
@@ -1521,10 +1519,7 @@ class AckAndClaim(Operation[core.Claimed | None]):
         if removed == 0 and held:
             return MORE
         self.ack.held(removed == 1)
-        rows = results[2].rows
-        if not rows or self.claim._due(rows[0]):
-            return More(ClaimRest(self.claim, rows[0] if rows else None))
-        return self.claim._claimed(rows[0])
+        return self.claim.done(results[2:3], now)  # as the claim's own first try goes on
 
     def body(self, now: float | None) -> Steps[core.Claimed | None]:
         result: core.Claimed | None = yield from core.then_claiming(
