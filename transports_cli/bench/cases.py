@@ -17,6 +17,7 @@ Imports no backend: a case gets an open transport, or a URL and options to open 
 from __future__ import annotations
 
 import asyncio
+import functools
 import multiprocessing
 import os
 import platform
@@ -248,15 +249,27 @@ async def drain_ack_and_claim_async(transport: AsyncTransport[Event], n: int) ->
 
 
 @contextmanager
+def _case(
+    transport: Transport[Event],
+    n: int,
+    rounds: int,
+    prefix: str,
+    groups: int,
+    drain: Callable[[Transport[Event], int], None],
+) -> Iterator[Round]:
+    """A backlog of ``rounds`` x ``n`` messages over ``groups`` published up front, then
+    ``drain`` of ``n`` a round."""
+    transport.publish_many(items(n * rounds, groups, prefix))
+    yield lambda: drain(transport, n)
+
+
 def claim_ack(
     transport: Transport[Event], n: int, rounds: int, prefix: str = "group-", groups: int = 10
-) -> Iterator[Round]:
+) -> AbstractContextManager[Round]:
     """Claim and ack ``n`` messages per round, from a backlog published up front."""
-    transport.publish_many(items(n * rounds, groups, prefix))
-    yield lambda: drain_claim_ack(transport, n)
+    return _case(transport, n, rounds, prefix, groups, drain_claim_ack)
 
 
-@contextmanager
 def claim_many(
     transport: Transport[Event],
     n: int,
@@ -264,20 +277,18 @@ def claim_many(
     prefix: str = "group-",
     limit: int = LIMIT,
     groups: int = BATCH_GROUPS,
-) -> Iterator[Round]:
+) -> AbstractContextManager[Round]:
     """`drain_batches` of ``limit``, ``n`` messages per round, over enough groups that
     every batch can be full (a group leases one message at a time)."""
-    transport.publish_many(items(n * rounds, max(groups, limit), prefix))
-    yield lambda: drain_batches(transport, n, limit)
+    drain = functools.partial(drain_batches, limit=limit)
+    return _case(transport, n, rounds, prefix, max(groups, limit), drain)
 
 
-@contextmanager
 def ack_and_claim(
     transport: Transport[Event], n: int, rounds: int, prefix: str = "group-", groups: int = 10
-) -> Iterator[Round]:
+) -> AbstractContextManager[Round]:
     """`drain_ack_and_claim`, ``n`` messages per round."""
-    transport.publish_many(items(n * rounds, groups, prefix))
-    yield lambda: drain_ack_and_claim(transport, n)
+    return _case(transport, n, rounds, prefix, groups, drain_ack_and_claim)
 
 
 @contextmanager
