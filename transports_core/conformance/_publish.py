@@ -50,7 +50,12 @@ BAD_CALLS: list[tuple[str, str, type[Exception], BadCall]] = [
     ),
     ("publish-key-empty", "key", ValueError, lambda t, _: t.publish("c", ev(9), key="")),
     ("publish-key-256", "key", ValueError, lambda t, _: t.publish("c", ev(9), key="k" * 256)),
-    ("publish-key-int", "key", TypeError, lambda t, _: t.publish("c", ev(9), key=7)),  # type: ignore[arg-type]
+    (
+        "publish-key-int",
+        "key",
+        TypeError,
+        lambda t, _: t.publish("c", ev(9), key=7),  # type: ignore[arg-type]  # on purpose
+    ),
     (
         "publish_many-bad-key-midway",
         "key",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from functools import partial
 from typing import Any, cast
 
 from transports_core import Event, Message, TenantInfo, Transport, TransportAdmin, Unsupported
@@ -171,7 +172,7 @@ class TenantScenarios(Steps):
                 TENANT_WEIGHTS,
                 error,
                 f"set_tenant_weight({bad_name!r}, {weight!r})",
-                lambda n=bad_name, w=weight: loose.set_tenant_weight(n, w),  # type: ignore[misc]
+                partial(loose.set_tenant_weight, bad_name, weight),
             )
         again = {x.tenant: x.weight for x in a.tenants()}
         assert again.get(name) == 1000, f"{TENANT_WEIGHTS}: a refused call changed {again}"

@@ -11,6 +11,7 @@ capability), so "due" is moved to, never slept for, where the backend allows it.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any, Final
 
 from transports_core import Event, Message, Transport, TransportAdmin, Unsupported
@@ -210,7 +211,7 @@ class TimerScenarios(Steps):
                 DELAY_NOT_BEFORE_DUE,
                 error,
                 f"publish(delay={bad!r})",
-                lambda bad=bad: loose.publish("a", ev(1), delay=bad),  # type: ignore[misc]
+                partial(loose.publish, "a", ev(1), delay=bad),
             )
         must_raise(
             DELAY_NOT_BEFORE_DUE,
