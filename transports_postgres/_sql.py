@@ -799,19 +799,26 @@ SELECT coalesce((SELECT min(due) FROM {{s}}.timers), 'Infinity') <= {_NOW},
 # so the next claim goes on with the rotation in the batch's order. With :max_attempts,
 # the batch stops at the first head out of deliveries, which is leased all the same
 # (that claim buries it under its fence and claims again: see `_ops.ClaimMany`). The
-# heads are found one probe each, and the rows leased by their keys, so that no plan
-# reads the whole of either table. The leases come back in the order they were taken.
+# heads are found one probe each. The rows are leased through the row ids their locks
+# returned (and their keys, checked again on the row updated), a fetch each whatever
+# the planner believes of the table's size: joined by key alone, a plan made while the
+# table was small scans all of it once per group of the batch. A row that a commit
+# changed after the statement's snapshot was taken is locked in its new version, which
+# the snapshot does not see: it is left as it is, as if the lock had been taken by the
+# one who changed it a moment before (SKIP LOCKED passes over such a row too), and the
+# next claim takes it. The leases come back in the order they were taken.
 CLAIM_MANY: Final = Statement(
     f"""
 WITH c AS MATERIALIZED (
-    SELECT group_id, locked_by, head_seq, attempt, last_claimed_at FROM {{s}}.groups
+    SELECT ctid AS at, group_id, locked_by, head_seq, attempt, last_claimed_at
+      FROM {{s}}.groups
      WHERE free AND NOT paused AND priority >= :min_priority
        AND coalesce((SELECT min(busy_until) FROM {{s}}.groups), 'Infinity') >= {_NOW}{_SIMPLE}
      ORDER BY last_claimed_at, head_seq
      LIMIT :limit
      FOR NO KEY UPDATE SKIP LOCKED
 ), o AS MATERIALIZED (
-    SELECT c.group_id, c.locked_by, m.event, m.base,
+    SELECT c.at, c.group_id, c.locked_by, m.event, m.base,
            row_number() OVER (ORDER BY c.last_claimed_at, c.head_seq) AS n,
            c.attempt - m.base >= :max_attempts::integer AS spent
       FROM c CROSS JOIN LATERAL (
@@ -826,7 +833,7 @@ WITH c AS MATERIALIZED (
            busy_until = t.now + :visibility, attempt = g.attempt + 1,
            last_claimed_at = t.now + (k.n - 1) * :step::float8
       FROM k, t, {_LEASE_COMMIT}
-     WHERE g.group_id = ANY (ARRAY(SELECT group_id FROM k)) AND g.group_id = k.group_id
+     WHERE g.ctid = ANY (ARRAY(SELECT at FROM k)) AND g.ctid = k.at AND g.group_id = k.group_id
     RETURNING g.head_seq, g.group_id, k.event, g.attempt, g.lock_expiry, k.base, k.locked_by, k.n
 )
 SELECT head_seq, group_id, event, attempt, lock_expiry, base, locked_by FROM u ORDER BY n
@@ -972,12 +979,16 @@ CLAIM_AFTER_ACK: Final = _claim(
 # caller's transaction locks its group: in repeatable read, a group changed since the
 # snapshot then fails with a serialization error, where its fence read in the snapshot
 # would report a current lease as lost). Then ACK_MANY, in a fresh statement whose
-# snapshot sees any publish that committed before these locks were granted.
+# snapshot sees any publish that committed before these locks were granted. Each group
+# is locked by a probe of its key, one after the other in the sorted list's order (a
+# nested loop keeps its outer order): a plan that found them all at once, by a scan of
+# the table and a sort, is what the planner picks while the table is small.
 LOCK_BATCH_GROUPS: Final = Statement(
     """
-SELECT 1 FROM {s}.groups WHERE group_id = ANY (:group_ids::text[])
- ORDER BY group_id
-   FOR UPDATE
+SELECT 1
+  FROM (SELECT group_id FROM unnest(:group_ids::text[]) AS b (group_id) ORDER BY group_id) b
+ CROSS JOIN LATERAL (
+    SELECT 1 FROM {s}.groups g WHERE g.group_id = b.group_id FOR UPDATE) x
 """,
     ("group_ids",),
 )
@@ -985,33 +996,36 @@ _BATCH_FENCES = (
     "unnest(:group_ids::text[], :seqs::bigint[], :worker_ids::text[], :attempts::integer[]) "
     "WITH ORDINALITY AS b (group_id, seq, worker_id, attempt, n)"
 )
-_B_FENCE = (
-    "g.group_id = b.group_id AND g.head_seq = b.seq AND g.locked_by = b.worker_id "
-    "AND g.attempt = b.attempt AND g.group_id = ANY (:group_ids::text[])"
-)
 BATCH_FENCE_NAMES: Final = ("group_ids", "seqs", "worker_ids", "attempts")
 # Every current lease of the batch (its groups distinct, locked by LOCK_BATCH_GROUPS) acked as
 # ACK acks one: its head goes, the next message becomes the head, free, with the
 # deliveries it had (moved back under its own seq if it joined when due; held if not
-# due), and a group with none left goes. The heads and next messages are found one probe
-# each and changed through the row ids found (the rows are under their groups' locks);
-# the groups through their keys. What comes back: the places (1-based) in the batch of
-# the leases acked; a blocked claim is woken.
+# due), and a group with none left goes. Each group row, head and next message is found
+# by a probe of its key (a lateral subquery with LIMIT 1: the planner cannot turn it
+# into a join that reads the whole table, as it does while a table is small), and every
+# row is then changed through the row id found: under their groups' locks, taken before
+# this statement's snapshot, none of them can move (the keys are checked again on the
+# rows changed all the same). What comes back: the places (1-based) in the batch of the
+# leases acked; a blocked claim is woken.
 ACK_MANY: Final = Statement(
     f"""
 WITH lease AS MATERIALIZED (
-    SELECT b.group_id, b.seq, b.n, h.ctid AS head
+    SELECT b.group_id, b.seq, b.n, g.at, h.head
       FROM {_BATCH_FENCES}
-      JOIN {{s}}.groups g ON {_B_FENCE}
      CROSS JOIN LATERAL (
-        SELECT m.ctid FROM {{s}}.messages m
+        SELECT g.ctid AS at FROM {{s}}.groups g
+         WHERE g.group_id = b.group_id AND g.head_seq = b.seq AND g.locked_by = b.worker_id
+           AND g.attempt = b.attempt
+         LIMIT 1) g
+     CROSS JOIN LATERAL (
+        SELECT m.ctid AS head FROM {{s}}.messages m
          WHERE m.group_id = b.group_id AND m.seq = b.seq LIMIT 1) h
 ), nxt AS MATERIALIZED (
-    SELECT lease.group_id, x.*
-      FROM lease CROSS JOIN LATERAL (
+    SELECT lease.group_id, lease.at AS g_at, x.*
+      FROM lease LEFT JOIN LATERAL (
         SELECT m.ctid AS at, m.seq, m.attempt, m.id, m.not_before FROM {{s}}.messages m
          WHERE m.group_id = lease.group_id AND m.seq > lease.seq
-         ORDER BY m.seq LIMIT 1) x
+         ORDER BY m.seq LIMIT 1) x ON true
 ), gone AS (
     DELETE FROM {{s}}.messages
      WHERE ctid = ANY (ARRAY(SELECT head FROM lease))
@@ -1019,18 +1033,18 @@ WITH lease AS MATERIALIZED (
 ), moved AS (
     UPDATE {{s}}.groups g {_TO_NEXT}
       FROM nxt
-     WHERE g.group_id = ANY (ARRAY(SELECT group_id FROM nxt)) AND g.group_id = nxt.group_id
+     WHERE g.ctid = ANY (ARRAY(SELECT g_at FROM nxt WHERE seq IS NOT NULL))
+       AND g.ctid = nxt.g_at AND g.group_id = nxt.group_id AND nxt.seq IS NOT NULL
     RETURNING 1
 ), back AS (
     UPDATE {{s}}.messages m SET seq = nxt.id, id = NULL
       FROM nxt
      WHERE m.ctid = ANY (ARRAY(SELECT at FROM nxt WHERE id IS NOT NULL))
-       AND m.ctid = nxt.at AND nxt.id IS NOT NULL
+       AND m.ctid = nxt.at AND m.group_id = nxt.group_id AND nxt.id IS NOT NULL
 ), dropped AS (
     DELETE FROM {{s}}.groups
-     WHERE group_id = ANY (ARRAY(
-        SELECT group_id FROM lease
-         WHERE NOT EXISTS (SELECT 1 FROM nxt WHERE nxt.group_id = lease.group_id)))
+     WHERE ctid = ANY (ARRAY(SELECT g_at FROM nxt WHERE seq IS NULL))
+       AND group_id = ANY (ARRAY(SELECT group_id FROM nxt WHERE seq IS NULL))
 )
 SELECT (SELECT coalesce(array_agg(n ORDER BY n), '{{}}') FROM lease),
        (SELECT {_NOTIFY} WHERE EXISTS (SELECT 1 FROM moved) AND {_ANY_WAITER})

@@ -193,3 +193,62 @@ def test_the_stats_read_the_oldest_ready_message_off_the_front_of_its_index(
         raw.execute("ROLLBACK")
     assert "Seq Scan on messages" not in plan, plan
     assert "Index Scan using messages_ready" in plan, plan
+
+
+# claim_many's, and ack_many's two: the statements of a batch that reach its groups' rows.
+BATCH_ROWS = ("claim_many", "lock_batch_groups", "ack_many")
+# The ways into groups that cost a probe per row found: a key, a row id, the front of the
+# claims' indexes (the free groups in order; the first busy or tenanted one).
+PROBES = {
+    "Index Scan using groups_pkey",
+    "Tid Scan",
+    "Index Scan using groups_ready",
+    "Index Only Scan using groups_busy",
+    "Index Only Scan using groups_tenanted",
+}
+
+
+def test_a_batch_reaches_its_groups_one_probe_each_on_a_small_table(
+    queue: Transport[Event], raw: psycopg.Connection[Any], schema: str
+) -> None:
+    # A few hundred groups with short names and a backlog, drained once by batches and
+    # filled again, never analyzed: the groups table is a few dozen pages, which the
+    # planner would rather scan than probe, and a scan joined to a batch that it
+    # believes has one row is then made once per group of the batch.
+    items = [(f"g{n % 500}", Event(n=n), 0) for n in range(3000)]
+    queue.publish_many(items)
+    while leases := queue.claim_many("w", 60, 50):
+        assert queue.ack_many(leases) == []
+    queue.publish_many(items)
+    leases = queue.claim_many("w", 60, 50)
+    fences = [
+        [x.group_id for x in leases],
+        [x.seq for x in leases],
+        [x.worker_id for x in leases],
+        [x.attempt for x in leases],
+    ]
+    params = {
+        "claim_many": HOT["claim_many"][1],
+        "lock_batch_groups": (fences[0],),
+        "ack_many": (*fences, None),
+    }
+    raw.execute("SET plan_cache_mode = force_generic_plan")
+    raw.execute("BEGIN")
+    try:
+        plans = {}
+        for name in BATCH_ROWS:
+            stmt = HOT[name][0]
+            raw.execute(f"PREPARE probe_{name} AS {_positional(stmt, schema)}")
+            args = ", ".join("NULL" if p is None else psycopg.sql.quote(p) for p in params[name])
+            rows = raw.execute(f"EXPLAIN EXECUTE probe_{name}({args})")
+            plans[name] = "\n".join(row[0] for row in rows)
+    finally:
+        raw.execute("ROLLBACK")
+    for name, plan in plans.items():
+        # Every row of groups the statement reaches is a probe of an index or a row id.
+        scans = re.findall(r"((?:\w+ )*?Scan(?: using \w+)?) on groups\b", plan)
+        assert scans, f"{name}:\n{plan}"
+        for scan in scans:
+            assert scan in PROBES, f"{name}: {scan}\n{plan}"
+    assert "Tid Scan on groups" in plans["claim_many"], plans["claim_many"]
+    assert "Tid Scan on groups" in plans["ack_many"], plans["ack_many"]
