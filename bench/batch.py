@@ -24,7 +24,11 @@ And the floors, done with the driver the backend uses, on a store of their own:
 
 - PostgreSQL, ``floor_batch``: psycopg on a plain table, batches of ``--limit``: an
   ``UPDATE ... FOR UPDATE SKIP LOCKED ... RETURNING`` to lease, a ``DELETE ... = ANY``
-  to ack, each statement autocommitted as the transport's are.
+  to ack, each statement autocommitted as the transport's are. ``floor_groups``: the
+  same two statements a batch over a table of groups and one of messages, which keeps
+  what the groups cost and nothing else: each group's messages in order, its head
+  leased by one worker at a time, the free groups taken in round-robin order; no
+  fencing, priorities, pauses, tenants, timers, lapsed leases or dead letters.
 - Redis, ``floor``: the round trips of a claim+ack and nothing else, two EVALSHA of a
   script that does nothing per message, over one redis-py connection; ``floor_batch``:
   the same two per batch of ``--limit``.
@@ -95,6 +99,62 @@ RETURNING j.id, j.group_id, j.event"""
 PG_ACK = "DELETE FROM {t} WHERE id = ANY (%s)"
 
 
+# PostgreSQL: groups in round-robin order, each its messages in order, one leased at a
+# time, in bare SQL (no fencing or anything else the transport keeps).
+PG_GROUPS_TABLES = (
+    """
+CREATE TABLE {s}.groups (
+    group_id        text    PRIMARY KEY,
+    head_seq        bigint  NOT NULL,
+    depth           integer NOT NULL,
+    locked_by       text,
+    busy            boolean NOT NULL DEFAULT false,
+    last_claimed_at float8  NOT NULL DEFAULT 0
+)""",
+    "CREATE INDEX groups_ready ON {s}.groups (last_claimed_at, head_seq) WHERE NOT busy",
+    """
+CREATE TABLE {s}.messages (
+    group_id text      NOT NULL,
+    seq      bigserial NOT NULL,
+    event    text      NOT NULL,
+    PRIMARY KEY (group_id, seq)
+)""",
+)
+PG_GROUPS_FILL = (
+    "INSERT INTO {s}.messages (group_id, event) SELECT g, %s FROM unnest(%s::text[]) AS g",
+    """
+INSERT INTO {s}.groups (group_id, head_seq, depth)
+SELECT group_id, min(seq), count(*) FROM {s}.messages GROUP BY group_id""",
+)
+# The first free groups in round-robin order, locked, leased, with their heads' events.
+PG_GROUPS_CLAIM = """
+WITH c AS MATERIALIZED (
+    SELECT group_id FROM {s}.groups WHERE NOT busy ORDER BY last_claimed_at, head_seq
+     LIMIT %s FOR UPDATE SKIP LOCKED
+)
+UPDATE {s}.groups g SET busy = true, locked_by = %s, last_claimed_at = date_part('epoch', now())
+  FROM c WHERE g.group_id = c.group_id
+RETURNING g.group_id, g.head_seq,
+          (SELECT event FROM {s}.messages m WHERE m.group_id = g.group_id AND m.seq = g.head_seq)"""
+# The acked heads go; each group moves to its next message, free, or goes if it has none.
+PG_GROUPS_ACK = """
+WITH b AS MATERIALIZED (
+    SELECT * FROM unnest(%s::text[], %s::bigint[]) AS b (group_id, seq)
+), gone AS (
+    DELETE FROM {s}.messages m USING b WHERE m.group_id = b.group_id AND m.seq = b.seq
+), nxt AS MATERIALIZED (
+    SELECT b.group_id, (SELECT m.seq FROM {s}.messages m
+                         WHERE m.group_id = b.group_id AND m.seq > b.seq
+                         ORDER BY m.seq LIMIT 1) AS seq
+      FROM b
+), moved AS (
+    UPDATE {s}.groups g SET head_seq = nxt.seq, depth = g.depth - 1, busy = false,
+           locked_by = NULL
+      FROM nxt WHERE g.group_id = nxt.group_id AND nxt.seq IS NOT NULL
+)
+DELETE FROM {s}.groups WHERE group_id IN (SELECT group_id FROM nxt WHERE seq IS NULL)"""
+
+
 @contextmanager
 def pg_floor(url: str, n: int, limit: int) -> Iterator[Case]:
     """The raw batched floor's round on a PostgreSQL server, in a schema of its own."""
@@ -123,6 +183,43 @@ def pg_floor(url: str, n: int, limit: int) -> Iterator[Case]:
                 if not rows:
                     raise RuntimeError("floor: the rows ran out")
                 conn.execute(ack, ([row[0] for row in rows],))
+                left -= len(rows)
+
+        yield fill, drain
+
+
+@contextmanager
+def pg_groups_floor(url: str, n: int, limit: int) -> Iterator[Case]:
+    """The floor that keeps groups (`PG_GROUPS_CLAIM`, `PG_GROUPS_ACK`), in a schema of
+    its own on a PostgreSQL server."""
+    import psycopg
+
+    conn = psycopg.connect(url.partition("?")[0], autocommit=True)
+
+    def drop(name: str) -> None:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+    with conn, scratch("bench_batch_groups_", drop) as name:
+        schema = f'"{name}"'
+        conn.execute(f"CREATE SCHEMA {schema}")
+        for table in PG_GROUPS_TABLES:
+            conn.execute(table.format(s=schema))
+        groups = [f"g{i % GROUPS}" for i in range(n)]
+        raw = EVENT.model_dump_json()
+        fills = [statement.format(s=schema) for statement in PG_GROUPS_FILL]
+        claim, ack = PG_GROUPS_CLAIM.format(s=schema), PG_GROUPS_ACK.format(s=schema)
+
+        def fill() -> None:
+            conn.execute(fills[0], (raw, groups))
+            conn.execute(fills[1])
+
+        def drain() -> None:
+            left = n
+            while left:
+                rows = conn.execute(claim, (min(limit, left), WORKER)).fetchall()
+                if not rows:
+                    raise RuntimeError("floor: the groups ran out")
+                conn.execute(ack, ([row[0] for row in rows], [row[1] for row in rows]))
                 left -= len(rows)
 
         yield fill, drain
@@ -268,6 +365,8 @@ RATIOS: dict[str, list[Ratio]] = {
     "postgresql": [
         Ratio("claim_many+ack_many / claim+ack", "batch", "single", 8.0),
         Ratio("claim_many+ack_many / raw SQL batches", "batch", "floor_batch", 0.7),
+        Ratio("claim_many+ack_many / raw SQL with groups", "batch", "floor_groups"),
+        Ratio("raw SQL with groups / raw SQL batches", "floor_groups", "floor_batch"),
         Ratio("ack_and_claim loop / claim+ack", "chain", "single"),
     ],
     "redis": [
@@ -296,6 +395,7 @@ LABELS: dict[str, str | dict[str, str]] = {
         "redis": "floor: 2 empty EVALSHA a message",
         "sqlite": "floor: UPDATE commit + DELETE commit",
     },
+    "floor_groups": "floor: raw SQL, groups, batches of {limit}",
     "floor_batch": {
         "postgresql": "floor: raw SQL batches of {limit}",
         "redis": "floor: 2 empty EVALSHA a batch of {limit}",
@@ -354,6 +454,7 @@ def measure_queue(url: str, rounds: int, n: int, limit: int, **options: Any) -> 
         cases = run.cases()
         if scheme == "postgresql":
             cases["floor_batch"] = stack.enter_context(pg_floor(url, n, limit))
+            cases["floor_groups"] = stack.enter_context(pg_groups_floor(url, n, limit))
         elif scheme == "redis":
             cases["floor"], cases["floor_batch"] = stack.enter_context(redis_floors(url, n, limit))
         elif scheme == "sqlite":

@@ -177,7 +177,7 @@ def test_timers_benchmark_prints_claim_costs_and_wake_latencies(
 
 CASES = {
     "sqlite": ["single", "batch", "chain", "floor", "chain_async"],
-    "postgresql": ["single", "batch", "chain", "floor_batch"],
+    "postgresql": ["single", "batch", "chain", "floor_batch", "floor_groups"],
     "redis": ["single", "batch", "chain", "floor", "floor_batch"],
 }
 # Each backend's ratios with a target: (name, bound), in the order printed.

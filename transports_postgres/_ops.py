@@ -1462,11 +1462,9 @@ class AckMany(Operation[list[dt.LeaseLost]]):
 
     def __init__(self, acks: list[Ack]) -> None:
         self.acks = acks
-        columns: tuple[list[Any], ...] = ([], [], [], [])
-        for ack in acks:
-            for column, value in zip(columns, ack.fence, strict=True):
-                column.append(value)
-        self.fences = columns
+        # The fences' columns (`sql.BATCH_FENCE_NAMES`), one list each.
+        columns = tuple(map(list, zip(*(ack.fence for ack in acks), strict=True)))
+        self.fences: tuple[list[Any], ...] = columns or ([], [], [], [])
 
     def first(self, now: float | None) -> Batch:
         return (
