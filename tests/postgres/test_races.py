@@ -183,6 +183,37 @@ def test_an_ack_whose_snapshot_has_the_next_head_needs_no_second_try(
     assert queue.claim("w", 60) is None
 
 
+@pytest.mark.parametrize("raced", ["a", "b"], ids=["last-message", "more-messages"])
+def test_ack_many_sees_a_publish_to_one_of_its_groups_committing_meanwhile(
+    queue: Transport[Event], raw: Conn, schema_url: tuple[str, str], raced: str
+) -> None:
+    # Group a has only the acked message when the batch begins, b has one more; a
+    # publish to one of them holds its group until the batch waits for it, then
+    # commits. The batch's acks run in a statement whose snapshot is taken once its
+    # locks are held: both acked, and the new message is next in its group (an ack
+    # from an older snapshot would drop group a under it).
+    assert isinstance(queue, PostgresTransport)
+    queue.publish("a", Event(n=1))
+    queue.publish("b", Event(n=1))
+    queue.publish("b", Event(n=2))
+    leases = queue.claim_many("w", 60, 10)
+    assert sorted(x.group_id for x in leases) == ["a", "b"]
+    publisher = _open_publish(schema_url, raced, 3)
+    try:
+        thread, out = _in_thread(lambda: queue.ack_many(leases))
+        _blocked_on_lock(raw, publisher)
+        publisher.execute("COMMIT")
+        thread.join(20)
+    finally:
+        publisher.close()
+    assert out == [[]]
+    left: dict[str, list[int]] = {}
+    while (nxt := queue.claim("w", 60)) is not None:
+        left.setdefault(nxt.group_id, []).append(nxt.event.n)
+        queue.ack(nxt)
+    assert left == ({"a": [3], "b": [2]} if raced == "a" else {"b": [2, 3]})
+
+
 class ClaimWithoutWaking(Claim):
     """A claim that takes a ready group without first looking for lapsed ones."""
 
