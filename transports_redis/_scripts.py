@@ -3,7 +3,8 @@
 A script declares the keys it touches (by suffix under the queue's hash tag) and the
 names of its arguments once, beside its text; `Script.source` binds them to ``K.<name>``
 and ``A.<name>`` ahead of the shared helpers, so no script indexes KEYS or ARGV by
-number. Imports no driver.
+number. `LIBRARY` holds them all as the functions of one Redis Functions library, which
+the runners call (FCALL) unless the server refuses it. Imports no driver.
 
 Key layout of queue NAME (every key under the hash tag ``{NAME}``, so one queue lives in
 one cluster slot; group ids are hash fields and set members, never part of a key):
@@ -1124,6 +1125,7 @@ CLAIM_MANY: Final = Script(
     (*CLAIM_ARGS, "limit"),
     CLAIMING
     + r"""
+moved = 0  -- (in a library, the last call's count stays: see `LIBRARY`)
 local now, out, limit = clock(A.now), {0}, tonumber(A.limit)
 for i = 1, limit do
   local got = claim_one(now + (i - 1) * TICK, A)
@@ -2060,3 +2062,57 @@ ALL: Final = (
     DEAD_LETTERS, REQUEUE, DISCARD, PURGE_GROUP, CHECK, PROMOTE_DUE, CANCEL, PAUSE,
     PAUSED_GROUPS, PEEK, SET_TENANT_WEIGHT, TENANTS, STORED_VERSION, UPGRADE,
 )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Library:
+    """Every script as one Redis Functions library (Redis 7), which the runners call with
+    FCALL: the shared helpers are made once, when the server loads the library, where a
+    script makes a closure of each helper it carries at every call. Its name and its
+    functions' carry its digest, since a server may hold the libraries of several
+    versions of this code at once."""
+
+    source: str
+    name: str
+
+    def function(self, script: Script) -> str:
+        return f"{self.name}_{script.name}"
+
+
+# The texts that scripts start with, which a library holds once, ahead of its functions
+# (in this order: each uses helpers of those before it). APPEND_MANY starts with TIMERS.
+_SHARED: Final = (APPEND_MANY, PUT, OWNER, KEY_HELPERS, CLAIMING)
+
+
+def _own(body: str) -> str:
+    """A script's body less the shared texts it starts with."""
+    shared = (*_SHARED, TIMERS)
+    while True:
+        for text in shared:
+            if body.startswith(text):
+                body = body[len(text) :]
+                break
+        else:
+            return body
+
+
+def library(scripts: tuple[Script, ...]) -> Library:
+    """``scripts`` as the functions of one library. K, A and ARGV are the library's, set
+    by each function as it starts, so that the helpers (made once) see the call's keys
+    and arguments; what a function's body declares is its own, made at each call."""
+    parts = ["local K, A, ARGV", HELPERS, *_SHARED]
+    for script in scripts:
+        keys = ", ".join(f"{k} = KEYS[{i}]" for i, k in enumerate(script.keys, 1))
+        args = ", ".join(f"{a} = ARGV[{i}]" for i, a in enumerate(script.args, 1))
+        flags = ", ".join(f"'{flag}'" for flag in script.flags.split(",") if flag)
+        parts.append(
+            f"redis.register_function{{function_name = 'NAME_{script.name}', "
+            f"flags = {{{flags}}}, callback = function(KEYS, args)\n"
+            f"ARGV = args\nK = {{{keys}}}\nA = {{{args}}}\n{_own(script.body)}\nend}}"
+        )
+    code = "\n".join(parts)
+    name = "dt_" + hashlib.sha1(code.encode()).hexdigest()
+    return Library(f"#!lua name={name}\n" + code.replace("'NAME_", f"'{name}_"), name)
+
+
+LIBRARY: Final = library(ALL)
