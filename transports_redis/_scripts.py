@@ -2096,19 +2096,38 @@ def _own(body: str) -> str:
             return body
 
 
+# How many queues' key tables a function keeps (see `library`): past that many it
+# forgets them all, so that a server of many queues does not keep a table for each.
+KNOWN: Final = 64
+
+
 def library(scripts: tuple[Script, ...]) -> Library:
     """``scripts`` as the functions of one library. K, A and ARGV are the library's, set
     by each function as it starts, so that the helpers (made once) see the call's keys
-    and arguments; what a function's body declares is its own, made at each call."""
+    and arguments; what a function's body declares is its own, made at each call. A
+    function keeps the key tables of the last `KNOWN` queues it was called on, by their
+    first key: a function's keys are a queue's keys in one order, so the first names the
+    rest (the runners send them so), and a table of some 30 keys costs a claim more than
+    finding it."""
     parts = ["local K, A, ARGV", HELPERS, *_SHARED]
     for script in scripts:
         keys = ", ".join(f"{k} = KEYS[{i}]" for i, k in enumerate(script.keys, 1))
         args = ", ".join(f"{a} = ARGV[{i}]" for i, a in enumerate(script.args, 1))
         flags = ", ".join(f"'{flag}'" for flag in script.flags.split(",") if flag)
+        bind = f"K = {{{keys}}}"
+        if script.keys:
+            # The keys' table of a queue, made at its first call: the same key names
+            # make the same table (see `KNOWN`).
+            bind = (
+                f"K = known[KEYS[1]]\nif K == nil then\n  K = {{{keys}}}\n"
+                f"  if count == {KNOWN} then known, count = {{}}, 0 end\n"
+                "  known[KEYS[1]], count = K, count + 1\nend"
+            )
         parts.append(
+            "do\nlocal known, count = {}, 0\n"
             f"redis.register_function{{function_name = 'NAME_{script.name}', "
             f"flags = {{{flags}}}, callback = function(KEYS, args)\n"
-            f"ARGV = args\nK = {{{keys}}}\nA = {{{args}}}\n{_own(script.body)}\nend}}"
+            f"ARGV = args\n{bind}\nA = {{{args}}}\n{_own(script.body)}\nend}}\nend"
         )
     code = "\n".join(parts)
     name = "dt_" + hashlib.sha1(code.encode()).hexdigest()

@@ -230,3 +230,27 @@ def test_a_unix_socket_url_reaches_the_server(tmp_path_factory: pytest.TempPathF
         raw = redis.Redis(port=server.port, db=2)
         assert raw.get("dt:{sock}:seq") == b"1"  # in database 2, as the URL asked
         raw.close()
+
+
+def test_calls_on_more_queues_than_a_function_keeps_keys_for_stay_on_their_queue() -> None:
+    """A function keeps the key tables of the last `KNOWN` queues it served: calls that
+    go round more queues than that, and come back, each touch their own queue's keys."""
+    with private_server() as server:
+        count = scripts.KNOWN + 2
+        queues = [open_transport(with_queue(server.url, f"q{i}")) for i in range(count)]
+        try:
+            for _ in range(2):
+                for i, queue in enumerate(queues):
+                    queue.publish(f"g{i}", Event(n=i))
+            for _ in range(2):
+                for i, queue in enumerate(queues):
+                    lease = queue.claim("w", 5)
+                    assert lease is not None
+                    assert (lease.group_id, lease.event.n) == (f"g{i}", i)
+                    queue.ack(lease)
+            for queue in queues:
+                assert queue.claim("w", 5) is None
+                assert_sound(queue)
+        finally:
+            for queue in queues:
+                queue.close()
