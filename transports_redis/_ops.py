@@ -55,14 +55,26 @@ class Packer:
     library), with the part that never changes (the command, the function's name or
     the script's digest, the key names) packed once."""
 
-    __slots__ = ("_heads", "_queue", "functions")
+    __slots__ = ("_heads", "_last", "_queue", "functions")
 
     def __init__(self, queue: str, functions: bool = True) -> None:
         self._queue = queue
         self._heads: dict[tuple[bool, str], tuple[int, bytes]] = {}
+        # Per script, its last call, when its arguments were a tuple: a call sent again
+        # with the very same tuple (a worker's claim: see `Claim.args`) is packed once.
+        self._last: dict[str, tuple[bool, tuple[Arg, ...], bytes]] = {}
         self.functions = functions
 
     def call(self, script: Script, args: Sequence[Arg]) -> bytes:
+        last = self._last.get(script.name)
+        if last is not None and last[1] is args and last[0] == self.functions:
+            return last[2]
+        packed = self._pack(script, args)
+        if isinstance(args, tuple):
+            self._last[script.name] = (self.functions, args, packed)
+        return packed
+
+    def _pack(self, script: Script, args: Sequence[Arg]) -> bytes:
         head = self._heads.get((self.functions, script.name))
         if head is None:
             nkeys = len(script.keys)
@@ -262,7 +274,7 @@ class Claim(Op["core.Claimed | Idle"], core.Claiming["core.Claimed | Idle"]):
     after taking a wake-up token, which passes the wake-up on when more is ready, for
     the next waiter (see `Waiter`)."""
 
-    __slots__ = ("head", "tail")
+    __slots__ = ("head", "on_server", "tail")
     script = scripts.CLAIM
 
     def __init__(
@@ -279,6 +291,9 @@ class Claim(Op["core.Claimed | Idle"], core.Claiming["core.Claimed | Idle"]):
         # Packed once: a worker's claim is kept (see `ReuseLast`) and sent again and again.
         self.head = (self.worker_id, repr(self.visibility), self.min_priority)
         self.tail = (max_attempts or 0, on_dead, int(cascade), scripts.SWEEP)
+        # On the server's clock, the arguments never change: one tuple, which the
+        # runner's `Packer` then packs once.
+        self.on_server = (*self.head, server_time(None), *self.tail)
 
     def woken(self) -> Claim:
         """The same claim, made after taking a wake-up token."""
@@ -310,6 +325,8 @@ class Claim(Op["core.Claimed | Idle"], core.Claiming["core.Claimed | Idle"]):
     def args(self, now: float | None) -> tuple[Arg, ...]:
         """The script's arguments, `scripts.CLAIM_ARGS`, as every claiming script takes
         them."""
+        if now is None:
+            return self.on_server
         return (*self.head, server_time(now), *self.tail)
 
 

@@ -62,6 +62,17 @@ def test_a_call_is_packed_as_one_resp_array(functions: bool) -> None:
     assert all(k.startswith("dt:{q}:") for k in keys)
 
 
+def test_a_claim_on_the_servers_clock_is_packed_once() -> None:
+    claim, packer = ops.Claim("w", 2.5, 0, None, "release"), ops.Packer("q")
+    first = packer.call(*claim.first(None))
+    assert packer.call(*claim.first(None)) is first
+    assert first == ops.Packer("q").call(scripts.CLAIM, tuple(claim.first(None)[1]))
+    timed = packer.call(*claim.first(100.25))
+    assert timed != first
+    assert b"100.25" in timed
+    assert packer.call(*claim.first(None)) == first
+
+
 def test_replies_are_read_exactly() -> None:
     claim = ops.Claim("w", 2.5, 0, None, "release")
     assert claim.first(None) == (scripts.CLAIM, ("w", "2.5", 0, "", 0, "release", 0, 250))
