@@ -1,6 +1,6 @@
 """`AsyncRedisTransport`: the operations of `_ops` run over ``redis.asyncio``.
 
-The sync twin's runner, awaited, over the same `Handle`: one EVALSHA per call, on an idle
+The sync twin's runner, awaited, over the same `Handle`: one FCALL per call, on an idle
 connection of the handle's or one from the pool, retries off, error replies through
 `_errors.Recover`, operations run by core's `drive_async` and a claim that waits by
 `wait_for_async`. It connects on first use, or at ``async with`` (the maxmemory-policy
@@ -32,11 +32,13 @@ from ._errors import (
     LONGEST_LOOK,
     REPLIES,
     Exchange,
+    FunctionsRefused,
     Node,
     Unreachable,
     connecting,
     redis_errors,
 )
+from ._scripts import Library, Script
 from ._sync import CLOSE_KEY_MS, Handle, pool_kwargs
 from ._topology import AsyncLocator
 from ._url import RedisOptions
@@ -176,7 +178,12 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
         return conn
 
     async def _send(
-        self, call: bytes, source: str | None, writes: bool, name: str, timeout: float = 0
+        self,
+        call: bytes,
+        source: Script | Library | None,
+        writes: bool,
+        name: str,
+        timeout: float = 0,
     ) -> Any:
         reply = await self._reach(Exchange([call]), writes, name, timeout)
         if isinstance(reply, REPLIES):
@@ -185,11 +192,16 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
         return reply
 
     async def _execute(self, call: ops.ScriptCall) -> Any:
-        """Send one step of an operation: its script, as one EVALSHA."""
+        """The sync twin's, awaited."""
         script, args = call
-        return await self._send(
-            self._packer.evalsha(script, args), script.source, script.writes, script.name
-        )
+        packer = self._packer
+        try:
+            return await self._send(
+                packer.call(script, args), packer.loader(script), script.writes, script.name
+            )
+        except FunctionsRefused:
+            packer.functions = False  # see the sync twin's
+            return await self._send(packer.call(script, args), script, script.writes, script.name)
 
     async def _command(self, *args: Any, writes: bool = False, check: bool = True) -> Any:
         if check and not self._checked:

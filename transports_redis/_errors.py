@@ -11,6 +11,12 @@ becomes one too or is worked around by `Recover`, an operation both runners hand
                                                             -> OutcomeUnknown
     the same during a read                                  -> TransportError
     NOSCRIPT                  the script is loaded and the call sent again (it did not run)
+    "Function not found"      (NOFUNCTION here) the same for the library of functions: it
+                              is loaded (FUNCTION LOAD REPLACE) and the call sent again; a
+                              server that refuses to load it (an ACL without FUNCTION, out
+                              of memory), or to run FCALL at all (NOPERM), raises
+                              `FunctionsRefused`: the runner sends its calls as EVALSHA
+                              from then on
     MOVED                     the queue's slot is served by another cluster node: that
                               node becomes the queue's node, and the call is sent there
     ASK                       the slot is migrating and its keys are gone from this node:
@@ -49,6 +55,7 @@ from transports_core import OutcomeUnknown, TransportError
 from transports_core.backend import Operation, Steps
 
 from ._ops import command
+from ._scripts import Library, Script
 
 Node = tuple[str, int]
 # What an error reply is raised as: see the module's docstring for LOADING's class.
@@ -77,6 +84,15 @@ class Exchange(NamedTuple):
     commands: list[bytes]
     node: Node | None = None
     pause: float = 0.0
+
+
+class FunctionsRefused(Exception):
+    """The server would not load the library of functions, or run FCALL: nothing ran,
+    and the runner sends the call again as EVALSHA. Never leaves the runner."""
+
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(str(reply))
+        self.reply = reply
 
 
 class Unreachable(TransportError):
@@ -159,11 +175,15 @@ _CODES: tuple[tuple[type[rex.RedisError], str], ...] = (
 
 
 def error_code(reply: Reply) -> tuple[str, str]:
-    """The code of an error reply (``MOVED``) and the text after it."""
+    """The code of an error reply (``MOVED``) and the text after it. A missing function
+    has no code of its own (ERR, which redis-py strips): it is NOFUNCTION here."""
     for cls, code in _CODES:
         if isinstance(reply, cls):
             return code, str(reply)
-    code, _, rest = str(reply).partition(" ")
+    text = str(reply)
+    if text.startswith("Function not found"):
+        return "NOFUNCTION", text
+    code, _, rest = text.partition(" ")
     return code, rest
 
 
@@ -183,11 +203,12 @@ def _node(rest: str, current: Node) -> Node:
 
 
 class Recover(Operation[Exchange, Any, Any]):
-    """What follows when ``call`` (packed; ``source``: its script's text, if it is an
-    EVALSHA) got the error ``reply`` from the queue's node ``home``: its steps are the
-    `Exchange`s that work around it, each sent the reply it got; they end with the
-    call's real reply, or raise the `TransportError` they come to. ``follow`` makes
-    another node the queue's node (after MOVED). Core's drivers run it."""
+    """What follows when ``call`` (packed; ``source``: what to load where its code is
+    missing, its script for an EVALSHA, the library for an FCALL) got the error ``reply``
+    from the queue's node ``home``: its steps are the `Exchange`s that work around it,
+    each sent the reply it got; they end with the call's real reply, or raise the
+    `TransportError` they come to (or `FunctionsRefused`). ``follow`` makes another node
+    the queue's node (after MOVED). Core's drivers run it."""
 
     __slots__ = ("call", "follow", "home", "operation", "patience", "reply", "server", "source")
 
@@ -195,7 +216,7 @@ class Recover(Operation[Exchange, Any, Any]):
         self,
         reply: Reply,
         call: bytes,
-        source: str | None,
+        source: Script | Library | None,
         home: Node,
         follow: Callable[[Node], None],
         server: str,
@@ -216,11 +237,25 @@ class Recover(Operation[Exchange, Any, Any]):
             kind, rest = error_code(reply)
             text = f"{kind} {rest}"
             wait = 0.0
-            if kind == "NOSCRIPT" and self.source is not None and node not in loaded:
+            library = isinstance(self.source, Library)
+            if library and (kind == "NOPERM" or text.startswith("unknown command")):
+                raise FunctionsRefused(reply)
+            if kind == "NOSCRIPT" and isinstance(self.source, Script) and node not in loaded:
                 # A restarted or flushed server has lost the script: load it, once per node.
-                done = yield Exchange([command("SCRIPT", "LOAD", self.source)], node)
+                done = yield Exchange([command("SCRIPT", "LOAD", self.source.source)], node)
                 if isinstance(done, REPLIES):
                     raise refused(done, server, operation) from done
+                loaded.add(node)
+            elif kind == "NOFUNCTION" and isinstance(self.source, Library) and node not in loaded:
+                # The same for the library (a new node, a restart without persistence, a
+                # FUNCTION FLUSH, or never loaded there); REPLACE, since another client
+                # may load it meanwhile.
+                load = command("FUNCTION", "LOAD", "REPLACE", self.source.source)
+                done = yield Exchange([load], node)
+                if isinstance(done, REPLIES):
+                    if error_code(done)[0] in (*WAITED_OUT, "READONLY"):
+                        raise refused(done, server, operation) from done
+                    raise FunctionsRefused(done)
                 loaded.add(node)
             elif kind == "MOVED":
                 moves += 1

@@ -3,7 +3,7 @@
 
 An operation checks its arguments when it is built (so bad input never reaches the
 server). A step is one script call, `ScriptCall`: the `Script` and its arguments, which the
-runner sends as one EVALSHA (the ``now`` core passes becomes the script's ``now``
+runner sends as one FCALL (see `Packer`; the ``now`` core passes becomes the script's ``now``
 argument, ``""`` for the server's TIME). Most calls are that one step, `first`, whose
 reply `done` turns into the call's value or `LeaseLost`; the admin calls that go in
 chunks are `steps`, one script call a chunk. A claim that waits is core's `wait_plan`
@@ -49,24 +49,48 @@ def command(*args: Arg) -> bytes:
 
 
 class Packer:
-    """EVALSHA calls of queue ``queue`` in the server's wire format (RESP), with the part
-    that never changes (the command, the script's digest, its key names) packed once."""
+    """The calls of queue ``queue`` in the server's wire format (RESP): FCALL of the
+    script's function in `_scripts.LIBRARY` while ``functions`` holds, else EVALSHA of
+    the script (the runner turns it off for good when the server refuses to load the
+    library), with the part that never changes (the command, the function's name or
+    the script's digest, the key names) packed once."""
 
-    __slots__ = ("_heads", "_queue")
+    __slots__ = ("_heads", "_last", "_queue", "functions")
 
-    def __init__(self, queue: str) -> None:
+    def __init__(self, queue: str, functions: bool = True) -> None:
         self._queue = queue
-        self._heads: dict[str, tuple[int, bytes]] = {}
+        self._heads: dict[tuple[bool, str], tuple[int, bytes]] = {}
+        # Per script, its last call, when its arguments were a tuple: a call sent again
+        # with the very same tuple (a worker's claim: see `Claim.args`) is packed once.
+        self._last: dict[str, tuple[bool, tuple[Arg, ...], bytes]] = {}
+        self.functions = functions
 
-    def evalsha(self, script: Script, args: Sequence[Arg]) -> bytes:
-        head = self._heads.get(script.sha)
+    def call(self, script: Script, args: Sequence[Arg]) -> bytes:
+        last = self._last.get(script.name)
+        if last is not None and last[1] is args and last[0] == self.functions:
+            return last[2]
+        packed = self._pack(script, args)
+        if isinstance(args, tuple):
+            self._last[script.name] = (self.functions, args, packed)
+        return packed
+
+    def _pack(self, script: Script, args: Sequence[Arg]) -> bytes:
+        head = self._heads.get((self.functions, script.name))
         if head is None:
             nkeys = len(script.keys)
             keys = b"".join(_bulk(k) for k in queue_keys(self._queue, script))
-            fixed = _bulk("EVALSHA") + _bulk(script.sha) + _bulk(nkeys) + keys
-            head = self._heads[script.sha] = (3 + nkeys, fixed)
+            if self.functions:
+                named = _bulk("FCALL") + _bulk(scripts.LIBRARY.function(script))
+            else:
+                named = _bulk("EVALSHA") + _bulk(script.sha)
+            fixed = named + _bulk(nkeys) + keys
+            head = self._heads[(self.functions, script.name)] = (3 + nkeys, fixed)
         count, fixed = head
         return b"".join([b"*%d\r\n" % (count + len(args)), fixed, *[_bulk(a) for a in args]])
+
+    def loader(self, script: Script) -> Script | scripts.Library:
+        """What a server that lacks the call's code must load: the library, or the script."""
+        return scripts.LIBRARY if self.functions else script
 
 
 def key_member(group_id: str, key: str) -> str:
@@ -114,7 +138,7 @@ def number(text: str | bytes | int) -> float:
 CHUNK = 250
 
 # One step: a script and its arguments (after the keys), which the runner sends as one
-# EVALSHA; the reply is whatever the script returned, as redis-py reads it.
+# FCALL (or EVALSHA); the reply is whatever the script returned, as redis-py reads it.
 ScriptCall = tuple[Script, Sequence[Arg]]
 
 
@@ -250,7 +274,7 @@ class Claim(Op["core.Claimed | Idle"], core.Claiming["core.Claimed | Idle"]):
     after taking a wake-up token, which passes the wake-up on when more is ready, for
     the next waiter (see `Waiter`)."""
 
-    __slots__ = ("head", "tail")
+    __slots__ = ("head", "on_server", "tail")
     script = scripts.CLAIM
 
     def __init__(
@@ -267,6 +291,9 @@ class Claim(Op["core.Claimed | Idle"], core.Claiming["core.Claimed | Idle"]):
         # Packed once: a worker's claim is kept (see `ReuseLast`) and sent again and again.
         self.head = (self.worker_id, repr(self.visibility), self.min_priority)
         self.tail = (max_attempts or 0, on_dead, int(cascade), scripts.SWEEP)
+        # On the server's clock, the arguments never change: one tuple, which the
+        # runner's `Packer` then packs once.
+        self.on_server = (*self.head, server_time(None), *self.tail)
 
     def woken(self) -> Claim:
         """The same claim, made after taking a wake-up token."""
@@ -298,6 +325,8 @@ class Claim(Op["core.Claimed | Idle"], core.Claiming["core.Claimed | Idle"]):
     def args(self, now: float | None) -> tuple[Arg, ...]:
         """The script's arguments, `scripts.CLAIM_ARGS`, as every claiming script takes
         them."""
+        if now is None:
+            return self.on_server
         return (*self.head, server_time(now), *self.tail)
 
 

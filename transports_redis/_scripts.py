@@ -3,7 +3,8 @@
 A script declares the keys it touches (by suffix under the queue's hash tag) and the
 names of its arguments once, beside its text; `Script.source` binds them to ``K.<name>``
 and ``A.<name>`` ahead of the shared helpers, so no script indexes KEYS or ARGV by
-number. Imports no driver.
+number. `LIBRARY` holds them all as the functions of one Redis Functions library, which
+the runners call (FCALL) unless the server refuses it. Imports no driver.
 
 Key layout of queue NAME (every key under the hash tag ``{NAME}``, so one queue lives in
 one cluster slot; group ids are hash fields and set members, never part of a key):
@@ -99,10 +100,21 @@ PROMOTE: Final = 100
 SWEEP: Final = 250
 
 # A group record `packed` unpacked as `r` (see `load`), in the scripts that read one.
-UNPACK_GROUP: Final = """local r = {}
-  r.head, r.tail, r.depth, r.prio, r.att, r.base, r.worker, r.due, r.last, r.held,
-    r.tenant, r.paused, r.hold, r.holds = cmsgpack.unpack(packed)
-  r.tenant, r.paused, r.hold, r.holds = r.tenant or '', r.paused or 0, r.hold or 0, r.holds or 0"""
+UNPACK_GROUP: Final = """local head, tail, depth, prio, att, base, worker, due, last, held, tenant,
+    paused, hold, holds = cmsgpack.unpack(packed)
+  -- one constructor: a table filled field by field grows (and rehashes) four times
+  local r = {head = head, tail = tail, depth = depth, prio = prio, att = att, base = base,
+    worker = worker, due = due, last = last, held = held, tenant = tenant or '',
+    paused = paused or 0, hold = hold or 0, holds = holds or 0}"""
+
+# What a new group's first record carries after its fields: a string that msgpack
+# reads as one value more, and which makes the record longer than the 64 bytes
+# (`hash-max-listpack-value`) up to which Redis keeps a hash as a flat list. The group
+# hash `g`, read and written by every claim and every settle, is then a hash table from
+# its first group on: in a flat list each HGET and HSET scans up to 512 groups
+# (`hash-max-listpack-entries`), the largest cost of a claim and ack on a queue of a
+# few hundred groups. The next save of the group drops it.
+GROUP_PAD: Final = "'\\217@" + "-" * 64 + "'"
 
 # Shared by every script. Numbers handed to redis.call go through f17: Lua would format
 # them with 14 significant digits, which moves a lease's end by up to a tenth of a ms.
@@ -129,7 +141,7 @@ end
 local function save(group, r)
   redis.call('HSET', K.g, group, cmsgpack.pack(
     r.head, r.tail, r.depth, r.prio, r.att, r.base, r.worker, r.due, r.last, r.held,
-    r.tenant, r.paused, r.hold, r.holds))
+    r.tenant, r.paused, r.hold, r.holds) .. (r.pad or ''))
 end
 -- a group's prefix in the members that name it first: its length, then itself, so that
 -- a group's members are one range by name
@@ -156,18 +168,24 @@ local function sortable(x)
   return (string.gsub(b, '.', function(c) return string.char(255 - string.byte(c)) end))
 end
 -- past every member of a range named by its prefix (a name and a time)
-local TOP = string.rep('\255', 9)
-local function rkey(p) return K['r' .. p] end
+local TOP = '\255\255\255\255\255\255\255\255\255'
+-- A priority's digit, for the names built from one: Lua formats a number it joins to a
+-- string with sprintf, which costs more than the rest of the join.
+local DIGIT = {[0] = '0', '1', '2', '3', '4'}
+local function rkey(p) return K['r' .. DIGIT[p]] end
 -- the counters: m<p> queued messages (a dead letter holding its group not counted),
 -- l<p> leased and k<p> parked groups in busy (until a claim frees them, a lapsed
 -- lease or ended park too: stats takes those off), d<p> dead letters
-local function bump(field, by) redis.call('HINCRBY', K.n, field, by) end
+-- (a number passed to redis.call is formatted with sprintf too: the usual steps are
+-- passed as strings)
+local STEP = {[1] = '1', [-1] = '-1'}
+local function bump(field, by) redis.call('HINCRBY', K.n, field, STEP[by] or by) end
 -- h<p>: groups whose hold-delayed head is not due yet (busy as parked ones are, but
 -- counted as delayed); t<p>: delayed messages waiting apart, in tm
 local function kind(r)
-  if r.worker ~= '' then return 'l' .. r.prio end
-  if r.hold == 1 then return 'h' .. r.prio end
-  return 'k' .. r.prio
+  if r.worker ~= '' then return 'l' .. DIGIT[r.prio] end
+  if r.hold == 1 then return 'h' .. DIGIT[r.prio] end
+  return 'k' .. DIGIT[r.prio]
 end
 -- a dead letter's member of K.dg: its group's length first, so that a group's members
 -- are exactly those between its prefix and the prefix followed by \255
@@ -181,7 +199,7 @@ local function score(r)
 end
 local function signal(upto)
   for f = 0, upto do
-    local k = K['w' .. f]
+    local k = K['w' .. DIGIT[f]]
     if redis.call('LLEN', k) == 0 then redis.call('RPUSH', k, '1') end
   end
 end
@@ -216,23 +234,31 @@ local function make_ready(group, r)
   signal(r.prio)
 end
 local function earliest()
-  if redis.call('EXISTS', K.busy) == 0 then return nil end
-  return tonumber(redis.call('ZRANGE', K.busy, 0, 0, 'WITHSCORES')[2])
+  local top = redis.call('ZRANGE', K.busy, '0', '0', 'WITHSCORES')
+  if top[2] then return tonumber(top[2]) end
+  return nil
 end
 -- a waiting claim sleeps until the earliest deadline: wake it when that moves earlier;
--- `first` is that deadline when the caller knows it already (false: look it up)
+-- `first` is that deadline when the caller knows it already (false: look it up). Returns
+-- the end as the scripts reply it, f17.
 local function make_busy(group, r, first)
   if first == false then first = earliest() end
-  if redis.call('ZADD', K.busy, f17(r.due), group) == 1 then bump(kind(r), 1) end
+  local due = f17(r.due)
+  if redis.call('ZADD', K.busy, due, group) == 1 then bump(kind(r), 1) end
   if first == nil or first > r.due then signal(r.prio) end
+  return due
 end
 -- a group whose head changed goes on: held by its head's not-before time, or ready
 local function go_on(group, r)
   if r.hold == 1 then make_busy(group, r, false) else make_ready(group, r) end
 end
+-- off busy, else off the ready sets: a group is in one of them at most (check says so)
 local function unlist(group, r)
-  if redis.call('ZREM', K.busy, group) == 1 then bump(kind(r), -1) end
-  unready(group, r)
+  if redis.call('ZREM', K.busy, group) == 1 then
+    bump(kind(r), -1)
+  else
+    unready(group, r)
+  end
 end
 -- message `seq` of the group leaves: its not-before time, if it had one, goes too
 local function drop_hold(r, seq)
@@ -241,11 +267,12 @@ local function drop_hold(r, seq)
     r.holds = r.holds - 1
   end
 end
--- a group that is created: its tenant, and paused if its id is
+-- a group that is created: its tenant, and paused if its id is. Its first record ends
+-- with PAD (see `GROUP_PAD`), which unpack reads as one more value, ignored.
 local function new_group(group, seq, prio, tenant)
   local r = {head = seq, tail = seq, depth = 1, prio = tonumber(prio), att = 0, base = 0,
              worker = '', due = 0, last = 0, held = 0, tenant = tenant, paused = 0, hold = 0,
-             holds = 0}
+             holds = 0, pad = PAD}
   if redis.call('SISMEMBER', K.pz, group) == 1 then r.paused = 1 end
   if tenant ~= '' then redis.call('HINCRBY', K.tw, 'n' .. tenant, 1) end
   return r
@@ -261,9 +288,16 @@ local function advance(group, r)
   local head = r.head
   if r.held ~= 0 then redis.call('ZREM', K.hg, group) end
   not_ready(group, head)
-  local nxt = redis.call('HGET', K.nx, head)
-  redis.call('HDEL', K.ev, head)
-  redis.call('HDEL', K.nx, head)
+  -- the seq as a field name, formatted once (as an integer: a number passed to
+  -- redis.call is formatted with '%.17g', which costs more)
+  local field = string.format('%d', head)
+  redis.call('HDEL', K.ev, field)
+  -- a group's last message links to none
+  local nxt = nil
+  if r.depth > 1 then
+    nxt = redis.call('HGET', K.nx, field)
+    redis.call('HDEL', K.nx, field)
+  end
   drop_hold(r, head)
   r.depth = r.depth - 1
   if r.depth == 0 or not nxt then
@@ -291,7 +325,7 @@ end
 -- the fenced head acked: its group goes on with the next message, or is forgotten
 local function acked(group, r)
   unlist(group, r)
-  bump('m' .. r.prio, -1)
+  bump('m' .. DIGIT[r.prio], -1)
   local n = advance(group, r)
   if n then go_on(group, n) end
 end
@@ -330,8 +364,8 @@ local function kill(group, r, now, how, text, last, max, on_dead)
     group, r.prio, raw, r.att, how, text, r.att - r.base, max, last, now, held))
   redis.call('ZADD', K.deadq, r.head, r.head)
   redis.call('ZADD', K.dg, 0, dead_member(group, r.head))
-  bump('m' .. r.prio, -1)
-  bump('d' .. r.prio, 1)
+  bump('m' .. DIGIT[r.prio], -1)
+  bump('d' .. DIGIT[r.prio], 1)
   unlist(group, r)
   if held == 1 then
     redis.call('HDEL', K.ev, r.head)
@@ -353,7 +387,7 @@ local function unbury(seq)
   bump('d' .. d[2], -1)
   return d
 end
-""".replace("UNPACK_GROUP", UNPACK_GROUP)
+""".replace("UNPACK_GROUP", UNPACK_GROUP).replace("PAD}", GROUP_PAD + "}")
 
 
 # Appending, delaying and promoting. A message's stored value names its group and own
@@ -386,7 +420,7 @@ local function enqueue(group, prio, raw, tenant, seq, since)
     save(group, r)
     make_ready(group, r)
   end
-  bump('m' .. r.prio, 1)
+  bump('m' .. DIGIT[r.prio], 1)
   now_ready(group, r.prio, seq, since)
   return r
 end
@@ -991,7 +1025,7 @@ if first ~= nil and first < now then
 end
 local floor, max = tonumber(c.floor), tonumber(c.max)
 while true do
-  local best, tenant, start, none_pass = nil, nil, nil, nil
+  local best, tenant, start, none_pass, popped = nil, nil, nil, nil, false
   local tenanted = tenants and redis.call('EXISTS', K.tc) == 1
   if tenanted then
     X = X or tenant_helpers()
@@ -1000,13 +1034,24 @@ while true do
   end
   if not tenanted or tenant == '' then
     -- the ready group without a tenant whose last claim is oldest; EXISTS first: most
-    -- queues use one or two priorities, and ZRANGE costs ten times more
-    local ready = {}
-    for p = floor, 4 do
-      if redis.call('EXISTS', rkey(p)) == 1 then ready[#ready + 1] = rkey(p) end
+    -- queues use one or two priorities, and ZRANGE costs ten times more. One EXISTS
+    -- counts the ready sets there are, then one each finds them, up to that count.
+    local ready, sets = {}, {}
+    for p = floor, 4 do sets[#sets + 1] = rkey(p) end
+    local count = redis.call('EXISTS', unpack(sets))
+    if count == #sets then
+      ready = sets
+    elseif count > 0 then
+      for _, k in ipairs(sets) do
+        if redis.call('EXISTS', k) == 1 then
+          ready[#ready + 1] = k
+          if #ready == count then break end
+        end
+      end
     end
     if #ready == 1 then
-      best = redis.call('ZRANGE', ready[1], 0, 0)[1]
+      -- taken off its ready set at once: it is leased, or made a dead letter, below
+      best, popped = redis.call('ZPOPMIN', ready[1])[1], true
     elseif #ready > 1 then
       local best_score = nil
       for _, k in ipairs(ready) do
@@ -1029,10 +1074,10 @@ while true do
     if r.worker ~= '' then last = 'lapsed' end
     kill(best, r, now, 'x', '', last, max, c.on_dead)
   else
-    unready(best, r)
+    if not popped then unready(best, r) end
     r.att, r.worker, r.due, r.last = r.att + 1, c.worker, now + tonumber(c.vis), now
     save(best, r)
-    make_busy(best, r, first)
+    local due = make_busy(best, r, first)
     if tenanted then
       X.account(tenant, start, none_pass)
     elseif tenants and redis.call('EXISTS', K.tp) == 1 then
@@ -1049,7 +1094,7 @@ while true do
         if p <= top or redis.call('EXISTS', rkey(p)) == 1 then signal(p); break end
       end
     end
-    return {1, r.head, best, redis.call('HGET', K.ev, r.head), r.att, f17(r.due)}
+    return {1, r.head, best, redis.call('HGET', K.ev, r.head), r.att, due}
   end
 end
 """,
@@ -1080,6 +1125,7 @@ CLAIM_MANY: Final = Script(
     (*CLAIM_ARGS, "limit"),
     CLAIMING
     + r"""
+moved = 0  -- (in a library, the last call's count stays: see `LIBRARY`)
 local now, out, limit = clock(A.now), {0}, tonumber(A.limit)
 for i = 1, limit do
   local got = claim_one(now + (i - 1) * TICK, A)
@@ -1704,6 +1750,7 @@ for i = 1, #all, 2 do
   if r.held == 0 and r.paused == 0 and places ~= 1 then
     fail(group .. ': in ' .. places .. ' sets')
   end
+  if busy and places > 1 then fail(group .. ': busy and ready') end
   if r.hold == 1 and (r.worker ~= '' or r.due == 0) then fail(group .. ': hold but not parked') end
   local holds, s2 = 0, r.head
   for _ = 1, r.depth do
@@ -1843,7 +1890,7 @@ if r == nil then return 0 end
 if r.head == seq then
   if r.held ~= 0 or (r.worker ~= '' and r.due >= clock(A.now)) then return 0 end
   unlist(group, r)
-  bump('m' .. r.prio, -1)
+  bump('m' .. DIGIT[r.prio], -1)
   local n = advance(group, r)
   if n then go_on(group, n) end
   return 1
@@ -2015,3 +2062,76 @@ ALL: Final = (
     DEAD_LETTERS, REQUEUE, DISCARD, PURGE_GROUP, CHECK, PROMOTE_DUE, CANCEL, PAUSE,
     PAUSED_GROUPS, PEEK, SET_TENANT_WEIGHT, TENANTS, STORED_VERSION, UPGRADE,
 )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Library:
+    """Every script as one Redis Functions library (Redis 7), which the runners call with
+    FCALL: the shared helpers are made once, when the server loads the library, where a
+    script makes a closure of each helper it carries at every call. Its name and its
+    functions' carry its digest, since a server may hold the libraries of several
+    versions of this code at once."""
+
+    source: str
+    name: str
+
+    def function(self, script: Script) -> str:
+        return f"{self.name}_{script.name}"
+
+
+# The texts that scripts start with, which a library holds once, ahead of its functions
+# (in this order: each uses helpers of those before it). APPEND_MANY starts with TIMERS.
+_SHARED: Final = (APPEND_MANY, PUT, OWNER, KEY_HELPERS, CLAIMING)
+
+
+def _own(body: str) -> str:
+    """A script's body less the shared texts it starts with."""
+    shared = (*_SHARED, TIMERS)
+    while True:
+        for text in shared:
+            if body.startswith(text):
+                body = body[len(text) :]
+                break
+        else:
+            return body
+
+
+# How many queues' key tables a function keeps (see `library`): past that many it
+# forgets them all, so that a server of many queues does not keep a table for each.
+KNOWN: Final = 64
+
+
+def library(scripts: tuple[Script, ...]) -> Library:
+    """``scripts`` as the functions of one library. K, A and ARGV are the library's, set
+    by each function as it starts, so that the helpers (made once) see the call's keys
+    and arguments; what a function's body declares is its own, made at each call. A
+    function keeps the key tables of the last `KNOWN` queues it was called on, by their
+    first key: a function's keys are a queue's keys in one order, so the first names the
+    rest (the runners send them so), and a table of some 30 keys costs a claim more than
+    finding it."""
+    parts = ["local K, A, ARGV", HELPERS, *_SHARED]
+    for script in scripts:
+        keys = ", ".join(f"{k} = KEYS[{i}]" for i, k in enumerate(script.keys, 1))
+        args = ", ".join(f"{a} = ARGV[{i}]" for i, a in enumerate(script.args, 1))
+        flags = ", ".join(f"'{flag}'" for flag in script.flags.split(",") if flag)
+        bind = f"K = {{{keys}}}"
+        if script.keys:
+            # The keys' table of a queue, made at its first call: the same key names
+            # make the same table (see `KNOWN`).
+            bind = (
+                f"K = known[KEYS[1]]\nif K == nil then\n  K = {{{keys}}}\n"
+                f"  if count == {KNOWN} then known, count = {{}}, 0 end\n"
+                "  known[KEYS[1]], count = K, count + 1\nend"
+            )
+        parts.append(
+            "do\nlocal known, count = {}, 0\n"
+            f"redis.register_function{{function_name = 'NAME_{script.name}', "
+            f"flags = {{{flags}}}, callback = function(KEYS, args)\n"
+            f"ARGV = args\n{bind}\nA = {{{args}}}\n{_own(script.body)}\nend}}\nend"
+        )
+    code = "\n".join(parts)
+    name = "dt_" + hashlib.sha1(code.encode()).hexdigest()
+    return Library(f"#!lua name={name}\n" + code.replace("'NAME_", f"'{name}_"), name)
+
+
+LIBRARY: Final = library(ALL)

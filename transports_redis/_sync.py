@@ -1,16 +1,17 @@
 """`RedisTransport`: the operations of `_ops` run over redis-py, and `Handle`, what both
 twins hold and decide alike.
 
-Each call sends one EVALSHA on a connection of its own and reads the reply, so threads
-share a transport and their calls run side by side on the server. The connection is one
-that an earlier call of this handle left idle, else one from the thread-safe pool, whose
-checkout costs several times more. One idle for longer than `FRESH` is first checked as
-the pool would check it (the server has not closed it, no stray reply waits on it). An
-error reply goes to `_errors.recover`, which the runner drives: its steps are the only
-thing the twins do differently (one blocks, the other awaits). Core's drivers run the
-operations, and core's `wait_plan` a claim that waits, which sleeps in BLPOP on its
-floor's wake-up list and on this handle's close key. The pools are built with retries
-off: a script is never sent twice behind the caller's back.
+Each call sends one FCALL (one EVALSHA where the server refused the library of
+functions: see `RedisTransport._execute`) on a connection of its own and reads the
+reply, so threads share a transport and their calls run side by side on the server. The
+connection is one that an earlier call of this handle left idle, else one from the
+thread-safe pool, whose checkout costs several times more. One idle for longer than
+`FRESH` is first checked as the pool would check it (the server has not closed it, no
+stray reply waits on it). An error reply goes to `_errors.recover`, which the runner
+drives: its steps are the only thing the twins do differently (one blocks, the other
+awaits). Core's drivers run the operations, and core's `wait_plan` a claim that waits,
+which sleeps in BLPOP on its floor's wake-up list and on this handle's close key. The
+pools are built with retries off: a script is never sent twice behind the caller's back.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ._errors import (
     LONGEST_LOOK,
     REPLIES,
     Exchange,
+    FunctionsRefused,
     Node,
     NotReplicated,
     Recover,
@@ -49,6 +51,7 @@ from ._errors import (
     redis_errors,
     wakeup,
 )
+from ._scripts import Library, Script
 from ._topology import Locator
 from ._url import RedisOptions
 
@@ -199,7 +202,9 @@ class Handle:
         self._pool_at(node)
         self._home = node
 
-    def _recover(self, reply: Reply, call: bytes, source: str | None, name: str) -> Recover:
+    def _recover(
+        self, reply: Reply, call: bytes, source: Script | Library | None, name: str
+    ) -> Recover:
         opts = self._options
         return Recover(
             reply, call, source, self._home, self._follow, opts.redacted, name, opts.socket_timeout
@@ -414,7 +419,12 @@ class RedisTransport(Handle, core.TransportBase[E]):
         return conn
 
     def _send(
-        self, call: bytes, source: str | None, writes: bool, name: str, timeout: float = 0
+        self,
+        call: bytes,
+        source: Script | Library | None,
+        writes: bool,
+        name: str,
+        timeout: float = 0,
     ) -> Any:
         reply = self._reach(Exchange([call]), writes, name, timeout)
         if isinstance(reply, REPLIES):
@@ -423,11 +433,16 @@ class RedisTransport(Handle, core.TransportBase[E]):
         return reply
 
     def _execute(self, call: ops.ScriptCall) -> Any:
-        """Send one step of an operation: its script, as one EVALSHA."""
+        """Send one step of an operation: its script, as one FCALL (or EVALSHA)."""
         script, args = call
-        return self._send(
-            self._packer.evalsha(script, args), script.source, script.writes, script.name
-        )
+        packer = self._packer
+        try:
+            return self._send(
+                packer.call(script, args), packer.loader(script), script.writes, script.name
+            )
+        except FunctionsRefused:
+            packer.functions = False  # this server will not have the library: EVALSHA
+            return self._send(packer.call(script, args), script, script.writes, script.name)
 
     def _command(self, *args: Any, writes: bool = False) -> Any:
         return self._send(ops.command(*args), None, writes, str(args[0]).lower())

@@ -1,7 +1,7 @@
 """The batch calls' scripts on a real server: ``claim_many`` leases what as many
 successive claims lease on a twin queue, through delays, tenants, floors, lapsed leases
-and burials; each batch call is one EVALSHA (counted by a MONITOR connection), a larger
-one an EVALSHA per `_ops.BATCH`; ``settle_many`` reports exactly its stale items."""
+and burials; each batch call is one FCALL (counted by a MONITOR connection), a larger
+one a call per `_ops.BATCH`; ``settle_many`` reports exactly its stale items."""
 
 from __future__ import annotations
 
@@ -219,7 +219,9 @@ def test_batches_lease_and_settle_what_single_calls_do_on_a_twin_queue(
 
 
 def _sha_names() -> dict[str, str]:
-    return {script.sha: script.name for script in scripts.ALL}
+    """Each script's name, by its digest (EVALSHA) and by its function's name (FCALL)."""
+    names = {script.sha: script.name for script in scripts.ALL}
+    return names | {scripts.LIBRARY.function(script): script.name for script in scripts.ALL}
 
 
 def _scripts_sent(url: str, queue: str, calls: Callable[[], object]) -> list[str]:
@@ -238,7 +240,7 @@ def _scripts_sent(url: str, queue: str, calls: Callable[[], object]) -> list[str
                 command = monitor.next_command()["command"]
                 if marker in command:
                     return seen
-                if command.startswith("EVAL") and f"dt:{{{queue}}}:" in command:
+                if command.startswith(("EVAL", "FCALL")) and f"dt:{{{queue}}}:" in command:
                     word = command.split()[1]
                     seen.append(names.get(word, word))
     finally:
@@ -255,7 +257,7 @@ EXPECTED = [
     "settle_many",
     "settle_many",
     "ack_and_claim",
-    *["claim_many"] * 3,  # 250 leases: an EVALSHA per BATCH of 100
+    *["claim_many"] * 3,  # 250 leases: a call per BATCH of 100
     *["settle_many"] * 3,  # and 251 acks
 ]
 
@@ -266,7 +268,7 @@ def test_each_batch_call_is_one_script_call(server_queue: tuple[str, str]) -> No
     with open_transport(with_queue(url, queue)) as t:
         assert isinstance(t, RedisTransport)
         t.publish_many(_messages(400))
-        # Loads the scripts first: a server that lacks one answers NOSCRIPT once.
+        # Loads the library first: a server that lacks it answers "Function not found" once.
         warm = t.claim_many("warm", 30, 2)
         t.ack_many(warm[:1])
         t.settle_many([Settlement(warm[1], "nack")])

@@ -14,7 +14,7 @@ from transports_core import Event, Lease, LeaseLost, RequeueRefused, TransportEr
 from transports_core.backend import AFTER_DUE, Claimed, EventCodec, drive, exhausted_reason
 from transports_redis import _ops as ops
 from transports_redis import _scripts as scripts
-from transports_redis._errors import ASKING, Exchange, Node, Recover
+from transports_redis._errors import ASKING, Exchange, FunctionsRefused, Node, Recover
 from transports_redis._ops import command
 
 T = TypeVar("T")
@@ -42,16 +42,35 @@ def test_bad_arguments_are_refused_when_the_operation_is_built() -> None:
         ops.Nack(lease, -1)
 
 
-def test_a_call_is_packed_as_one_resp_array() -> None:
+@pytest.mark.parametrize("functions", [True, False])
+def test_a_call_is_packed_as_one_resp_array(functions: bool) -> None:
     keys = ops.queue_keys("q", scripts.ACK)
-    packed = ops.Packer("q").evalsha(scripts.ACK, ("grp", 7, "w", 1))
+    packer = ops.Packer("q", functions)
+    packed = packer.call(scripts.ACK, ("grp", 7, "w", 1))
     parts = packed.split(b"\r\n")
     assert parts[0] == b"*%d" % (3 + len(keys) + 4)
     strings = parts[2::2][: 3 + len(keys) + 4]
-    assert strings[:3] == [b"EVALSHA", scripts.ACK.sha.encode(), str(len(keys)).encode()]
+    if functions:
+        named = [b"FCALL", f"{scripts.LIBRARY.name}_ack".encode()]
+        assert packer.loader(scripts.ACK) is scripts.LIBRARY
+    else:
+        named = [b"EVALSHA", scripts.ACK.sha.encode()]
+        assert packer.loader(scripts.ACK) is scripts.ACK
+    assert strings[:3] == [*named, str(len(keys)).encode()]
     assert strings[3 : 3 + len(keys)] == [k.encode() for k in keys]
     assert strings[3 + len(keys) :] == [b"grp", b"7", b"w", b"1"]
     assert all(k.startswith("dt:{q}:") for k in keys)
+
+
+def test_a_claim_on_the_servers_clock_is_packed_once() -> None:
+    claim, packer = ops.Claim("w", 2.5, 0, None, "release"), ops.Packer("q")
+    first = packer.call(*claim.first(None))
+    assert packer.call(*claim.first(None)) is first
+    assert first == ops.Packer("q").call(scripts.CLAIM, tuple(claim.first(None)[1]))
+    timed = packer.call(*claim.first(100.25))
+    assert timed != first
+    assert b"100.25" in timed
+    assert packer.call(*claim.first(None)) == first
 
 
 def test_replies_are_read_exactly() -> None:
@@ -230,7 +249,9 @@ def test_a_script_carries_only_the_helpers_it_reaches() -> None:
 
 
 def _plan(
-    first: rex.ResponseError, source: str | None = "return 1", patience: float = 0.05
+    first: rex.ResponseError,
+    source: scripts.Script | scripts.Library | None = scripts.NOTHING,
+    patience: float = 0.05,
 ) -> tuple[Any, Exchange, list[Node]]:
     """`Recover`'s steps after ``first``, and the first of them."""
     followed: list[Node] = []
@@ -241,7 +262,7 @@ def _plan(
 
 
 def test_error_replies_are_worked_around_only_where_the_call_did_not_run() -> None:
-    script_load = command("SCRIPT", "LOAD", "return 1")
+    script_load = command("SCRIPT", "LOAD", scripts.NOTHING.source)
     # MOVED with no host: the host the reply came from; the call goes to the new node.
     plan, step, followed = _plan(rex.ResponseError("MOVED 7 :2"))
     assert step == Exchange([b"CALL"])
@@ -284,3 +305,47 @@ def test_error_replies_that_no_retry_gets_around_raise_naming_the_call() -> None
         plan.send(rex.NoScriptError("No matching script"))
     with pytest.raises(TransportError, match="out of memory"):
         _plan(rex.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."))
+
+
+def test_a_missing_library_is_loaded_and_a_refused_one_falls_back_to_scripts() -> None:
+    library = scripts.LIBRARY
+    load = command("FUNCTION", "LOAD", "REPLACE", library.source)
+    missing = rex.ResponseError("Function not found")
+    plan, step, _ = _plan(missing, library)
+    assert step == Exchange([load])
+    assert plan.send(library.name) == Exchange([b"CALL"])
+    with pytest.raises(TransportError, match="Function not found"):  # loaded, yet gone
+        plan.send(missing)
+    # Refused, by an ACL or a full server: the runner sends the call as EVALSHA instead.
+    for refusal in (
+        rex.ResponseError("NOPERM this user has no permissions to run the 'function' command"),
+        rex.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."),
+    ):
+        plan, _, _ = _plan(missing, library)
+        with pytest.raises(FunctionsRefused):
+            plan.send(refusal)
+    with pytest.raises(FunctionsRefused):  # FCALL itself refused
+        _plan(rex.ResponseError("NOPERM this user has no permissions to run 'fcall'"), library)
+    # A server still loading its data set: the call's own wait applies, not a fallback.
+    plan, _, _ = _plan(missing, library)
+    with pytest.raises(TransportError, match="LOADING"):
+        plan.send(rex.BusyLoadingError("Redis is loading the dataset in memory"))
+
+
+def test_the_library_holds_every_script_once_its_helpers_made_at_load() -> None:
+    library = scripts.LIBRARY
+    assert library.source.startswith(f"#!lua name={library.name}\n")
+    assert re.fullmatch(r"dt_[0-9a-f]{40}", library.name)
+    names = re.findall(r"function_name = '(\w+)'", library.source)
+    assert names == [library.function(script) for script in scripts.ALL]
+    # Each shared helper once, ahead of the functions; each body only its own code.
+    for helper in ("advance", "claim_one", "append_many", "put_helpers", "owner", "forget"):
+        assert library.source.count(f"local function {helper}(") == 1, helper
+    assert library.source.count("local function first_timer(") == 2  # and in claim's own
+    assert "local function claim_one(" not in scripts._own(scripts.CLAIM.body)
+    # Loading runs the library's top level, where Redis lets no library be called: its
+    # values are literals.
+    top = library.source.split("redis.register_function")[0]
+    for line in top.split("\n"):
+        if line.startswith("local ") and not line.startswith("local function"):
+            assert not re.search(r"\b(string|math|table|redis|cmsgpack|struct)\.", line), line

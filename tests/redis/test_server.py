@@ -21,6 +21,7 @@ from transports_core import (
     open_transport,
 )
 from transports_redis import RedisTransport
+from transports_redis import _scripts as scripts
 from transports_redis._sync import FRESH
 
 from .server import private_server, with_queue
@@ -145,10 +146,34 @@ def test_a_forked_child_does_not_share_its_parent_s_idle_connection() -> None:
         raw.close()
 
 
-def test_a_flushed_script_cache_is_loaded_again() -> None:
+def test_a_flushed_function_library_is_loaded_again() -> None:
     with private_server() as server:
         raw = redis.Redis(port=server.port)
         with open_transport(with_queue(server.url, "flush")) as transport:
+            transport.publish("g", Event(n=1))
+            listed = [dict(zip(x[::2], x[1::2], strict=True)) for x in raw.function_list()]
+            assert [x[b"library_name"] for x in listed] == [scripts.LIBRARY.name.encode()]
+            raw.function_flush()
+            assert transport.publish("g", Event(n=2)) == 2
+            lease = transport.claim("w", 5)
+            assert lease is not None
+            assert lease.event.n == 1
+            assert_sound(transport)
+            assert raw.info("commandstats").get("cmdstat_evalsha") is None
+        raw.close()
+
+
+def test_a_server_that_refuses_functions_is_sent_scripts() -> None:
+    """An ACL user who may not load functions: the handle's calls go as EVALSHA, whose
+    flushed script cache is loaded again too."""
+    with private_server() as server:
+        raw = redis.Redis(port=server.port)
+        raw.acl_setuser(
+            "worker", enabled=True, passwords=["+secret"], keys=["*"], channels=["*"],
+            commands=["+@all", "-function"],
+        )  # fmt: skip
+        url = with_queue(f"redis://worker:secret@127.0.0.1:{server.port}/0", "refused")
+        with open_transport(url) as transport:
             transport.publish("g", Event(n=1))
             raw.script_flush()
             assert transport.publish("g", Event(n=2)) == 2
@@ -156,6 +181,18 @@ def test_a_flushed_script_cache_is_loaded_again() -> None:
             assert lease is not None
             assert lease.event.n == 1
             assert_sound(transport)
+
+        async def the_async_twin() -> int:
+            async with open_async_transport(url) as queue:
+                return await queue.publish("g", Event(n=3))
+
+        assert asyncio.run(the_async_twin()) == 3
+        assert raw.function_list() == []
+        stats = raw.info("commandstats")
+        assert stats["cmdstat_evalsha"]["calls"] >= 4
+        # Each handle tried FCALL once (not found), and the load was refused.
+        assert stats["cmdstat_fcall"]["calls"] == 2
+        assert stats["cmdstat_function|load"]["rejected_calls"] == 2
         raw.close()
 
 
@@ -193,3 +230,27 @@ def test_a_unix_socket_url_reaches_the_server(tmp_path_factory: pytest.TempPathF
         raw = redis.Redis(port=server.port, db=2)
         assert raw.get("dt:{sock}:seq") == b"1"  # in database 2, as the URL asked
         raw.close()
+
+
+def test_calls_on_more_queues_than_a_function_keeps_keys_for_stay_on_their_queue() -> None:
+    """A function keeps the key tables of the last `KNOWN` queues it served: calls that
+    go round more queues than that, and come back, each touch their own queue's keys."""
+    with private_server() as server:
+        count = scripts.KNOWN + 2
+        queues = [open_transport(with_queue(server.url, f"q{i}")) for i in range(count)]
+        try:
+            for _ in range(2):
+                for i, queue in enumerate(queues):
+                    queue.publish(f"g{i}", Event(n=i))
+            for _ in range(2):
+                for i, queue in enumerate(queues):
+                    lease = queue.claim("w", 5)
+                    assert lease is not None
+                    assert (lease.group_id, lease.event.n) == (f"g{i}", i)
+                    queue.ack(lease)
+            for queue in queues:
+                assert queue.claim("w", 5) is None
+                assert_sound(queue)
+        finally:
+            for queue in queues:
+                queue.close()
