@@ -343,7 +343,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         pending = Pending(item, decision, error, self._loop.create_future())
         if self._settles.add(pending, self._held()):
             self._due.set()
-        await pending.waiter
+        await pending.then
         return pending.taken
 
     async def _send_batches(self) -> None:
@@ -395,8 +395,8 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             LOGGER.exception("settling %d deliveries failed", len(batch))
         finally:
             for pending in batch:
-                if not pending.waiter.done():
-                    pending.waiter.set_result(None)
+                if not pending.then.done():
+                    pending.then.set_result(None)
 
     def _last_sends(self) -> None:
         """`Worker._last_sends`."""

@@ -68,7 +68,7 @@ S = TypeVar("S")  # the transport twin a worker drives
 H = TypeVar("H")  # the handler it calls
 R_co = TypeVar("R_co", covariant=True)  # what a settling call returns: None, or an awaitable
 R = TypeVar("R")
-W = TypeVar("W")  # what a delivery waiting in the settle queue waits on, in either twin
+W = TypeVar("W")  # what ends a delivery once its batch of settles is done, in either twin
 LOGGER: Final = logging.getLogger("transports_worker")
 EXIT_DRAINED: Final = 0
 # EX_TEMPFAIL from sysexits.h: stopped before its work was done; that work is not lost.
@@ -187,23 +187,23 @@ def batches(handle: object) -> bool:
 @dataclass(eq=False, slots=True)
 class Pending(Generic[W]):
     """A delivery whose handler has ended, waiting in the `SettleQueue`: its decision,
-    what its slot waits on (``waiter``: the twin's), and, once the batch is done, whether
-    the transport took the settle (``taken``)."""
+    what ends the delivery once its batch is done (``then``: the twin's), and by then
+    whether the transport took the settle (``taken``)."""
 
     item: Running[Any]
     decision: Decision
     error: BaseException | None
-    waiter: W
+    then: W
     taken: bool = False
 
 
 class SettleQueue(Generic[W]):
     """The settles waiting to share one ``settle_many``, and when they go (`due`): at
     once when every delivery the worker holds is waiting here (no handler is left that
-    could join them), else ``window`` seconds after the first came. A slot waits for its
-    own settle, so the queue never holds more than the worker's concurrency, and its
-    lease keeper renews the lease until the batch is sent. No lock and no I/O: each twin
-    guards and drives it."""
+    could join them), else ``window`` seconds after the first came. A slot is not free
+    again until its settle is made, so the queue never holds more than the worker's
+    concurrency, and its lease keeper renews the lease until the batch is sent. No lock
+    and no I/O: each twin guards and drives it."""
 
     __slots__ = ("_pending", "_since", "window")
 

@@ -8,7 +8,8 @@ the renewal was *sent*, so the local idea of the expiry is never later than the 
 A claim that took long to return may leave the keeper unable to vouch for its lease at all:
 `vouch` renews it before any handler runs, or loses it.
 
-`Schedule` (a thread over a set of jobs) drives many sync keepers; `AsyncLeaseKeeper` is one task.
+`Schedule` (a thread over a set of jobs) drives many sync keepers; `AsyncLeaseKeeper` is a
+timer, then a task from its first renewal on.
 Imports only the public contract.
 """
 
@@ -505,14 +506,17 @@ def lease_keeper(
 
 class AsyncLeaseKeeper(_Keeping[E, AsyncTransport[E]]):
     """`LeaseKeeper` for an `AsyncTransport`: one task renews, and ``on_lost`` runs in the
-    event loop at once (the worker cancels the handler's task there)."""
+    event loop at once (the worker cancels the handler's task there). The task starts when
+    the first renewal is due, from a timer: a lease released before then (most of a
+    worker's) costs no task."""
 
-    __slots__ = ("_stray", "_task", "_wake")
+    __slots__ = ("_stray", "_task", "_timer", "_wake")
     _lost: asyncio.Event
 
     def _setup(self) -> None:
         self._lost = asyncio.Event()
-        self._wake = asyncio.Event()  # set on release: ends the renewal task's pause
+        self._wake: asyncio.Event | None = None  # set on release: ends the task's pause
+        self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         # A renewal still in flight when the lease was lost or released: it is left to
         # finish rather than cancelled mid-call, and its result is ignored.
@@ -522,7 +526,15 @@ class AsyncLeaseKeeper(_Keeping[E, AsyncTransport[E]]):
         await self._lost.wait()
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._keep())
+        loop = asyncio.get_running_loop()
+        delay = max(self.next_renewal - time.monotonic(), 0.0)
+        self._timer = loop.call_later(delay, self._renewing, loop)
+
+    def _renewing(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        if not self._released:
+            self._wake = asyncio.Event()
+            self._task = loop.create_task(self._keep())
 
     async def vouch(self) -> bool:
         """`LeaseKeeper.vouch`, awaiting the renewal."""
@@ -540,7 +552,12 @@ class AsyncLeaseKeeper(_Keeping[E, AsyncTransport[E]]):
         passing without a renewal counts: it is lost then)."""
         self.expire()
         self._released = True
-        self._wake.set()
+        timer, wake = self._timer, self._wake
+        if timer is not None:
+            timer.cancel()
+            self._timer = None
+        if wake is not None:
+            wake.set()
         return not self._lost.is_set()
 
     async def close(self) -> None:
@@ -559,9 +576,10 @@ class AsyncLeaseKeeper(_Keeping[E, AsyncTransport[E]]):
     async def _pause(self, until: float) -> bool:
         """Sleep until ``until``; True if released meanwhile."""
         delay = until - time.monotonic()
-        if delay > 0:
+        wake = self._wake
+        if delay > 0 and wake is not None and not self._released:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+                await asyncio.wait_for(wake.wait(), delay)
         return self._released
 
     async def _keep(self) -> None:

@@ -3,21 +3,23 @@
 Threads: the caller's (supervises: signals, drain, hand-back), ``concurrency`` slot
 threads (each claims only while it is free, runs the handler, then settles), and two
 schedule threads (renewals; the watchdog for lease deadlines and timeouts). In batches,
-one more thread claims for every free slot at once and hands the leases to the slots,
-and one sends the slots' settles together. Imports the public contract only.
+one more thread claims for every free slot at once and hands the leases to the slot
+threads, and one sends the settles together and frees their slots. Imports the public
+contract only.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
-import queue
 import select
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from types import FrameType
 from typing import Final, Generic, TypeVar
 
@@ -143,19 +145,28 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
 
     def _setup(self) -> None:
         self._pipe: tuple[int, int] | None = None
-        # In batches: the claimer waits on the gate for a free slot, and the sender for
-        # settles that are due; the claimer hands leases to the slots through the inbox.
-        self._gate = threading.Condition(threading.Lock())
-        self._inbox: queue.SimpleQueue[tuple[Lease[E], float] | None] = queue.SimpleQueue()
-        self._settles: SettleQueue[Signal] = SettleQueue(min(SETTLE_WINDOW, self.visibility / 100))
+        # In batches: the claimer waits on the gate for free slots, and the sender on
+        # ``_due`` for settles that are due; one lock, as both read ``_free``. Under it
+        # too, the seats of the free slots, which the claimer hands out with the leases.
+        lock = threading.Lock()
+        self._gate = threading.Condition(lock)
+        self._due = threading.Condition(lock)
+        self._seats: list[Seat] = []
+        # The leases handed over and not yet taken by a slot thread (`_serve`): the
+        # threads waiting for them, whether one was woken and has not looked yet, and
+        # whether the claimer has ended (then they end once nothing is left).
+        self._work: collections.deque[tuple[Lease[E], float, Seat]] = collections.deque()
+        self._handing = threading.Condition(threading.Lock())
+        self._idle = 0
+        self._waking = False
+        self._handed_all = False
+        self._settles: SettleQueue[Callable[[], Seat]] = SettleQueue(
+            min(SETTLE_WINDOW, self.visibility / 100)
+        )
         # Set once the drain and hand-back are over: the sender sends what is waiting at
         # once, then ends (``_sender_gone``), and a settle after that is made alone.
         self._sent_all = False
         self._sender_gone = False
-        # Slots whose batch of settles is done but which have not freed themselves yet:
-        # the claimer waits for them, so that it claims for the whole batch's slots at
-        # once rather than for the first to come back (asyncio runs them all first).
-        self._returning = 0
 
     # -- control ---------------------------------------------------------------------
 
@@ -251,7 +262,10 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             ], None
         batcher = self._batcher
         assert batcher is not None
+        # A slot thread runs each delivery on the seat handed over with it: a delivery
+        # keeps its seat until its settle is made, while its thread goes on to the next.
         self._slots = [_Slot(batcher, seat()) for _ in range(self.concurrency)]
+        self._seats = [slot.seat for slot in self._slots]
         claimer = _Slot(self._claimers[0], seat())
         self._claiming = [claimer]
         threads = [
@@ -269,9 +283,9 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
     def _last_sends(self) -> None:
         """Have the sender send every settle still waiting without waiting for more,
         then end; the handles close only after it has."""
-        with self._gate:
+        with self._due:
             self._sent_all = True
-            self._gate.notify_all()
+            self._due.notify()
 
     def _install_signals(self) -> Callable[[], None]:
         if not self._handle_signals or threading.current_thread() is not threading.main_thread():
@@ -296,7 +310,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         self._stopping.set()
         if self._batched:
             with self._gate:  # wakes the claimer if it waits for a free slot
-                self._gate.notify_all()
+                self._gate.notify()
         if self._owned:
             for slot in self._claiming:
                 if not slot.close():
@@ -366,7 +380,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                     self._hooks.claimed_nothing(self.worker_id)
                     continue
                 try:
-                    self._deliver(lease, sent, own, slot)
+                    self._deliver(lease, sent, own, slot, slot.seat)
                 except Exception:  # ours or the backend's bug: the lease lapses, go on
                     LOGGER.exception("delivering message %d failed", lease.seq)
         except BaseException as exc:
@@ -408,7 +422,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
 
     def _claim_batches(self, slot: _Slot[E]) -> None:
         """Claim for every free slot in one ``claim_many``, and hand the leases to the
-        slots; until the worker stops."""
+        slot threads; until the worker stops."""
         claimer, gate = slot.handle, self._gate
         wait = min(OWN_WAIT if self._owned else SHARED_WAIT, self.visibility / 2)
         pause = ClaimPause()
@@ -416,7 +430,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         try:
             while not stopping.is_set():
                 with gate:
-                    while (not self._free or self._returning) and not stopping.is_set():
+                    while not self._free and not stopping.is_set():
                         gate.wait()
                     limit = self._free
                 if not limit or stopping.is_set() or not slot.begin_claim():
@@ -442,82 +456,122 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                 if not leases:
                     self._hooks.claimed_nothing(self.worker_id)
                     continue
+                taken = len(leases)
                 with gate:
-                    self._free -= len(leases)
-                for lease in leases:
-                    self._inbox.put((lease, sent))
+                    self._free -= taken
+                    seats = self._seats[-taken:]
+                    del self._seats[-taken:]
+                self._hand_over(zip(leases, [sent] * taken, seats, strict=True))
         except BaseException as exc:
             LOGGER.exception("the worker's claimer failed")
             self._fatal = exc
             self._nudge()
         finally:
-            for _ in self._slots:
-                self._inbox.put(None)
+            with self._handing:
+                self._handed_all = True
+                self._handing.notify_all()
+
+    def _hand_over(self, items: Iterable[tuple[Lease[E], float, Seat]]) -> None:
+        """Queue leases for the slot threads and wake one waiting thread: it wakes the
+        next if any is left (see `_serve`)."""
+        handing = self._handing
+        with handing:
+            self._work.extend(items)
+            if self._idle and not self._waking:
+                self._waking = True
+                handing.notify()
 
     def _serve(self, slot: _Slot[E]) -> None:
-        """Handle the leases the claimer hands over, then free the slot; until it hands
-        over None."""
-        inbox, gate, own = self._inbox, self._gate, slot.handle
+        """Handle the leases the claimer hands over, each on the seat that comes with
+        it, until the claimer has ended and none is left. A delivery whose settle goes
+        with others is ended, and its slot freed, by the sender (`_send`).
+
+        A thread that takes a lease wakes one more only if more are left and none is
+        on its way: so that a quick handler's thread takes the next lease itself instead
+        of a wake-up per lease, while a handler that blocks does not hold the rest back
+        for longer than the next thread takes to wake."""
+        handing, work, own = self._handing, self._work, slot.handle
         try:
-            while (handed := inbox.get()) is not None:
-                lease, sent = handed
+            while True:
+                with handing:
+                    while not work:
+                        if self._handed_all:
+                            return
+                        self._idle += 1
+                        handing.wait()
+                        self._idle -= 1
+                        self._waking = False
+                    lease, sent, seat = work.popleft()
+                    if work and self._idle and not self._waking:
+                        self._waking = True
+                        handing.notify()
+                queued = False
                 try:
-                    self._deliver(lease, sent, own, slot)
+                    queued = self._deliver(lease, sent, own, slot, seat)
                 except Exception:  # ours or the backend's bug: the lease lapses, go on
                     LOGGER.exception("delivering message %d failed", lease.seq)
                 finally:
-                    with gate:
-                        self._free += 1
-                        if self._returning:  # a slot of a batch, or one just before it
-                            self._returning -= 1
-                        gate.notify_all()
+                    if not queued:
+                        self._vacate([seat])
         except BaseException as exc:
             LOGGER.exception("a worker slot failed")
             self._fatal = exc
             self._nudge()
 
-    def _finish(
-        self, item: Running[E], decision: Decision, error: BaseException | None, own: Transport[E]
+    def _vacate(self, seats: list[Seat]) -> None:
+        """Free the slots of deliveries that are over, with their seats; wake the
+        claimer, and the sender if every delivery still held now waits for it."""
+        with self._gate:
+            self._seats.extend(seats)
+            self._free += len(seats)
+            self._gate.notify()
+            if self._settles.due(self.concurrency - self._free) == 0.0:
+                self._due.notify()
+
+    def _queue(
+        self,
+        item: Running[E],
+        decision: Decision,
+        error: BaseException | None,
+        then: Callable[[], Seat],
     ) -> bool:
-        """`_settle`, or in batches: wait for the sender to make the call with others."""
-        if not self._batched or decision.action == "none":
-            return self._settle(item, decision, error, own)
-        pending = Pending(item, decision, error, Signal())
-        gate = self._gate
-        with gate:
-            gone = self._sender_gone
-            if not gone and self._settles.add(pending, self.concurrency - self._free):
-                gate.notify_all()
-        if gone:  # settled as the worker ends
-            return self._settle(item, decision, error, own)
-        pending.waiter.wait()
-        return pending.taken
+        """In batches, queue ``decision``'s settle to go with others (True): the sender
+        makes it, then ends the delivery with ``then``. False once the sender has ended,
+        as the worker does: then the caller settles alone."""
+        with self._due:
+            if self._sender_gone:
+                return False
+            pending = Pending(item, decision, error, then)
+            if self._settles.add(pending, self.concurrency - self._free):
+                self._due.notify()
+        return True
 
     def _send_batches(self) -> None:
         """Send the settles as they fall due (see `SettleQueue`); until the worker ends
         and none is left."""
-        gate, settles = self._gate, self._settles
+        due_now, settles = self._due, self._settles
         batcher = self._batcher
         assert batcher is not None
         while True:
-            with gate:
+            with due_now:
                 while True:
                     due = settles.due(self.concurrency - self._free)
                     if due is None:
                         if self._sent_all:
                             self._sender_gone = True
                             return
-                        gate.wait()
+                        due_now.wait()
                         continue
                     left = due - time.monotonic()
                     if left <= 0 or self._sent_all:
                         break
-                    gate.wait(left)
+                    due_now.wait(left)
                 batch = settles.take()
             self._send(batch, batcher)
 
-    def _send(self, batch: list[Pending[Signal]], transport: Transport[E]) -> None:
-        """Drive one batch's steps (`Runtime._settling_many`), then wake its slots."""
+    def _send(self, batch: list[Pending[Callable[[], Seat]]], transport: Transport[E]) -> None:
+        """Drive one batch's steps (`Runtime._settling_many`), then end its deliveries
+        and free their slots."""
         steps = self._settling_many(batch)
         try:
             step = next(steps)
@@ -536,14 +590,15 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         except Exception:  # ours or the backend's bug: those leases lapse
             LOGGER.exception("settling %d deliveries failed", len(batch))
         finally:
-            with self._gate:
-                self._returning += len(batch)
-            for pending in batch:
-                pending.waiter.set()
+            self._vacate([pending.then() for pending in batch])
 
     # -- handling --------------------------------------------------------------------
 
-    def _deliver(self, lease: Lease[E], sent: float, own: Transport[E], slot: _Slot[E]) -> None:
+    def _deliver(
+        self, lease: Lease[E], sent: float, own: Transport[E], slot: _Slot[E], seat: Seat
+    ) -> bool:
+        """Run the handler on ``seat`` and settle; True if the settle was queued to go
+        with others (`_queue`), and the delivery is ended by the sender."""
         settler = self._settler
         assert settler is not None
         delivery = Delivery.of(lease)
@@ -568,7 +623,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         hooks.started(delivery)
         if not keeper.vouch():  # the claim took too long: the handler must not run
             self._report(ctx, "lost", lost_error(ctx))
-            return
+            return False
         key = id(ctx)
         # Under the slot's own lock, which `_hand_back` passes through once it is closing:
         # so the hand-back sees this delivery, or this delivery sees that it is closing.
@@ -579,10 +634,11 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         slot.lock.release()
         if closing:  # claimed as the worker stopped: give it straight back
             self._count_handed_back(self._settle(ctx, HAND_BACK, None, own))
-            return
+            return False
         limit: Job | None = None
+        queued = False
         try:
-            slot.seat.take(keeper, ctx.started)
+            seat.take(keeper, ctx.started)
             if self.timeout is not None:
                 limit = self._limit(ctx, self.timeout)
             error: Exception | None = None
@@ -591,15 +647,28 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             except Exception as exc:
                 error = exc
             if ctx._take():
-                self._finish(ctx, self._ending(ctx, error), error, own)
+                decision = self._ending(ctx, error)
+                if self._batched and decision.action != "none":
+                    then = partial(self._end, key, keeper, limit, seat)
+                    queued = self._queue(ctx, decision, error, then)
+                if not queued:
+                    self._settle(ctx, decision, error, own)
         finally:
-            if not keeper.released:  # settling released it, unless it never got there
-                keeper.release()
-            if limit is not None:
-                self._watchdog.discard(limit)
-            del self._running[key]
-            if self._stopping.is_set():
-                self._nudge()
+            if not queued:
+                self._end(key, keeper, limit, seat)
+        return queued
+
+    def _end(self, key: int, keeper: LeaseKeeper[E], limit: Job | None, seat: Seat) -> Seat:
+        """A delivery is over: stop keeping its lease and watching its time, and forget
+        it; return its seat."""
+        if not keeper.released:  # settling released it, unless it never got there
+            keeper.release()
+        if limit is not None:
+            self._watchdog.discard(limit)
+        del self._running[key]
+        if self._stopping.is_set():
+            self._nudge()
+        return seat
 
     def _limit(self, ctx: Context[E], timeout: float) -> Job:
         """The watchdog's job that cancels the handler once ``timeout`` has passed."""
