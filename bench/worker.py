@@ -33,13 +33,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
 from transports_core import Event, Transport, open_transport
 from transports_worker import Context, Delivery, Hooks, Outcome, Worker
+
+from ._scratch import own_queue
 
 GROUPS = 64
 TARGET_IDLE = 0.01
@@ -191,19 +193,26 @@ def main(argv: list[str] | None = None) -> int:
         help="the worker's batches: on (default), off, or both ways in the same rounds",
     )
     parser.add_argument(
-        "--url", default=None, help="an empty queue to use (default: a new SQLite file per round)"
+        "--url",
+        default=None,
+        help="the server to use: a schema or queue of the run's own, removed at the end,"
+        " unless the URL names one (default: a new SQLite file per round)",
     )
     args = parser.parse_args(argv)
     n = args.messages or (200 if args.quick else 3000)
     rounds = args.rounds or (1 if args.quick else 5)
     idle_seconds = 1.0 if args.quick else 10.0
     results: dict[str, object] = {"messages": n, "rounds": rounds}
-    with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
+    with ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-worker-"))
+        # On a server, a schema or queue of the run's own: a shared one keeps the dead
+        # rows of every earlier run where nothing vacuums them.
+        url = args.url and stack.enter_context(own_queue(args.url, "bench-worker-"))
         counter = iter(range(10**6))
 
         def fresh() -> str:
             # Each round drains what it publishes, so a given queue is empty again after.
-            return args.url or f"sqlite:///{Path(tmp) / f'q{next(counter)}.db'}"
+            return url or f"sqlite:///{Path(tmp) / f'q{next(counter)}.db'}"
 
         share = idle(fresh(), idle_seconds)
         results["idle_core_share"] = share
