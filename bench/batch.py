@@ -55,12 +55,15 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transports_cli.bench import cases as shared
 from transports_core import Event, Transport, open_async_transport, open_transport
 
 from ._scratch import own_queue, scratch
+
+if TYPE_CHECKING:
+    import psycopg
 
 EVENT = Event(kind="order.created", order=12345, amount=99.5)
 GROUPS = 500
@@ -156,8 +159,9 @@ DELETE FROM {s}.groups WHERE group_id IN (SELECT group_id FROM nxt WHERE seq IS 
 
 
 @contextmanager
-def pg_floor(url: str, n: int, limit: int) -> Iterator[Case]:
-    """The raw batched floor's round on a PostgreSQL server, in a schema of its own."""
+def pg_schema(url: str, prefix: str) -> Iterator[tuple[psycopg.Connection[Any], str]]:
+    """An autocommit connection to ``url``'s server and a new schema there (quoted),
+    dropped at the end."""
     import psycopg
 
     conn = psycopg.connect(url.partition("?")[0], autocommit=True)
@@ -165,9 +169,16 @@ def pg_floor(url: str, n: int, limit: int) -> Iterator[Case]:
     def drop(name: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
-    with conn, scratch("bench_batch_floor_", drop) as name:
-        table = f'"{name}".jobs'
+    with conn, scratch(prefix, drop) as name:
         conn.execute(f'CREATE SCHEMA "{name}"')
+        yield conn, f'"{name}"'
+
+
+@contextmanager
+def pg_floor(url: str, n: int, limit: int) -> Iterator[Case]:
+    """The raw batched floor's round on a PostgreSQL server, in a schema of its own."""
+    with pg_schema(url, "bench_batch_floor_") as (conn, schema):
+        table = f"{schema}.jobs"
         conn.execute(PG_TABLE.format(t=table))
         groups = [f"g{i % GROUPS}" for i in range(n)]
         raw = EVENT.model_dump_json()
@@ -192,16 +203,7 @@ def pg_floor(url: str, n: int, limit: int) -> Iterator[Case]:
 def pg_groups_floor(url: str, n: int, limit: int) -> Iterator[Case]:
     """The floor that keeps groups (`PG_GROUPS_CLAIM`, `PG_GROUPS_ACK`), in a schema of
     its own on a PostgreSQL server."""
-    import psycopg
-
-    conn = psycopg.connect(url.partition("?")[0], autocommit=True)
-
-    def drop(name: str) -> None:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-    with conn, scratch("bench_batch_groups_", drop) as name:
-        schema = f'"{name}"'
-        conn.execute(f"CREATE SCHEMA {schema}")
+    with pg_schema(url, "bench_batch_groups_") as (conn, schema):
         for table in PG_GROUPS_TABLES:
             conn.execute(table.format(s=schema))
         groups = [f"g{i % GROUPS}" for i in range(n)]
