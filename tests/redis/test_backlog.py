@@ -242,6 +242,19 @@ def test_the_age_is_on_the_servers_clock(queue_url: str) -> None:
         assert (stats.ready_groups, stats.busy_groups) == (2, 0)
 
 
+def _scripts_sent(transport: RedisTransport[Event], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the scripts ``transport`` runs from now on, in order."""
+    sent: list[str] = []
+    execute = transport._execute
+
+    def spy(call: ops.ScriptCall) -> object:
+        sent.append(call[0].name)
+        return execute(call)
+
+    monkeypatch.setattr(transport, "_execute", spy)
+    return sent
+
+
 def test_the_walks_read_busy_groups_not_the_backlog(
     t: RedisTransport[Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -249,14 +262,7 @@ def test_the_walks_read_busy_groups_not_the_backlog(
     t.publish_many([(g, Event(n=n), 0) for n in range(40) for g in groups])
     leases = t.claim_many("w", 60, 50)  # every group's head, the 50 oldest messages
     assert len(leases) == 50
-    sent: list[str] = []
-    execute = t._execute
-
-    def spy(call: ops.ScriptCall) -> object:
-        sent.append(call[0].name)
-        return execute(call)
-
-    monkeypatch.setattr(t, "_execute", spy)
+    sent = _scripts_sent(t, monkeypatch)
     stats = t.stats()
     # 2,000 messages: the walk passes 50 leased heads and a few more, in one script
     assert sent == ["promote_due", "stats"]
@@ -310,14 +316,7 @@ def test_a_queue_stored_before_is_upgraded_by_a_handles_first_call(
     monkeypatch.setattr(ops, "CHUNK", 2)  # the walk resumes mid-chain, mid-scan page
     with open_transport(queue_url, clock=clock, on_dead="hold") as new:
         assert isinstance(new, RedisTransport)
-        sent: list[str] = []
-        execute = new._execute
-
-        def spy(call: ops.ScriptCall) -> object:
-            sent.append(call[0].name)
-            return execute(call)
-
-        monkeypatch.setattr(new, "_execute", spy)
+        sent = _scripts_sent(new, monkeypatch)
         assert new.check() == []  # its first call: the upgrade, then the check
         assert sent[0] == "stored_version"
         assert sent.count("upgrade") > 5
@@ -339,14 +338,7 @@ def test_a_queue_stored_before_is_upgraded_by_a_handles_first_call(
         assert _row(new.stats(), 1)[0] == pytest.approx(clock.now() - due, abs=MARGIN)
     with open_transport(queue_url, clock=clock, on_dead="hold") as again:
         assert isinstance(again, RedisTransport)
-        sent = []
-        execute = again._execute
-
-        def spy_again(call: ops.ScriptCall) -> object:
-            sent.append(call[0].name)
-            return execute(call)
-
-        monkeypatch.setattr(again, "_execute", spy_again)
+        sent = _scripts_sent(again, monkeypatch)
         again.stats()
         assert "upgrade" not in sent
         assert sent[0] == "stored_version"
