@@ -194,6 +194,20 @@ def check_migrate(value: object) -> str:
     raise ValueError(f"migrate must be one of {', '.join(MIGRATE_CHOICES)}, got {value!r}")
 
 
+def migrate_refusal(migrate: str, version: int | None, needed: int) -> str | None:
+    """Why opening, under the ``migrate`` option, may not change a queue found at schema
+    ``version`` (None: there is no queue yet) to the version ``needed``; None if it may.
+    The backend's error puts it after the store's name and before the command to run."""
+    if version is None:
+        return "has no queue yet and this URL says migrate=never" if migrate == "never" else None
+    if version == needed or migrate == "auto":
+        return None
+    return (
+        f"has queue schema version {version}, and this version of durable-transports needs "
+        f"version {needed}; opening upgrades it only with ?migrate=auto in the URL"
+    )
+
+
 def check_lease(lease: object) -> Lease[object]:
     """A `Lease` held by a worker (whether it is current is for the backend to say): one
     carrying a reserved worker id was made by hand, and would match a backend's marker."""

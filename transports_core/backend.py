@@ -126,6 +126,7 @@ from ._validate import (
     check_wait,
     check_weight,
     check_worker_id,
+    migrate_refusal,
 )
 
 __all__ = [
@@ -205,6 +206,7 @@ __all__ = [
     "group_info",
     "held_group",
     "inline",
+    "migrate_refusal",
     "queue_stats",
     "redact_url",
     "register_backend",

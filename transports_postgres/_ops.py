@@ -167,8 +167,9 @@ class Opening(NamedTuple):
 
     def may_create(self, found: Found, now: float | None) -> Batch:
         """The statements that create the queue, or raise if this opener may not."""
-        if self.migrate == "never":
-            raise self.refuse("has no queue yet and this URL says migrate=never")
+        why = core.migrate_refusal(self.migrate, None, sql.SCHEMA_VERSION)
+        if why is not None:
+            raise self.refuse(why)
         if not found.can_create:
             where = "in it" if found.exists else "in this database"
             raise self.refuse(
@@ -180,12 +181,9 @@ class Opening(NamedTuple):
     def may_upgrade(self, version: int, now: float | None) -> Batch:
         """The statements that upgrade the queue from ``version``, or raise if this opener
         may not."""
-        if self.migrate != "auto":
-            raise self.refuse(
-                f"has queue schema version {version}, and this version of "
-                f"durable-transports needs version {sql.SCHEMA_VERSION}; opening upgrades it "
-                "only with ?migrate=auto in the URL"
-            )
+        why = core.migrate_refusal(self.migrate, version, sql.SCHEMA_VERSION)
+        if why is not None:
+            raise self.refuse(why)
         return _upgrade(version, now)
 
 

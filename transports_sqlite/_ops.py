@@ -145,20 +145,10 @@ def may_change(path: str, migrate: str, version: int) -> None:
     """Raise unless ``migrate`` (the option) lets opening create (``version`` `EMPTY`)
     or upgrade (an older version) the queue in the file at ``path``; the refusal names
     the command that does it."""
-    if version == sql.SCHEMA_VERSION:
+    found = None if version == EMPTY else version
+    why = core.migrate_refusal(migrate, found, sql.SCHEMA_VERSION)
+    if why is None:
         return
-    if version == EMPTY:
-        if migrate != "never":
-            return
-        why = "has no queue yet and this URL says migrate=never"
-    elif migrate == "auto":
-        return
-    else:
-        why = (
-            f"has queue schema version {version}, and this version of durable-transports "
-            f"needs version {sql.SCHEMA_VERSION}; opening upgrades it only with "
-            "?migrate=auto in the URL"
-        )
     url = shlex.quote(f"sqlite:///{path}")
     raise dt.TransportError(
         f"{path} {why}: run `transports migrate {url}` "
