@@ -313,18 +313,22 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                 self._wake.set()
 
     async def _serve(self, lease: Lease[E], sent: float) -> None:
+        """`Worker._serve`: a delivery whose settle went with others had its slot freed
+        by the sender as the batch went out."""
         batcher = self._batcher
         assert batcher is not None
         assert self._room is not None
+        queued = False
         try:
-            await self._deliver(lease, sent, batcher)
+            queued = await self._deliver(lease, sent, batcher)
         except Exception:  # ours or the backend's bug: the lease lapses, go on
             LOGGER.exception("delivering message %d failed", lease.seq)
         finally:
-            self._free += 1
-            self._room.set()
-            if self._due is not None and self._settles.due(self._held()) == 0.0:
-                self._due.set()
+            if not queued:
+                self._free += 1
+                self._room.set()
+                if self._due is not None and self._settles.due(self._held()) == 0.0:
+                    self._due.set()
 
     async def _finish(
         self,
@@ -333,18 +337,21 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         error: BaseException | None,
         own: AsyncTransport[E],
     ) -> bool:
-        """`Worker._finish`, awaiting."""
+        """Settle ``decision``, in batches with others (`Worker._queue`); True if it
+        went with others, whose sender freed the slot as the batch went out."""
         if not self._batched or decision.action == "none":
-            return await self._settle(item, decision, error, own)
+            await self._settle(item, decision, error, own)
+            return False
         assert self._loop is not None
         assert self._due is not None
         if self._sender_gone:  # settled as the worker ends
-            return await self._settle(item, decision, error, own)
+            await self._settle(item, decision, error, own)
+            return False
         pending = Pending(item, decision, error, self._loop.create_future())
         if self._settles.add(pending, self._held()):
             self._due.set()
         await pending.then
-        return pending.taken
+        return True
 
     async def _send_batches(self) -> None:
         """`Worker._send_batches`, as a task."""
@@ -370,7 +377,13 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                 await due_event.wait()
                 timer.cancel()
                 continue
-            await self._send(settles.take(), batcher)
+            batch = settles.take()
+            # Their slots are free from now on: the claimer fills them while the batch
+            # is on its way.
+            self._free += len(batch)
+            if self._room is not None:
+                self._room.set()
+            await self._send(batch, batcher)
 
     async def _send(
         self, batch: list[Pending[asyncio.Future[None]]], transport: AsyncTransport[E]
@@ -433,8 +446,9 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             return self._settle_done(item, decision, error, failed)
         return self._settle_done(item, decision, error, None)
 
-    async def _deliver(self, lease: Lease[E], sent: float, own: AsyncTransport[E]) -> None:
-        """Run the handler; settle on ``own``, the handle that claimed (as `Worker`)."""
+    async def _deliver(self, lease: Lease[E], sent: float, own: AsyncTransport[E]) -> bool:
+        """Run the handler; settle on ``own``, the handle that claimed (as `Worker`).
+        True if the settle went with others (`_finish`)."""
         settler = self._settler
         assert settler is not None
         assert self._loop is not None
@@ -461,10 +475,10 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         hooks.started(delivery)
         if not await keeper.vouch():  # the claim took too long: the handler must not run
             self._report(ctx, "lost", lost_error(ctx))
-            return
+            return False
         if self._closing:  # claimed as the worker stopped: give it straight back
             self._count_handed_back(await self._settle(ctx, HAND_BACK, None, own))
-            return
+            return False
         task: asyncio.Task[object] = self._loop.create_task(self._call(lease.event, ctx))
         ctx._task = task
         task_box.append(task)
@@ -480,17 +494,17 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                     error: BaseException | None = TimeoutError(
                         f"the handler ran past its timeout of {self.timeout:g}s"
                     )
-                    await self._finish(ctx, self._ending(ctx, error), error, own)
-                return
+                    return await self._finish(ctx, self._ending(ctx, error), error, own)
+                return False
             if not ctx._take():
-                return
+                return False
             if task.cancelled():
                 await self._settle(ctx, LOST, None, own)
-                return
+                return False
             error = task.exception()
             if error is not None and not isinstance(error, Exception):
                 raise error
-            await self._finish(ctx, self._ending(ctx, error), error, own)
+            return await self._finish(ctx, self._ending(ctx, error), error, own)
         finally:
             await keeper.close()
             del self._running[id(ctx)]

@@ -201,7 +201,7 @@ class SettleQueue(Generic[W]):
     """The settles waiting to share one ``settle_many``, and when they go (`due`): at
     once when every delivery the worker holds is waiting here (no handler is left that
     could join them), else ``window`` seconds after the first came. A slot is not free
-    again until its settle is made, so the queue never holds more than the worker's
+    again until its settle goes out, so the queue never holds more than the worker's
     concurrency, and its lease keeper renews the lease until the batch is sent. No lock
     and no I/O: each twin guards and drives it."""
 

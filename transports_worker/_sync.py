@@ -4,8 +4,8 @@ Threads: the caller's (supervises: signals, drain, hand-back), ``concurrency`` s
 threads (each claims only while it is free, runs the handler, then settles), and two
 schedule threads (renewals; the watchdog for lease deadlines and timeouts). In batches,
 one more thread claims for every free slot at once and hands the leases to the slot
-threads, and one sends the settles together and frees their slots. Imports the public
-contract only.
+threads, and one sends the settles together, freeing their slots as a batch goes out.
+Imports the public contract only.
 """
 
 from __future__ import annotations
@@ -264,8 +264,11 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         assert batcher is not None
         # A slot thread runs each delivery on the seat handed over with it: a delivery
         # keeps its seat until its settle is made, while its thread goes on to the next.
+        # Its slot is free once its batch goes out, so twice as many seats as slots: one
+        # for each delivery handled and one for each in the batch on its way.
         self._slots = [_Slot(batcher, seat()) for _ in range(self.concurrency)]
         self._seats = [slot.seat for slot in self._slots]
+        self._seats += [seat() for _ in range(self.concurrency)]
         claimer = _Slot(self._claimers[0], seat())
         self._claiming = [claimer]
         threads = [
@@ -484,7 +487,8 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
     def _serve(self, slot: _Slot[E]) -> None:
         """Handle the leases the claimer hands over, each on the seat that comes with
         it, until the claimer has ended and none is left. A delivery whose settle goes
-        with others is ended, and its slot freed, by the sender (`_send`).
+        with others has its slot freed by the sender as the batch goes out, and is ended by
+        it once the batch is done (`_send`).
 
         A thread that takes a lease wakes one more only if more are left and none is
         on its way: so that a quick handler's thread takes the next lease itself instead
@@ -528,6 +532,12 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             if self._settles.due(self.concurrency - self._free) == 0.0:
                 self._due.notify()
 
+    def _unseat(self, seats: list[Seat]) -> None:
+        """Take back the seats of a batch's deliveries, whose slots were freed when the
+        batch went out (`_send_batches`)."""
+        with self._gate:
+            self._seats.extend(seats)
+
     def _queue(
         self,
         item: Running[E],
@@ -567,11 +577,15 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                         break
                     due_now.wait(left)
                 batch = settles.take()
+                # Their slots are free from now on: the claimer fills them while the
+                # batch is on its way (seats still held until it is done: `_send`).
+                self._free += len(batch)
+                self._gate.notify()
             self._send(batch, batcher)
 
     def _send(self, batch: list[Pending[Callable[[], Seat]]], transport: Transport[E]) -> None:
         """Drive one batch's steps (`Runtime._settling_many`), then end its deliveries
-        and free their slots."""
+        and take back their seats."""
         steps = self._settling_many(batch)
         try:
             step = next(steps)
@@ -590,7 +604,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         except Exception:  # ours or the backend's bug: those leases lapse
             LOGGER.exception("settling %d deliveries failed", len(batch))
         finally:
-            self._vacate([pending.then() for pending in batch])
+            self._unseat([pending.then() for pending in batch])
 
     # -- handling --------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ underneath (SQLite files and PostgreSQL schemas, see ``conftest.py``)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import signal
 import subprocess
@@ -78,6 +79,12 @@ class Run:
         self.calls: Counter[str] = Counter()
         self.sizes: list[tuple[str, int]] = []
         self.recorder = Recorder()
+        # For `Overlapping`: the claim_many and settle_many calls begun, whether each
+        # settle_many saw the next claim_many begin, and the leases held now and at most.
+        self.changed = threading.Condition()
+        self.claims = self.settles = 0
+        self.met: list[bool] = []
+        self.held = self.most = 0
 
     def source(self) -> Callable[[], Any]:
         opener = open_transport if self.flavour == "sync" else open_async_transport
@@ -165,6 +172,100 @@ def test_free_slots_are_filled_by_one_claim_many_and_settled_by_one_settle_many(
     # The next claim waits for every slot of the batch to come back, and claims for all.
     assert run.sent("claim_many")[:3] == [SLOTS] * 3, run.sizes
     assert run.sent("settle_many") == [SLOTS] * 3
+
+
+class Overlapping(Counting):
+    """`Counting`, where the n-th ``settle_many`` first waits (up to `OVERLAP_WAIT`) for
+    the (n+1)-th ``claim_many`` to begin, and notes whether it did (``met``); and the
+    most leases the worker held at once (claimed, less those settled), in ``most``."""
+
+    def __init__(self, inner: Any, run: Run) -> None:
+        super().__init__(inner, run.calls, run.sizes)
+        self._run = run
+
+    def _claim_begins(self) -> None:
+        run = self._run
+        with run.changed:
+            run.claims += 1
+            run.changed.notify_all()
+
+    def _wait_for_claim(self) -> None:
+        run = self._run
+        with run.changed:
+            run.settles += 1
+            wanted = run.settles + 1
+            run.met.append(run.changed.wait_for(lambda: run.claims >= wanted, OVERLAP_WAIT))
+
+    def _held(self, change: int) -> None:
+        run = self._run
+        with run.changed:
+            run.held += change
+            run.most = max(run.most, run.held)
+
+    def __getattr__(self, name: str) -> Any:
+        value = super().__getattr__(name)
+        asynchronous = inspect.iscoroutinefunction(getattr(self._inner, name, None))
+        if name == "claim_many":
+
+            def claim_many(*args: Any, **kwargs: Any) -> Any:
+                self._claim_begins()
+                if not asynchronous:
+                    leases = value(*args, **kwargs)
+                    self._held(len(leases))
+                    return leases
+
+                async def claimed() -> Any:
+                    leases = await value(*args, **kwargs)
+                    self._held(len(leases))
+                    return leases
+
+                return claimed()
+
+            return claim_many
+        if name == "settle_many":
+
+            def settle_many(items: Any) -> Any:
+                items = list(items)
+                if not asynchronous:
+                    self._wait_for_claim()
+                    stale = value(items)
+                    self._held(-len(items))
+                    return stale
+
+                async def settled() -> Any:
+                    await asyncio.to_thread(self._wait_for_claim)
+                    stale = await value(items)
+                    self._held(-len(items))
+                    return stale
+
+                return settled()
+
+            return settle_many
+        return value
+
+
+OVERLAP_WAIT = 5.0
+
+
+def test_freed_slots_are_claimed_for_while_their_batch_goes_out(
+    queue_url: str, flavour: str, store: Transport[Event]
+) -> None:
+    # Each settle_many waits for a claim_many to begin: one does only if the slots of
+    # the batch are free as it goes out, not once it is done. The worker then holds at
+    # most twice its concurrency: the slots' leases and those of the batch on its way.
+    total = 3 * SLOTS
+    _publish(store, total)
+    run = Run(queue_url, flavour)
+    opener = open_transport if flavour == "sync" else open_async_transport
+    run.source = lambda: lambda: Overlapping(opener(queue_url), run)  # type: ignore[method-assign]
+    running = run.start(Gate(SLOTS), window=PATIENCE)
+    run.recorder.wait_settled(total)
+    assert running.stop() == 0
+    assert [outcome for _, _, outcome in run.recorder.outcomes()] == ["acked"] * total
+    assert run.sent("settle_many") == [SLOTS] * 3
+    assert run.met == [True] * 3, "a batch's slots were claimed for only once it was done"
+    assert SLOTS <= run.most <= 2 * SLOTS, run.most
+    assert store.claim("check", 1.0) is None
 
 
 def test_a_stale_lease_in_a_batch_is_reported_lost_and_the_others_are_settled(
