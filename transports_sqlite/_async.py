@@ -116,13 +116,19 @@ class LoopEngine(Engine):
         conn = self.conn
         if conn is None:
             return NOT_HERE  # closed: the engine's thread says so
+        writers = self.writers(op)
+        if writers is not None and not writers.acquire(blocking=False):
+            return NOT_HERE  # another connection of this process writes: never wait here
         try:
-            value = self._attempt(conn, op)
+            value = self.attempt(conn, op)
         except sqlite3.DatabaseError as exc:
             if is_transient(exc):
                 return NOT_HERE  # rolled back: the engine's thread runs it from the start
             with sqlite_errors(self.options.path):
                 raise
+        finally:
+            if writers is not None:
+                writers.release()
         self.unchecked += 1
         self._ran(op)
         return value

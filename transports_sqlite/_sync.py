@@ -16,6 +16,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -63,6 +64,34 @@ def own(op: Operation[_ops.Stmt, _ops.Result, T]) -> _ops.Op[T]:
     raise TypeError(f"not a SQLite operation: {op!r}")
 
 
+# The lock of each database file's writers in this process (see `writers_of`).
+_WRITERS: weakref.WeakValueDictionary[str, threading.Lock] = weakref.WeakValueDictionary()
+_WRITERS_LOCK = threading.Lock()
+
+
+def writers_of(path: str) -> threading.Lock:
+    """The lock that this process's connections to the file at ``path`` take around each
+    transaction that writes. Two of them would otherwise meet at SQLite's write lock,
+    where the one that waits sleeps a millisecond or more between tries (SQLite's busy
+    handler) however soon the other is done; on this lock it is woken at once. Other
+    processes still meet at SQLite's lock. A child process starts with none held."""
+    key = os.path.realpath(path)
+    with _WRITERS_LOCK:
+        lock = _WRITERS.get(key)
+        if lock is None:
+            lock = _WRITERS[key] = threading.Lock()
+        return lock
+
+
+def _forget_writers() -> None:
+    global _WRITERS_LOCK
+    _WRITERS.clear()  # a lock held at the fork by another thread would never be released
+    _WRITERS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_writers)
+
+
 class Engine:
     """One open connection, and every transaction run on it.
 
@@ -97,6 +126,7 @@ class Engine:
                 timeout=options.busy_timeout / 1000,
             )
         self._execute = partial(_execute, conn)
+        self._writers = None if options.memory else writers_of(options.path)
         try:
             # Look before asking for the write lock, so that a read-only queue opens.
             version = self._transaction(conn, _ops.needs_setup(options.path))
@@ -186,7 +216,20 @@ class Engine:
                 if patient:
                     conn.execute(sql.busy_timeout(rests))
 
+    def writers(self, op: _ops.Op[Any]) -> threading.Lock | None:
+        """The lock ``op`` takes before it begins (see `writers_of`); None if it only
+        reads, or the database is in memory."""
+        return None if op.begin == sql.BEGIN_READ else self._writers
+
     def _attempt(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
+        writers = self.writers(op)
+        if writers is None:
+            return self.attempt(conn, op)
+        with writers:
+            return self.attempt(conn, op)
+
+    def attempt(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
+        """One attempt at ``op``'s transaction, its `writers` lock held by the caller."""
         relax = None if op.durable else self._relax
         if relax is None:
             return self._commit(conn, op)
