@@ -10,9 +10,10 @@ import asyncio
 import multiprocessing
 import threading
 from pathlib import Path
+from typing import cast
 
 from tests.sqlite.conftest import OpenDb
-from transports_core import Event, open_async_transport
+from transports_core import AsyncTransportAdmin, Event, open_async_transport
 from transports_sqlite._sync import writers_of
 
 SETTLE = 0.2  # how long a write held back by the lock is given to (wrongly) get through
@@ -76,7 +77,7 @@ def test_the_async_twin_does_not_block_its_loop_on_the_lock(db_path: Path) -> No
             assert not early, "the event loop was blocked until the lock was let go"
             assert ticks == 5
             await asyncio.wait_for(publish, 10)
-            assert (await transport.stats()).ready == 2
+            assert (await cast(AsyncTransportAdmin, transport).stats()).ready == 2
 
     asyncio.run(main())
 
