@@ -5,6 +5,7 @@
     python -m bench.worker --url 'postgresql://postgres@127.0.0.1/test?schema=bench_worker'
     python -m bench.worker --out r.json
     python -m bench.worker --concurrency 32 --batch both   # batches on against off
+    python -m bench.worker --flavour both  # the sync Worker and the AsyncWorker
 
 Two measurements:
 
@@ -18,11 +19,18 @@ Two measurements:
   draining, which show where a ratio comes from (see docs/worker.md, "What the worker
   costs"). ``--batch`` runs the worker with its batches (on, the default), without them
   (off), or both ways in the same rounds, with the ratio of the two.
+
+``--flavour`` picks the runtime: the sync `Worker` (the default), the `AsyncWorker`, or
+both in the same rounds. The async twin is measured the same way, each round on an event
+loop of its own: an `AsyncWorker` with an async no-op handler, against a bare loop of
+the async transport's ``claim`` then ``ack`` in as many tasks on one event loop. Its
+figures go under ``"async"`` in the JSON, in the same shape as the sync ones.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import itertools
 import json
 import os
@@ -32,18 +40,19 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
-from transports_core import Event, Transport, open_transport
-from transports_worker import Context, Delivery, Hooks, Outcome, Worker
+from transports_core import AsyncTransport, Event, Transport, open_async_transport, open_transport
+from transports_worker import AsyncContext, AsyncWorker, Context, Delivery, Hooks, Outcome, Worker
 
 from ._scratch import own_queue
 
 GROUPS = 64
+FLAVOURS = ("sync", "async")
 TARGET_IDLE = 0.01
 TARGET_RATIO = 0.8
 
@@ -64,20 +73,41 @@ class Drain(NamedTuple):
 
     @classmethod
     def timed(cls, n: int, run: Callable[[], None]) -> Drain:
-        (cpu, switches), began = _usage(), time.perf_counter()
+        began = cls._begin()
         run()
-        elapsed = time.perf_counter() - began
-        cpu_after, switches_after = _usage()
-        return cls(n / elapsed, (cpu_after - cpu) / n * 1e6, (switches_after - switches) / n)
+        return cls._since(began, n)
+
+    @classmethod
+    async def timed_async(cls, n: int, run: Callable[[], Awaitable[object]]) -> Drain:
+        began = cls._begin()
+        await run()
+        return cls._since(began, n)
+
+    @staticmethod
+    def _begin() -> tuple[float, float, int]:
+        return (time.perf_counter(), *_usage())
+
+    @classmethod
+    def _since(cls, began: tuple[float, float, int], n: int) -> Drain:
+        elapsed = time.perf_counter() - began[0]
+        cpu, switches = _usage()
+        return cls(n / elapsed, (cpu - began[1]) / n * 1e6, (switches - began[2]) / n)
 
 
 def _noop(event: Event, ctx: Context[Event]) -> None:
     pass
 
 
+async def _noop_async(event: Event, ctx: AsyncContext[Event]) -> None:
+    pass
+
+
 class _Count(Hooks):
-    def __init__(self, total: int) -> None:
-        self.total, self.done, self.all = total, 0, threading.Event()
+    """Sets ``all`` once ``total`` deliveries have been settled, and calls ``then`` (an
+    event loop's waiter cannot wait on a thread's event)."""
+
+    def __init__(self, total: int, then: Callable[[], object] | None = None) -> None:
+        self.total, self.done, self.all, self._then = total, 0, threading.Event(), then
         # next() on a count is atomic: no lock shared by the slots, which the bare loop has not.
         self._settled = itertools.count(1)
 
@@ -85,8 +115,10 @@ class _Count(Hooks):
         self, delivery: Delivery, outcome: Outcome, seconds: float, error: BaseException | None
     ) -> None:
         done = self.done = next(self._settled)
-        if done >= self.total:
+        if done == self.total:
             self.all.set()
+            if self._then is not None:
+                self._then()
 
 
 def _fill(url: str, n: int) -> None:
@@ -96,10 +128,17 @@ def _fill(url: str, n: int) -> None:
             handle.publish_many(batch[start : start + 500])
 
 
-def idle(url: str, seconds: float) -> float:
-    """Share of one core used by a worker waiting on an empty queue."""
-    worker = Worker(url, _noop, handle_signals=False, hooks=[])
-    thread = threading.Thread(target=worker.run, daemon=True)
+def idle(url: str, seconds: float, flavour: str = "sync") -> float:
+    """Share of one core used by a worker (an `AsyncWorker` when ``flavour`` is async,
+    on an event loop in a thread of its own) waiting on an empty queue."""
+    worker: Worker[Event] | AsyncWorker[Event]
+    if flavour == "async":
+        worker = AsyncWorker(url, _noop_async, handle_signals=False, hooks=[])
+        target: Callable[[], object] = partial(asyncio.run, worker.run())
+    else:
+        worker = Worker(url, _noop, handle_signals=False, hooks=[])
+        target = worker.run
+    thread = threading.Thread(target=target, daemon=True)
     thread.start()
     time.sleep(1.0)  # past start-up: opening handles is not idling
     cpu, wall = _usage()[0], time.monotonic()
@@ -173,6 +212,138 @@ def runtime(url: str, n: int, concurrency: int, batch: bool = True) -> Drain:
             handle.close()
 
 
+async def _connected(handles: Sequence[AsyncTransport[Event]]) -> None:
+    """Each handle connected before the clock starts, as the sync cases open theirs
+    before it: the async twins connect on first use. Every message is published at
+    priority 0, so a claim above it finds nothing."""
+    await asyncio.gather(*(handle.claim("bench-warm", 30.0, min_priority=1) for handle in handles))
+
+
+def bare_async(url: str, n: int, concurrency: int) -> Drain:
+    """``n`` messages drained by ``concurrency`` tasks on one event loop, each looping
+    claim, ack on a handle of its own."""
+    _fill(url, n)
+
+    async def drain(handle: AsyncTransport[Event]) -> None:
+        while (lease := await handle.claim("bare", 30.0)) is not None:
+            await handle.ack(lease)
+
+    async def measure() -> Drain:
+        handles = [open_async_transport(url) for _ in range(concurrency)]
+        try:
+            await _connected(handles)
+            return await Drain.timed_async(
+                n, lambda: asyncio.gather(*(drain(handle) for handle in handles))
+            )
+        finally:
+            for handle in handles:
+                await handle.close()
+
+    return asyncio.run(measure())
+
+
+@asynccontextmanager
+async def draining_async(
+    source: Callable[[], AsyncTransport[Event]], n: int, concurrency: int, batch: bool = True
+) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """`draining` for an `AsyncWorker`, run as a task of the running event loop."""
+    finished = asyncio.Event()
+    count = _Count(n, finished.set)
+    worker = AsyncWorker(
+        source,
+        _noop_async,
+        concurrency=concurrency,
+        handle_signals=False,
+        hooks=[count],
+        batch=batch,
+    )
+    running: list[asyncio.Task[int]] = []
+
+    async def run() -> None:
+        task = asyncio.create_task(worker.run())
+        running.append(task)
+        waiting = asyncio.create_task(finished.wait())
+        # A worker that fails ends its task: it is not waited on for the whole time.
+        await asyncio.wait([task, waiting], timeout=120, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if task.done():
+            task.result()  # what it raised
+        if not finished.is_set():
+            raise RuntimeError(f"the worker settled only {count.done} of {n}")
+
+    try:
+        yield run
+    finally:
+        worker.stop()
+        for task in running:
+            await task
+
+
+def runtime_async(url: str, n: int, concurrency: int, batch: bool = True) -> Drain:
+    """``n`` messages drained by an `AsyncWorker` with an async no-op handler."""
+    _fill(url, n)
+
+    async def measure() -> Drain:
+        # Opened and connected before the clock starts, as `runtime` opens its handles.
+        handles = [open_async_transport(url) for _ in range(concurrency + 1)]
+        try:
+            await _connected(handles)
+            async with draining_async(handles.pop, n, concurrency, batch) as run:
+                return await Drain.timed_async(n, run)
+        finally:
+            for handle in handles:  # those the worker did not take
+                await handle.close()
+
+    return asyncio.run(measure())
+
+
+# Each flavour's bare loop and runtime.
+LOOPS: dict[str, tuple[Callable[[str, int, int], Drain], Callable[..., Drain]]] = {
+    "sync": (bare, runtime),
+    "async": (bare_async, runtime_async),
+}
+
+
+def _report(label: str, concurrency: int, drains: dict[str, list[Drain]]) -> dict[str, object]:
+    """Print one flavour's figures at one concurrency (``label`` leads its lines), and
+    return them for the JSON."""
+    rates = {name: [d.rate for d in values] for name, values in drains.items()}
+    costs = {  # each column's median: rate, CPU and switches per message
+        name: Drain(*(statistics.median(column) for column in zip(*values, strict=True)))
+        for name, values in drains.items()
+    }
+    medians = {name: cost.rate for name, cost in costs.items()}
+    ratio = medians["runtime"] / medians["bare"]
+    entry: dict[str, object] = {
+        **medians,
+        "ratio": ratio,
+        "all": rates,
+        "per_message": {name: cost._asdict() for name, cost in costs.items()},
+    }
+    if "unbatched" in medians:
+        batched = medians["runtime"] / medians["unbatched"]
+        entry["batches_ratio"] = batched
+        print(
+            f"{label}batches, concurrency {concurrency}: on {medians['runtime']:,.0f}/s, "
+            f"off {medians['unbatched']:,.0f}/s, ratio {batched:.2f}"
+        )
+    verdict = "ok" if ratio >= TARGET_RATIO else "MISSED"
+    spread = ", ".join(f"{name} {min(v):,.0f}-{max(v):,.0f}" for name, v in rates.items())
+    print(
+        f"{label}claim+ack, concurrency {concurrency}: bare {medians['bare']:,.0f}/s, "
+        f"runtime {medians['runtime']:,.0f}/s, ratio {ratio:.2f} "
+        f"(target >= {TARGET_RATIO}) {verdict}; rounds' spread: {spread}"
+    )
+    print(
+        "  per message: "
+        + "; ".join(
+            f"{name} {cost.cpu_us:.0f} us CPU, {cost.switches:.1f} context switches"
+            for name, cost in costs.items()
+        )
+    )
+    return entry
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.worker", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: seconds")
@@ -191,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=["on", "off", "both"],
         default="on",
         help="the worker's batches: on (default), off, or both ways in the same rounds",
+    )
+    parser.add_argument(
+        "--flavour",
+        choices=["sync", "async", "both"],
+        default="sync",
+        help="the runtime: the sync Worker (default), the AsyncWorker, or both in the same rounds",
     )
     parser.add_argument(
         "--url",
@@ -214,56 +391,38 @@ def main(argv: list[str] | None = None) -> int:
             # Each round drains what it publishes, so a given queue is empty again after.
             return url or f"sqlite:///{Path(tmp) / f'q{next(counter)}.db'}"
 
-        share = idle(fresh(), idle_seconds)
-        results["idle_core_share"] = share
-        verdict = "ok" if share < TARGET_IDLE else "MISSED"
-        print(f"idle worker: {share:.3%} of a core (target < {TARGET_IDLE:.0%}) {verdict}")
+        flavours = FLAVOURS if args.flavour == "both" else (args.flavour,)
+        # The sync figures where they always were; the async ones under "async".
+        into: dict[str, dict[str, object]] = {}
+        for flavour in flavours:
+            into[flavour] = results if flavour == "sync" else {}
+            label = "" if flavour == "sync" else "async "
+            share = idle(fresh(), idle_seconds, flavour)
+            into[flavour]["idle_core_share"] = share
+            verdict = "ok" if share < TARGET_IDLE else "MISSED"
+            print(
+                f"idle {label}worker: {share:.3%} of a core (target < {TARGET_IDLE:.0%}) {verdict}"
+            )
+        if "async" in into:
+            results["async"] = into["async"]
         for concurrency in args.concurrency or (1, 8):
-            cases: dict[str, Callable[[str, int, int], Drain]] = {"bare": bare}
-            if args.batch != "off":
-                cases["runtime"] = runtime
-            if args.batch != "on":
-                key = "runtime" if args.batch == "off" else "unbatched"
-                cases[key] = partial(runtime, batch=False)
-            drains: dict[str, list[Drain]] = {name: [] for name in cases}
+            cases: dict[tuple[str, str], Callable[[str, int, int], Drain]] = {}
+            for flavour in flavours:
+                bare_loop, worker_loop = LOOPS[flavour]
+                cases[flavour, "bare"] = bare_loop
+                if args.batch != "off":
+                    cases[flavour, "runtime"] = worker_loop
+                if args.batch != "on":
+                    key = "runtime" if args.batch == "off" else "unbatched"
+                    cases[flavour, key] = partial(worker_loop, batch=False)
+            drains: dict[tuple[str, str], list[Drain]] = {case: [] for case in cases}
             for _ in range(rounds):
-                for name, case in cases.items():
-                    drains[name].append(case(fresh(), n, concurrency))
-            rates = {name: [d.rate for d in values] for name, values in drains.items()}
-            costs = {  # each column's median: rate, CPU and switches per message
-                name: Drain(*(statistics.median(column) for column in zip(*values, strict=True)))
-                for name, values in drains.items()
-            }
-            medians = {name: cost.rate for name, cost in costs.items()}
-            ratio = medians["runtime"] / medians["bare"]
-            entry: dict[str, object] = {
-                **medians,
-                "ratio": ratio,
-                "all": rates,
-                "per_message": {name: cost._asdict() for name, cost in costs.items()},
-            }
-            results[f"concurrency_{concurrency}"] = entry
-            if "unbatched" in medians:
-                batched = medians["runtime"] / medians["unbatched"]
-                entry["batches_ratio"] = batched
-                print(
-                    f"batches, concurrency {concurrency}: on {medians['runtime']:,.0f}/s, "
-                    f"off {medians['unbatched']:,.0f}/s, ratio {batched:.2f}"
-                )
-            verdict = "ok" if ratio >= TARGET_RATIO else "MISSED"
-            spread = ", ".join(f"{name} {min(v):,.0f}-{max(v):,.0f}" for name, v in rates.items())
-            print(
-                f"claim+ack, concurrency {concurrency}: bare {medians['bare']:,.0f}/s, "
-                f"runtime {medians['runtime']:,.0f}/s, ratio {ratio:.2f} "
-                f"(target >= {TARGET_RATIO}) {verdict}; rounds' spread: {spread}"
-            )
-            print(
-                "  per message: "
-                + "; ".join(
-                    f"{name} {cost.cpu_us:.0f} us CPU, {cost.switches:.1f} context switches"
-                    for name, cost in costs.items()
-                )
-            )
+                for case, measure in cases.items():
+                    drains[case].append(measure(fresh(), n, concurrency))
+            for flavour in flavours:
+                label = "" if flavour == "sync" else "async "
+                own = {name: values for (of, name), values in drains.items() if of == flavour}
+                into[flavour][f"concurrency_{concurrency}"] = _report(label, concurrency, own)
     results["cpus"] = os.cpu_count()
     results["backend"] = (args.url or "sqlite:").partition(":")[0]
     if args.out is not None:

@@ -1,4 +1,4 @@
-"""`python -m bench --quick`, `python -m bench.worker --quick` and `python -m
+"""`python -m bench --quick`, `python -m bench.worker --quick` (either flavour) and `python -m
 bench.overhead --quick` keep working: they exit 0 and write every case and target.
 
 Timings are not checked here (speed is judged by the benchmark itself, never by tests)."""
@@ -98,6 +98,28 @@ def test_quick_worker_benchmark_reports_rates_and_costs_per_message(tmp_path: Pa
             assert cost["rate"] == pytest.approx(row[case])  # one round: its median
             assert cost["cpu_us"] > 0
     assert "per message: bare" in done.stdout
+
+
+@pytest.mark.slow
+def test_quick_worker_benchmark_measures_the_async_worker_apart(tmp_path: Path) -> None:
+    out = tmp_path / "worker.json"
+    done = _run("bench.worker", "--flavour", "async", "--batch", "both", "--out", str(out))
+    report = json.loads(out.read_text())
+    # Only the async twin ran: its figures under "async", none where the sync ones go.
+    assert not {"idle_core_share", "concurrency_1", "concurrency_8"} & set(report)
+    figures = report["async"]
+    assert 0 <= figures["idle_core_share"] < 1
+    for concurrency in (1, 8):
+        row = figures[f"concurrency_{concurrency}"]
+        assert row["ratio"] == pytest.approx(row["runtime"] / row["bare"])
+        assert row["batches_ratio"] == pytest.approx(row["runtime"] / row["unbatched"])
+        for case in ("bare", "runtime", "unbatched"):
+            assert row["all"][case] == [pytest.approx(row[case])]  # one round
+            assert row["per_message"][case]["cpu_us"] > 0
+        assert f"async claim+ack, concurrency {concurrency}: bare " in done.stdout
+        assert f"async batches, concurrency {concurrency}: on " in done.stdout
+    assert "idle async worker: " in done.stdout
+    assert "\nclaim+ack" not in done.stdout  # no sync line
 
 
 def test_quick_overhead_benchmark_prints_both_loops_and_their_difference() -> None:
