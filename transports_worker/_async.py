@@ -111,12 +111,20 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
     def _request_stop(self) -> None:
         self._requests += 1
         self._stopping.set()
-        for claim in list(self._claims):
-            claim.cancel()  # cancelling a claim never leaves a lease nobody holds
+        self._cancel_claims()
         if self._wake is not None:
             self._wake.set()
         if self._room is not None:
             self._room.set()
+
+    def _cancel_claims(self) -> None:
+        """Cancel each claim under way, once: cancelling a claim never leaves a lease
+        nobody holds, but a second cancellation would interrupt the driver's own
+        cancelling of the claim's statement (psycopg then closes the connection, with a
+        warning), so a claim cancelled already is not cancelled again."""
+        claims, self._claims = self._claims, set()
+        for claim in claims:
+            claim.cancel()
 
     def _signalled(self, sig: signal.Signals) -> None:
         self._signal_seen(sig.name)
@@ -186,8 +194,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             await wake.wait()
             wake.clear()
         self._stopping.set()
-        for claim in list(self._claims):
-            claim.cancel()
+        self._cancel_claims()
         deadline = time.monotonic() + self.grace
         while self._requests < 2 and self._running:
             left = deadline - time.monotonic()
