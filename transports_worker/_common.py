@@ -187,14 +187,12 @@ def batches(handle: object) -> bool:
 @dataclass(eq=False, slots=True)
 class Pending(Generic[W]):
     """A delivery whose handler has ended, waiting in the `SettleQueue`: its decision,
-    what ends the delivery once its batch is done (``then``: the twin's), and by then
-    whether the transport took the settle (``taken``)."""
+    and what ends the delivery once its batch is done (``then``: the twin's)."""
 
     item: Running[Any]
     decision: Decision
     error: BaseException | None
     then: W
-    taken: bool = False
 
 
 class SettleQueue(Generic[W]):
@@ -504,8 +502,7 @@ class Runtime(Generic[E, S, H]):
         renewed it while it waited), a stale lease is reported as a single call's
         `LeaseLost` is, and a call that fails in passing is made again for the items
         whose deadline allows (`SettleTries`, one per item, so that `OutcomeUnknown`
-        then `LeaseLost` counts as made for each). ``taken`` is set on each that the
-        transport took."""
+        then `LeaseLost` counts as made for each)."""
         sending: list[tuple[Pending[Any], Settlement[Any], SettleTries]] = []
         for pending in batch:
             lease = self._settle_lease(pending.item, pending.decision, pending.error)
@@ -540,7 +537,7 @@ class Runtime(Generic[E, S, H]):
             return
 
     def _pending_done(self, pending: Pending[Any], failed: TransportError | None) -> None:
-        pending.taken = self._settle_done(pending.item, pending.decision, pending.error, failed)
+        self._settle_done(pending.item, pending.decision, pending.error, failed)
 
     def _report(self, item: Running[Any], outcome: Outcome, error: BaseException | None) -> None:
         self._hooks.settled(item._delivery, outcome, time.monotonic() - item.started, error)
