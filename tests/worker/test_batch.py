@@ -1,8 +1,9 @@
 """The worker in batches: with several slots it claims for all its free slots in one
-``claim_many`` and settles in one ``settle_many``; a stale lease in a batch is reported
-alone; what waits to be settled is sent before the worker closes its handles; a
-transport without the batch calls, or ``batch=False``, gets single calls; and a worker
-killed in the middle of its batches loses nothing.
+``claim_many`` and settles in one ``settle_many``, claiming for a batch's slots while
+the batch goes out (`Overlapping`); a stale lease in a batch is reported alone; what
+waits to be settled is sent before the worker closes its handles; a transport without
+the batch calls, or ``batch=False``, gets single calls; and a worker killed in the
+middle of its batches loses nothing.
 
 The calls are counted by `Counting`, which forwards every call to the real transport
 underneath (SQLite files and PostgreSQL schemas, see ``conftest.py``)."""
