@@ -120,7 +120,7 @@ class LoopEngine(Engine):
         if writers is not None and not writers.acquire(blocking=False):
             return NOT_HERE  # another connection of this process writes: never wait here
         try:
-            value = self.attempt(conn, op)
+            value = self.attempt_held(conn, op)
         except sqlite3.DatabaseError as exc:
             if is_transient(exc):
                 return NOT_HERE  # rolled back: the engine's thread runs it from the start

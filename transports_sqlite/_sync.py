@@ -224,11 +224,11 @@ class Engine:
     def _attempt(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
         writers = self.writers(op)
         if writers is None:
-            return self.attempt(conn, op)
+            return self.attempt_held(conn, op)
         with writers:
-            return self.attempt(conn, op)
+            return self.attempt_held(conn, op)
 
-    def attempt(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
+    def attempt_held(self, conn: sqlite3.Connection, op: _ops.Op[T]) -> T:
         """One attempt at ``op``'s transaction, its `writers` lock held by the caller."""
         relax = None if op.durable else self._relax
         if relax is None:
