@@ -101,6 +101,25 @@ def test_a_cluster_url_finds_the_queue_s_node_through_any_seed_that_answers(
     assert asyncio.run(claim()) == (seq, 1)
 
 
+def test_when_no_seed_answers_the_error_names_each_seed_and_why(tmp_path: Path) -> None:
+    dead = [PrivateServer(tmp_path) for _ in range(2)]  # free ports nothing listens on
+    url = cluster_url(dead, "nowhere", "&socket_timeout=2")
+    for node in dead:
+        # Each seed is tried once, at once: no retries with back-off before the next.
+        started = time.monotonic()
+        with pytest.raises(TransportError, match="no cluster node answered") as raised:
+            open_transport(url)
+        assert time.monotonic() - started < 2
+        assert f"127.0.0.1:{node.port}: " in str(raised.value)
+    with pytest.raises(TransportError, match=f"127.0.0.1:{dead[1].port}: "):
+        asyncio.run(_open_async(url))
+
+
+async def _open_async(url: str) -> None:
+    async with open_async_transport(url):
+        pass
+
+
 def test_a_database_number_on_a_cluster_is_refused_naming_it(
     cluster: list[PrivateServer],
 ) -> None:
@@ -155,6 +174,13 @@ def test_after_a_primary_is_killed_calls_go_to_its_promoted_replica_and_lose_not
                 time.sleep(0.05)
             killed_at = time.time()
             primary.kill()
+            if form == "cluster":
+                # A handle opened now, before the replica is promoted, reads a map that
+                # still names the dead primary: it waits for the promotion as a call does
+                # (up to socket_timeout), on both twins.
+                waiting = cluster_url(nodes, queue, "&socket_timeout=30")
+                asyncio.run(_open_async(waiting))
+                open_transport(waiting).close()
             # The new primary has no replica, so every write raises NotReplicated
             # until the old node comes back, as a replica of the one that replaced it.
             deadline = time.monotonic() + 30
