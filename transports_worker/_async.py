@@ -127,8 +127,8 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             claim.cancel()
 
     def _signalled(self, sig: signal.Signals) -> None:
-        self._signal_seen(sig.name)
         self._request_stop()
+        self._signal_seen(sig.name)
 
     async def _open(self) -> None:
         try:

@@ -562,8 +562,11 @@ class Runtime(Generic[E, S, H]):
         return EXIT_HANDED_BACK if self.handed_back else EXIT_DRAINED
 
     def _signal_seen(self, name: str) -> None:
-        """A third SIGTERM or SIGINT exits at once; the others are logged, then stop."""
-        if self._requests >= 2:
+        """Called once a SIGTERM or SIGINT has been counted as a stop: a third exits at
+        once, the others are logged. Counted first, then logged: the sync twin's handler
+        can be entered again by a signal that arrives while it runs, and it must then
+        log what that signal does."""
+        if self._requests > 2:
             os._exit(EXIT_NOW)
-        how = "draining" if self._requests == 0 else "cancelling running handlers"
+        how = "draining" if self._requests == 1 else "cancelling running handlers"
         LOGGER.warning("%s: %s", name, how)

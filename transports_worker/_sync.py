@@ -193,8 +193,8 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                 os.read(pipe[0], 4096)
 
     def _signalled(self, signum: int, frame: FrameType | None) -> None:
-        self._signal_seen(signal.Signals(signum).name)
         self.stop()
+        self._signal_seen(signal.Signals(signum).name)
 
     # -- the run ---------------------------------------------------------------------
 

@@ -34,6 +34,10 @@ async def aslow(event, ctx):
     await ctx.sleep(float(os.environ.get("HOLD", "2")))
     (MARKS / f"done-{event.n}-{ctx.attempt}").touch()
 
+def stuck(event, ctx):  # deaf to cancellation
+    (MARKS / f"start-{event.n}-{ctx.attempt}").touch()
+    time.sleep(float(os.environ.get("HOLD", "2")))
+
 def one_argument(event):
     pass
 
@@ -146,15 +150,52 @@ def test_a_second_sigterm_hands_the_lease_back_and_exits_75(
     tmp_path: Path, marks: Path, url: str, store: Transport[Event]
 ) -> None:
     store.publish("g", Event(n=1))
-    process = start(tmp_path, marks, "jobs:slow", url, "--visibility", "1", hold=PATIENCE)
+    # A grace far longer than the test waits: only the second signal can end the drain.
+    args = ("jobs:slow", url, "--visibility", "1", "--grace", str(10 * PATIENCE))
+    process = start(tmp_path, marks, *args, hold=PATIENCE)
     wait_for(marks / "start-1-1", process)
     process.send_signal(signal.SIGTERM)
+    # Two signals sent back to back may reach the process as one: the second goes once
+    # the first is taken.
+    read_until(process, "SIGTERM: draining")
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=PATIENCE)
     assert process.returncode == 75, err
+    assert "SIGTERM: cancelling running handlers" in err
     again = store.claim("other", 1.0, wait=1.0)
     assert again is not None, "the handed-back message was not claimable at once"
     assert again.attempt == 2
+
+
+def test_a_third_sigterm_exits_130_at_once_when_a_handler_does_not_stop(
+    tmp_path: Path, marks: Path, sqlite_store: tuple[str, Transport[Event]]
+) -> None:
+    url, store = sqlite_store
+    store.publish("g", Event(n=1))
+    process = start(tmp_path, marks, "jobs:stuck", url, "--visibility", "1", hold=PATIENCE)
+    wait_for(marks / "start-1-1", process)
+    process.send_signal(signal.SIGTERM)
+    read_until(process, "SIGTERM: draining")
+    process.send_signal(signal.SIGTERM)
+    read_until(process, "handed_back group=g seq=1")
+    # The lease is handed back, but the handler's thread still runs: the process stays.
+    with pytest.raises(subprocess.TimeoutExpired):
+        process.wait(timeout=1)
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=PATIENCE)
+    assert process.returncode == 130
+    again = store.claim("other", 1.0)
+    assert again is not None
+    assert again.attempt == 2
+
+
+def read_until(process: subprocess.Popen[str], text: str) -> None:
+    """Read the worker's log until a line holding ``text``."""
+    assert process.stderr is not None
+    for line in process.stderr:
+        if text in line:
+            return
+    pytest.fail(f"the worker exited {process.wait()} without logging {text!r}")
 
 
 @pytest.mark.slow
