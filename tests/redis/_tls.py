@@ -1,7 +1,8 @@
 """A private ``redis-server`` that speaks only TLS, with certificates made for the test by
 the ``openssl`` command: a CA, a server certificate for 127.0.0.1 and localhost, a client
-certificate, and a second CA that signed none of them. Skips, saying why, where openssl
-is missing or the redis-server build has no TLS."""
+certificate, and a second CA that signed none of them; and a Redis Cluster of such
+servers. Skips, saying why, where openssl is missing or the redis-server build has no
+TLS."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,9 +96,10 @@ def _without_tls() -> str | None:
 
 
 @contextmanager
-def tls_server(directory: Path, certs: Certs, *, auth_clients: bool) -> Iterator[int]:
+def tls_server(directory: Path, certs: Certs, *extra: str, auth_clients: bool) -> Iterator[int]:
     """A redis-server listening on TLS only (``--port 0``), password `PASSWORD`; yields
-    its TLS port. With ``auth_clients`` it refuses a client without a certificate."""
+    its TLS port. With ``auth_clients`` it refuses a client without a certificate;
+    ``extra``: more server arguments."""
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed: the TLS tests need it")
     why = _without_tls()
@@ -112,7 +114,7 @@ def tls_server(directory: Path, certs: Certs, *, auth_clients: bool) -> Iterator
             "--tls-ca-cert-file", str(certs.ca),
             "--tls-auth-clients", "yes" if auth_clients else "no",
             "--requirepass", PASSWORD, "--dir", str(directory), "--save", "",
-            "--appendonly", "no", "--daemonize", "no", "--logfile", str(log),
+            "--appendonly", "no", "--daemonize", "no", "--logfile", str(log), *extra,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -139,3 +141,39 @@ def tls_server(directory: Path, certs: Certs, *, auth_clients: bool) -> Iterator
     finally:
         process.kill()
         process.wait()
+
+
+@contextmanager
+def tls_cluster(directory: Path, certs: Certs, size: int = 3) -> Iterator[list[int]]:
+    """``size`` TLS-only servers, password `PASSWORD`, made one Redis Cluster whose bus
+    and replication speak TLS too (every slot assigned, no replicas); yields their
+    ports."""
+    with ExitStack() as stack:
+        ports = []
+        for i in range(size):
+            node = directory / f"n{i}"
+            node.mkdir()
+            cluster = ("--cluster-enabled", "yes", "--cluster-config-file",
+                       str(node / "nodes.conf"), "--tls-cluster", "yes",
+                       "--tls-replication", "yes", "--masterauth", PASSWORD,
+                       # The bus asks each node for a client certificate.
+                       "--tls-client-cert-file", str(certs.client_cert),
+                       "--tls-client-key-file", str(certs.client_key))  # fmt: skip
+            ports.append(stack.enter_context(tls_server(node, certs, *cluster, auth_clients=False)))
+        subprocess.run(
+            ["redis-cli", "--tls", "--cacert", str(certs.ca), "-a", PASSWORD,
+             "--no-auth-warning", "--cluster", "create",
+             *(f"127.0.0.1:{port}" for port in ports), "--cluster-yes"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        for port in ports:
+            client = redis.Redis(
+                port=port, password=PASSWORD, ssl=True, ssl_ca_certs=str(certs.ca),
+                decode_responses=True,
+            )  # fmt: skip
+            deadline = time.monotonic() + 30
+            while client.cluster("INFO").get("cluster_state") != "ok":
+                assert time.monotonic() < deadline, "the TLS cluster did not come up"
+                time.sleep(0.1)
+            client.close()
+        yield ports

@@ -2,7 +2,8 @@
 certificates made by openssl for the test. The whole conformance suite, sync and async,
 runs through ``rediss://`` URLs with the TLS options; a wrong CA, or a missing client
 certificate where the server asks for one, is a clear error at open that names the URL
-without its password."""
+without its password. A cluster of TLS-only nodes is found through ``rediss+cluster://``
+seeds."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ from transports_core import (
 )
 from transports_redis import RedisTransport
 
-from ._tls import PASSWORD, Certs, make_certs, tls_server
-from .server import with_queue
+from ._tls import PASSWORD, Certs, make_certs, tls_cluster, tls_server
+from .server import free_port, with_queue
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +175,35 @@ def test_tls_options_are_checked_before_anything_is_sent(tmp_path: Path, certs: 
         open_transport(f"rediss://127.0.0.1:1/0?ssl_ca_certs={tmp_path / 'none.pem'}")
     with pytest.raises(ValueError, match="need a rediss:// \\(TLS\\) URL"):
         open_transport(f"redis://:{PASSWORD}@127.0.0.1:1/0?ssl_ca_certs={certs.ca}")
+
+
+def test_a_cluster_over_tls_is_found_through_its_seeds_on_both_twins(
+    tmp_path: Path, certs: Certs
+) -> None:
+    """Three TLS-only cluster nodes: the slot map is read over TLS, with the URL's
+    password and CA, through seeds of which the first answers nothing."""
+    with tls_cluster(tmp_path, certs) as ports:
+        seeds = ",".join(f"127.0.0.1:{port}" for port in [free_port(), *ports[1:]])
+        url = f"rediss+cluster://:{PASSWORD}@{seeds}/?queue=tls-cluster&ssl_ca_certs={certs.ca}"
+        with open_transport(url) as transport:
+            assert isinstance(transport, RedisTransport)
+            seq = transport.publish("g", Event(n=1))
+
+        async def twin() -> tuple[int, int]:
+            async with open_async_transport(url) as transport:
+                lease = await transport.claim("w", 5)
+                assert lease is not None
+                await transport.ack(lease)
+                return lease.seq, lease.event.n
+
+        assert asyncio.run(twin()) == (seq, 1)
+        with open_transport(url) as transport:
+            assert isinstance(transport, RedisTransport)
+            assert transport.check() == []
+        # With the wrong CA, each seed that answers is named, and the handshake failure.
+        wrong = url.replace(str(certs.ca), str(certs.other_ca))
+        with pytest.raises(TransportError, match="no cluster node answered") as raised:
+            open_transport(wrong)
+        assert f"127.0.0.1:{ports[1]}: " in str(raised.value)
+        assert "certificate verify failed" in str(raised.value)
+        assert PASSWORD not in str(raised.value)
