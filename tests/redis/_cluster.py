@@ -5,6 +5,7 @@ then NODE on every node."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import tempfile
@@ -16,6 +17,8 @@ from typing import Any
 
 import pytest
 import redis
+
+from transports_core import open_async_transport
 
 from .server import PrivateServer
 
@@ -81,6 +84,20 @@ def owner(nodes: list[PrivateServer], slot: int) -> PrivateServer:
         if start <= slot <= end:
             return next(n for n in nodes if n.port == int(port))
     raise AssertionError(f"no node serves slot {slot}")
+
+
+def claim_and_ack_async(url: str) -> tuple[int, int]:
+    """One claim and its ack on the async twin through ``url``: the lease's seq and its
+    event's ``n``."""
+
+    async def run() -> tuple[int, int]:
+        async with open_async_transport(url) as transport:
+            lease = await transport.claim("w", 5)
+            assert lease is not None
+            await transport.ack(lease)
+            return lease.seq, lease.event.n
+
+    return asyncio.run(run())
 
 
 def node_id(node: PrivateServer) -> str:

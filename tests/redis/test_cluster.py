@@ -24,7 +24,7 @@ from transports_redis import RedisTransport
 from transports_redis._url import parse_url
 
 from . import _failover, _workers
-from ._cluster import command, local_cluster, owner, slot_of
+from ._cluster import claim_and_ack_async, command, local_cluster, owner, slot_of
 from .server import PrivateServer
 
 GROUPS = 12
@@ -91,14 +91,7 @@ def test_a_cluster_url_finds_the_queue_s_node_through_any_seed_that_answers(
         seq = transport.publish("g", Event(n=1))
     assert command(home, "EXISTS", f"dt:{{{queue}}}:seq") == 1  # on the slot's node
 
-    async def claim() -> tuple[int, int]:
-        async with open_async_transport(url) as transport:
-            lease = await transport.claim("w", 5)
-            assert lease is not None
-            await transport.ack(lease)
-            return lease.seq, lease.event.n
-
-    assert asyncio.run(claim()) == (seq, 1)
+    assert claim_and_ack_async(url) == (seq, 1)
 
 
 def test_when_no_seed_answers_the_error_names_each_seed_and_why(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from transports_core import (
 )
 from transports_redis import RedisTransport
 
+from ._cluster import claim_and_ack_async
 from ._tls import PASSWORD, Certs, make_certs, tls_cluster, tls_server
 from .server import free_port, with_queue
 
@@ -188,15 +189,7 @@ def test_a_cluster_over_tls_is_found_through_its_seeds_on_both_twins(
         with open_transport(url) as transport:
             assert isinstance(transport, RedisTransport)
             seq = transport.publish("g", Event(n=1))
-
-        async def twin() -> tuple[int, int]:
-            async with open_async_transport(url) as transport:
-                lease = await transport.claim("w", 5)
-                assert lease is not None
-                await transport.ack(lease)
-                return lease.seq, lease.event.n
-
-        assert asyncio.run(twin()) == (seq, 1)
+        assert claim_and_ack_async(url) == (seq, 1)
         with open_transport(url) as transport:
             assert isinstance(transport, RedisTransport)
             assert transport.check() == []
