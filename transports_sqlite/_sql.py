@@ -23,7 +23,7 @@ reaches SQLite as a bound parameter.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Final
@@ -43,12 +43,13 @@ PARKED: Final = RESERVED_PREFIX + "parked__"
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 
-def _binder(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
-    if len(names) > 1:
-        return itemgetter(*names)
-    if names:
-        (name,) = names
-        return lambda values: (values[name],)
+def _binder(keys: Sequence[Any]) -> Callable[[Any], tuple[Any, ...]]:
+    """A function of a mapping (or a tuple) to the tuple of its items at ``keys``."""
+    if len(keys) > 1:
+        return itemgetter(*keys)
+    if keys:
+        (key,) = keys
+        return lambda values: (values[key],)
     return lambda values: ()
 
 
@@ -60,23 +61,39 @@ class Statement:
 
     sqlite3 binds a tuple for less than a mapping, and the statements on a worker's path
     run for every message. So SQLite runs `sql`, the text with each ``:name`` written
-    ``?N`` (N its place in ``names``), and `bind` turns the values an operation gives by
-    name into that tuple. Raises ``ValueError`` unless ``names`` are exactly the text's
-    parameters, each once."""
+    ``?``, and `bind` turns the values an operation gives by name into the tuple that
+    `sql` binds: a value for each of its ``places``, the names in the order they stand
+    in the text, a name that stands twice given twice. (Not ``?N``, which
+    would bind each value once: sqlite3 counts those as named, and Python 3.12 warns
+    that binding them from a tuple is deprecated, an error from 3.14.) `spread` does the
+    same for a tuple of values in the order of ``names``, as ``executemany`` rows are
+    built. Raises ``ValueError`` unless ``names`` are exactly the text's parameters,
+    each once."""
 
     text: str
     names: tuple[str, ...] = ()
     rows: bool = False
     sql: str = field(init=False, repr=False)
+    places: tuple[str, ...] = field(init=False, repr=False)
     bind: Callable[[Mapping[str, Any]], tuple[Any, ...]] = field(init=False, repr=False)
+    spread: Callable[[Sequence[Any]], tuple[Any, ...]] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        used = set(_NAMED.findall(self.text))
-        if len(set(self.names)) != len(self.names) or used != set(self.names):
-            raise ValueError(f"parameters {sorted(used)} of the statement, named {self.names}")
-        place = {name: f"?{number}" for number, name in enumerate(self.names, 1)}
-        object.__setattr__(self, "sql", _NAMED.sub(lambda match: place[match[1]], self.text))
-        object.__setattr__(self, "bind", _binder(self.names))
+        places = tuple(_NAMED.findall(self.text))
+        if len(set(self.names)) != len(self.names) or set(places) != set(self.names):
+            raise ValueError(
+                f"parameters {sorted(set(places))} of the statement, named {self.names}"
+            )
+        object.__setattr__(self, "sql", _NAMED.sub("?", self.text))
+        object.__setattr__(self, "places", places)
+        object.__setattr__(self, "bind", _binder(places))
+        index = [self.names.index(name) for name in places]
+        spread = None if places == self.names else _binder(index)
+        object.__setattr__(self, "spread", spread)
+
+    def positional(self, values: Sequence[Any]) -> tuple[Any, ...]:
+        """``values``, in the order of ``names``, as `sql` binds them."""
+        return tuple(values) if self.spread is None else self.spread(values)
 
 
 # In WAL mode a commit costs about as much per page as the bytes it writes, and a claim

@@ -43,12 +43,14 @@ def _execute(conn: sqlite3.Connection | sqlite3.Cursor, stmt: _ops.Stmt) -> _ops
     """One step of core's `drive`: run ``stmt`` on ``conn`` (or a cursor of it)."""
     statement = stmt.statement
     if stmt.many is not None:
-        cursor = conn.executemany(statement.sql, stmt.many)
+        spread = statement.spread
+        rows = stmt.many if spread is None else map(spread, stmt.many)
+        cursor = conn.executemany(statement.sql, rows)
     else:
         cursor = conn.execute(statement.sql, statement.bind(stmt.params))
     # Rows first: a write's row count is complete once its RETURNING rows are fetched.
-    rows = cursor.fetchall() if statement.rows else []
-    return _result((rows, cursor.rowcount))
+    fetched = cursor.fetchall() if statement.rows else []
+    return _result((fetched, cursor.rowcount))
 
 
 # `Result(rows, rowcount)` without the Python-level `__new__` of a named tuple: every

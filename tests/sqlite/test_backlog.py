@@ -294,7 +294,9 @@ def test_the_async_twin_reports_the_same(db_path: Path, clock: ManualClock) -> N
 def test_stats_walk_the_ready_index_and_seek_the_groups(
     db_path: Path, transport: SqliteTransport[Any]
 ) -> None:
-    plan = [row[3] for row in query(db_path, f"EXPLAIN QUERY PLAN {sql.OLDEST_READY.sql}", (1,))]
+    statement = sql.OLDEST_READY
+    explained = f"EXPLAIN QUERY PLAN {statement.sql}"
+    plan = [row[3] for row in query(db_path, explained, statement.positional((1,)))]
     assert any(
         "SEARCH m USING INDEX messages_by_ready (group_priority=? AND ready_at<?)" in line
         for line in plan

@@ -265,7 +265,8 @@ def _v4_queue(path: Path, clock: ManualClock) -> None:
             conn.execute(statement.sql)
         conn.execute("PRAGMA user_version = 4")
         now = clock()
-        conn.execute(sql.PUBLISH_KEYED.sql, ("g", 0, '{"n": 3}', "k", now, now + WINDOW)).fetchall()
+        row = ("g", 0, '{"n": 3}', "k", now, now + WINDOW)
+        conn.execute(sql.PUBLISH_KEYED.sql, sql.PUBLISH_KEYED.positional(row)).fetchall()
 
 
 def test_a_version_4_queue_is_upgraded_when_opened_and_keeps_its_messages_and_keys(

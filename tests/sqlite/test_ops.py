@@ -26,9 +26,10 @@ CODEC: EventCodec[Event] = EventCodec(Event)
 def bound(stmt: Stmt) -> tuple[sql.Statement, dict[str, Any]]:
     """``stmt`` as (statement, the values it binds, by name). Only the names the statement
     declares are bound, and each must be given."""
-    values = dict(zip(stmt.statement.names, stmt.statement.bind(stmt.params), strict=True))
+    statement = stmt.statement
+    values = dict(zip(statement.places, statement.bind(stmt.params), strict=True))
     assert values == stmt.params, f"values given but not bound: {stmt.params}"
-    return stmt.statement, values
+    return statement, values
 
 
 def rows(stmt: Stmt) -> list[dict[str, Any]]:

@@ -117,7 +117,7 @@ TRIGGER_STATEMENTS = _trigger_statements()
 
 
 def _plan(conn: sqlite3.Connection, statement: sql.Statement) -> list[str]:
-    params = (1,) * len(statement.names)
+    params = statement.positional((1,) * len(statement.names))
     return [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement.sql}", params)]
 
 

@@ -54,7 +54,8 @@ def _v5_queue(path: Path, clock: ManualClock) -> None:
         for n in (1, 2):
             conn.execute(_V5_PUBLISH, ("g", 0, f'{{"n": {n}}}'))
         now = clock()
-        conn.execute(_V5_PUBLISH_KEYED, ("g", 0, '{"n": 3}', "k", now, now + WINDOW)).fetchall()
+        keyed = ("g", 0, '{"n": 3}', "k", now, now + WINDOW)
+        conn.execute(_V5_PUBLISH_KEYED, sql.PUBLISH_KEYED.positional(keyed)).fetchall()
         conn.execute(_V5_PUBLISH, ("h", 2, '{"n": 4}'))
 
 
