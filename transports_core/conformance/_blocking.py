@@ -12,9 +12,16 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from transports_core import AsyncTransport, Lease, LeaseLost, Message, Settlement
+from transports_core import (
+    AsyncTransport,
+    AsyncTransportAdmin,
+    Lease,
+    LeaseLost,
+    Message,
+    Settlement,
+)
 from transports_core.backend import Closing
 
 try:
@@ -84,7 +91,14 @@ class BlockingTransport(Closing, Generic[E]):
     """The sync `Transport` interface over an `AsyncTransport` that lives on ``portal``.
 
     ``with`` awaits the async transport's ``__aenter__``, and its ``close()`` at the end.
+    Over an `AsyncTransportAdmin`, it is made a `BlockingAdminTransport`, with the admin
+    calls blocking too.
     """
+
+    def __new__(cls, portal: Portal, transport: AsyncTransport[E]) -> Self:
+        if cls is BlockingTransport and isinstance(transport, AsyncTransportAdmin):
+            return cast(Self, super().__new__(BlockingAdminTransport))
+        return super().__new__(cls)
 
     def __init__(self, portal: Portal, transport: AsyncTransport[E]) -> None:
         self._portal = portal
@@ -187,7 +201,28 @@ class BlockingTransport(Closing, Generic[E]):
         return self if entered is self.async_transport else entered  # type: ignore[return-value]
 
     def __repr__(self) -> str:
-        return f"<BlockingTransport over {self.async_transport!r}>"
+        return f"<{type(self).__name__} over {self.async_transport!r}>"
+
+
+class BlockingAdminTransport(BlockingTransport[E]):
+    """A `BlockingTransport` over an `AsyncTransportAdmin`: the admin calls are methods
+    of this class, not only found by ``__getattr__``, so that ``isinstance(t,
+    TransportAdmin)`` holds here as it does for the sync twin (Python 3.12 and later
+    look a protocol's methods up on the class alone)."""
+
+
+def _blocking_call(name: str) -> Callable[..., object]:
+    def call(self: BlockingTransport[Any], *args: object, **kwargs: object) -> object:
+        return self._portal.run(getattr(self.async_transport, name)(*args, **kwargs))
+
+    call.__name__ = name
+    call.__qualname__ = f"{BlockingAdminTransport.__name__}.{name}"
+    return call
+
+
+for _name, _method in vars(AsyncTransportAdmin).items():
+    if inspect.iscoroutinefunction(_method):
+        setattr(BlockingAdminTransport, _name, _blocking_call(_name))
 
 
 class BlockingWithin:
