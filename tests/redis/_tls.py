@@ -42,6 +42,9 @@ def _ca(directory: Path, name: str) -> tuple[Path, Path]:
     _openssl(
         "req", "-x509", "-new", "-nodes", "-newkey", "rsa:2048", "-days", "2",
         "-keyout", key, "-out", cert, "-subj", f"/CN=durable-transports test {name}",
+        # What Python 3.13's strict checks (VERIFY_X509_STRICT) ask of a CA.
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
     )  # fmt: skip
     return cert, key
 
@@ -51,7 +54,10 @@ def _signed(
 ) -> tuple[Path, Path]:
     key, csr, cert = (directory / f"{name}.{ext}" for ext in ("key", "csr", "crt"))
     ext = directory / f"{name}.ext"
-    ext.write_text(extensions + "\n")
+    # The key identifiers: Python 3.13's strict checks want the issuer's named.
+    ext.write_text(
+        f"{extensions}\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
+    )
     _openssl(
         "req", "-new", "-nodes", "-newkey", "rsa:2048", "-keyout", key, "-out", csr,
         "-subj", f"/CN={name}",
