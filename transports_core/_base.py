@@ -27,7 +27,7 @@ from ._batch import settle_op
 from ._codec import Claimed, EventCodec, Item
 from ._errors import EventDecodeError, LeaseLost, TransportError
 from ._models import Lease, Message, Settlement
-from ._seam import Operation
+from ._seam import GiveBack, Operation
 from ._validate import (
     DEDUP_WINDOW,
     check_count,
@@ -633,6 +633,11 @@ class AsyncWithin(AsyncWrites[E]):
         return await self._joined(op)
 
 
+def _as_claimed(lease: Lease[Any]) -> Claimed:
+    """What a give-back needs of ``lease``: its fence (the event is not read)."""
+    return Claimed(lease.seq, lease.group_id, "", lease.worker_id, lease.attempt, lease.expires_at)
+
+
 class AsyncTransportBase(AsyncWrites[E], AsyncClosing):
     """`TransportBase` for the async twin: the same methods as coroutines, over an
     awaitable ``_run(op)``; it then satisfies `AsyncTransport` and `AsyncTransportAdmin`.
@@ -659,6 +664,22 @@ class AsyncTransportBase(AsyncWrites[E], AsyncClosing):
     ) -> Lease[E] | None:
         raise NotImplementedError
 
+    def _giving_back(self) -> GiveBack[Any]:
+        """The backend's `GiveBack`, under which its own claims run: ``claim_many`` and
+        ``ack_and_claim`` run under it too, so that what they leased is given back if the
+        caller is cancelled meanwhile (its give-back takes a `Claimed`)."""
+        raise NotImplementedError
+
+    async def _leasing(self, op: Operation[Any, Any, T], *held: Lease[Any]) -> T:
+        """``op``'s value, the `Claimed` in it given back (and those of ``held``, leases
+        the call took before) if the caller is cancelled meanwhile."""
+
+        def leased(value: T) -> list[Claimed]:
+            items = value if isinstance(value, list) else [value]
+            return [*map(_as_claimed, held), *(c for c in items if isinstance(c, Claimed))]
+
+        return await self._giving_back().guard(self._run(op), leased)
+
     async def claim_many(
         self,
         worker_id: str,
@@ -669,13 +690,13 @@ class AsyncTransportBase(AsyncWrites[E], AsyncClosing):
     ) -> list[Lease[E]]:
         limit, wait = claim_args(limit, wait)
         claim = self._claim_op(worker_id, visibility, min_priority)
-        leases = decoded(self._codec, await self._run(self._ops.ClaimMany(claim, limit)), [])
+        leases = decoded(self._codec, await self._leasing(self._ops.ClaimMany(claim, limit)), [])
         if leases or not wait:
             return leases
         first = await self.claim(worker_id, visibility, min_priority, wait)
         if first is None or limit == 1:
             return [] if first is None else [first]
-        rest = await self._run(self._ops.ClaimMany(claim, limit - 1))
+        rest = await self._leasing(self._ops.ClaimMany(claim, limit - 1), first)
         return decoded(self._codec, rest, [first])
 
     async def ack_and_claim(
@@ -690,7 +711,7 @@ class AsyncTransportBase(AsyncWrites[E], AsyncClosing):
         op = self._ops.AckAndClaim(
             self._ops.Ack(lease), self._claim_op(worker_id, visibility, min_priority)
         )
-        claimed = await self._run(op)
+        claimed = await self._leasing(op)
         if isinstance(claimed, Claimed):
             return claimed.lease(self._codec)
         return await self.claim(worker_id, visibility, min_priority, wait) if wait else None

@@ -24,7 +24,7 @@ Imports nothing of the library but `_errors`; knows nothing of any backend.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Generator, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Hashable, Iterable, Sequence
 from typing import Any, Final, Generic, Literal, NamedTuple, TypeVar
 
 __all__ = [
@@ -318,6 +318,10 @@ async def wait_for_async(
 # --- a cancelled async claim ------------------------------------------------------------
 
 
+def _one(value: C | None) -> tuple[C, ...]:
+    return () if value is None else (value,)
+
+
 class GiveBack(Generic[C]):
     """The one rule for an async claim whose task is cancelled: when the store leased a
     message anyway, that message is given back, its delivery uncounted, so that it is
@@ -351,11 +355,17 @@ class GiveBack(Generic[C]):
 
     async def claim(self, call: Awaitable[C | None]) -> C | None:
         """The value of ``call``; if cancelled meanwhile, give back what it leased."""
+        return await self.guard(call, _one)
+
+    async def guard(self, call: Awaitable[T], leased: Callable[[T], Iterable[C]]) -> T:
+        """`claim` for a call that may lease several messages, or lease one beside other
+        work (``claim_many``, ``ack_and_claim``): ``leased`` names what its value leased,
+        each of which is given back if the caller is cancelled meanwhile."""
         future = asyncio.ensure_future(call)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            back = asyncio.ensure_future(self._undo(future))
+            back = asyncio.ensure_future(self._undo(future, leased))
             self._giving.add(back)
             back.add_done_callback(self._giving.discard)
             # Never raises what the give-back raised; a second cancellation stops only
@@ -363,10 +373,9 @@ class GiveBack(Generic[C]):
             await asyncio.wait((back,), timeout=self._patience)
             raise
 
-    async def _undo(self, future: asyncio.Future[C | None]) -> None:
+    async def _undo(self, future: asyncio.Future[T], leased: Callable[[T], Iterable[C]]) -> None:
         try:
-            claimed = await future
-            if claimed is not None:
+            for claimed in leased(await future):
                 await self._give_back(claimed)
         except Exception:
             # A call that failed leased nothing anyone can name; a give-back that failed

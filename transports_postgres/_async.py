@@ -329,6 +329,9 @@ class AsyncPostgresTransport(Configured[E], core.AsyncTransportBase[E]):
         # Cancelled while the server may be leasing: what it leases is given back.
         return await self._giving.claim(self._run(op))
 
+    def _giving_back(self) -> GiveBack[Claimed]:
+        return self._giving
+
     async def _give_back(self, claimed: Claimed) -> bool:
         """Undo ``claimed`` (see `_ops.Unclaim`); whether its lease was still current."""
         pool = self._pool

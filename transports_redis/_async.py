@@ -229,6 +229,9 @@ class AsyncRedisTransport(Handle, core.AsyncTransportBase[E]):
         call: Awaitable[Claimed | ops.Idle] = self._perform(op)
         return await self._give_back.claim(call)
 
+    def _giving_back(self) -> GiveBack[Claimed | ops.Idle]:
+        return self._give_back
+
     async def _unclaim(self, got: Claimed | ops.Idle) -> None:
         """`GiveBack`'s undoing of a claim whose task was cancelled."""
         if isinstance(got, Claimed):

@@ -379,6 +379,16 @@ class AsyncSqliteTransport(Twin[E], AsyncTransportBase[E]):
             return claimed  # no await: the caller has it
         return await self._give_back.claim(self._submit(partial(self._perform, op)))
 
+    def _giving_back(self) -> GiveBack[Claimed]:
+        return self._give_back
+
+    async def _leasing(self, op: Operation[_ops.Stmt, _ops.Result, T], *held: Lease[Any]) -> T:
+        if not self._give_back.owed:
+            value = self._here(own(op))
+            if not isinstance(value, NotHere):
+                return value  # run on the loop's thread, with no await: nothing cancelled it
+        return await super()._leasing(op, *held)
+
     async def _unclaim(self, claimed: Claimed) -> None:
         """The give-back of a cancelled claim's lease (see the class)."""
         unclaim = _ops.Unclaim(Lease(*claimed))

@@ -1,4 +1,5 @@
-"""Stopping an `AsyncWorker` cancels each of its claims under way once. A driver that is
+"""Stopping an `AsyncWorker` cancels each of its claims under way once, and what they
+leased is given back. A driver that is
 cancelled in the middle of a statement takes a moment to cancel it on the server too
 (psycopg sends the server a cancel request and waits for its answer); a second
 cancellation in that moment leaves the connection in an unknown state, which psycopg
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from transports_core import Event, open_async_transport
+from transports_core import Event, TransportAdmin, open_async_transport, open_transport
 from transports_worker import AsyncContext, AsyncWorker
 from transports_worker.testing._support import PATIENCE, RunningWorker, wait_for
 
@@ -74,3 +76,37 @@ def test_each_claim_under_way_is_cancelled_once(tmp_path: Path, batch: bool, sto
         worker.stop()
     assert running.join(PATIENCE) == 0
     assert interrupted == [], "a claim's wind-down was cancelled again"
+
+
+def _noting(delivered: threading.Event) -> Callable[[Event, AsyncContext[Event]], Awaitable[None]]:
+    async def handle(event: Event, ctx: AsyncContext[Event]) -> None:
+        delivered.set()
+
+    return handle
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_while_it_claims_leaves_no_lease_behind(queue_url: str) -> None:
+    """Workers stopped right as they deliver, ten times over: each stop cancels the
+    batch claims under way, and whatever they leased is given back, so no group is left
+    in flight until its lease lapses (it was, now and then, before core gave back what a
+    cancelled ``claim_many`` leased)."""
+    with open_transport(queue_url) as store:
+        assert isinstance(store, TransportAdmin)
+        store.publish_many([(f"g{n % 9}", Event(n=n), 0) for n in range(600)])
+        for _ in range(10):
+            delivered = threading.Event()
+            worker = AsyncWorker(
+                queue_url,
+                _noting(delivered),
+                concurrency=4,
+                visibility=60,
+                handle_signals=False,
+                hooks=[],
+            )
+            running = RunningWorker(worker)
+            wait_for(delivered, "a delivery")
+            worker.stop()
+            assert running.join(PATIENCE) == 0
+            held = [g.group_id for g in store.groups(20) if g.state == "in_flight"]
+            assert held == [], f"left leased by a stopped worker: {held}"

@@ -5,6 +5,7 @@ one event loop, and claims whose task is cancelled. They run on the suite's priv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Coroutine, Iterator
@@ -18,6 +19,7 @@ from transports_core import (
     Duplicate,
     Event,
     Lease,
+    LeaseLost,
     TransportError,
 )
 
@@ -26,6 +28,7 @@ from ._blocking import Portal
 from ._contention import GROUPS, PER_GROUP, check_journal
 from ._properties import (
     ASYNC_CONTEXT,
+    CANCELLED_BATCH,
     CANCELLED_CLAIM,
     CONTENTION_TASKS,
     KEY_TASKS,
@@ -251,6 +254,80 @@ class AsyncNativeScenarios(SuiteBase):
                 # shared store for the whole visibility.
                 if self.has(ADMIN) and isinstance(other, AsyncTransportAdmin):
                     await other.purge_group(group)
+
+        self.run(scenario())
+
+    @checks(CANCELLED_BATCH)
+    def test_cancelled_batch_claims_give_back_at_once_with_the_same_attempt(self) -> None:
+        """As the claim's scenario, for ``claim_many`` (three groups) and for the claim
+        that ``ack_and_claim`` makes after its ack."""
+        groups = ("batch-a", "batch-b", "batch-c")
+
+        async def cancelled(task: asyncio.Task[Any], when: int | float) -> bool:
+            for _ in range(when if isinstance(when, int) else 0):
+                await asyncio.sleep(0)
+            if isinstance(when, float):
+                await asyncio.sleep(when)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                return True
+            return False
+
+        async def many_round(
+            t: AsyncTransport[Event], other: AsyncTransport[Event], when: Any
+        ) -> None:
+            seqs = {await other.publish(group, ev(n)) for n, group in enumerate(groups)}
+            task = asyncio.ensure_future(t.claim_many("w1", CANCEL_VISIBILITY, len(groups)))
+            if not await cancelled(task, when):  # over before its cancel: delivered
+                leases = task.result()
+                assert {(lease.seq, lease.attempt) for lease in leases} == {(s, 1) for s in seqs}
+                await t.ack_many(leases)
+                return
+            back = await other.claim_many("w2", CANCEL_VISIBILITY, len(groups))
+            assert {seen(lease, "seq", "attempt") for lease in back} == {(s, 1) for s in seqs}, (
+                f"{CANCELLED_BATCH}: a claim_many of {len(groups)} cancelled after {when!r}; then "
+                f"a claim_many gave {back}, expected seqs {sorted(seqs)} each with attempt 1"
+            )
+            await other.ack_many(back)
+
+        async def chain_round(
+            t: AsyncTransport[Event], other: AsyncTransport[Event], when: Any
+        ) -> None:
+            first = await other.publish(groups[0], ev(0))
+            second = await other.publish(groups[1], ev(1))
+            lease = await t.claim("w1", CANCEL_VISIBILITY)
+            assert lease is not None
+            nxt = second if lease.seq == first else first
+            task = asyncio.ensure_future(t.ack_and_claim(lease, "w1", CANCEL_VISIBILITY))
+            if not await cancelled(task, when):
+                got = task.result()
+                assert seen(got, "seq", "attempt") == (nxt, 1), got
+                assert got is not None
+                await t.ack(got)
+                return
+            # Acked or not, the next message is claimable: given back if it was leased.
+            back = await other.claim("w2", CANCEL_VISIBILITY)
+            assert seen(back, "seq", "attempt") == (nxt, 1), (
+                f"{CANCELLED_BATCH}: an ack_and_claim cancelled after {when!r}; then a claim "
+                f"gave {back}, expected seq {nxt} with attempt 1"
+            )
+            assert back is not None
+            await other.ack(back)
+            with contextlib.suppress(LeaseLost):  # the cancelled call's ack did not take
+                await t.ack(lease)
+
+        async def scenario() -> None:
+            t, other = self.open_async(), self.open_async()
+            try:
+                for when in (*CANCEL_TURNS, *CANCEL_DELAYS):
+                    await many_round(t, other, when)
+                    await chain_round(t, other, when)
+            finally:
+                if self.has(ADMIN) and isinstance(other, AsyncTransportAdmin):
+                    for group in groups:
+                        await other.purge_group(group)
 
         self.run(scenario())
 
