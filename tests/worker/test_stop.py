@@ -107,6 +107,7 @@ def test_a_worker_stopped_while_it_claims_leaves_no_lease_behind(queue_url: str)
             running = RunningWorker(worker)
             wait_for(delivered, "a delivery")
             worker.stop()
-            assert running.join(PATIENCE) == 0
+            # 0, or 75 when a claim came back as the worker stopped and was handed back.
+            assert running.join(PATIENCE) in (0, 75)
             held = [g.group_id for g in store.groups(20) if g.state == "in_flight"]
             assert held == [], f"left leased by a stopped worker: {held}"
