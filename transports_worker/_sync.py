@@ -58,6 +58,22 @@ E = TypeVar("E")
 # A claim on a handle the worker shares with its caller cannot be woken by closing it,
 # so it waits in short turns to notice stop() soon enough.
 SHARED_WAIT: Final = 0.5
+SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+
+
+def _nothing() -> None:
+    pass
+
+
+def _blocking_signals() -> Callable[[], None]:
+    """Block `SIGNALS` in this thread (and so in the threads it starts); returns the
+    undoing, for this thread alone."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+
+    def unblock() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+    return unblock
 
 
 @dataclass(eq=False)
@@ -208,18 +224,28 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
     def run(self) -> int:
         """Work until stopped (by `stop`, SIGTERM or SIGINT); return the exit code."""
         self._begin()
-        self._open()
+        handled = self._handles_signals()
+        # The threads made from here on (the slots', the driver's pools') leave SIGTERM
+        # and SIGINT to this one: a signal taken by another thread runs its handler only
+        # once this thread runs Python again, and this thread may be blocked in a join.
+        unblock = _blocking_signals() if handled else _nothing
+        try:
+            self._open()
+        except BaseException:
+            unblock()
+            raise
         reader, writer = os.pipe()
         os.set_blocking(reader, False)
         os.set_blocking(writer, False)
         self._pipe = (reader, writer)
-        restore = self._install_signals()
+        restore = self._install_signals() if handled else _nothing
         self._renewals = Schedule("worker-renewals")
         self._watchdog = Schedule("worker-watchdog")
         threads, sender = self._threads()
         try:
             for thread in threads:
                 thread.start()
+            unblock()
             self._supervise()
             self._last_sends()
             # Idle slots end as their claim returns; one in a handler that ignores its
@@ -228,6 +254,7 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             for thread in threads:
                 thread.join(max(end - time.monotonic(), 0))
         finally:
+            unblock()  # a thread that would not start
             if sender is not None and sender.ident is not None:
                 self._last_sends()
                 # Its retries end by the leases' deadlines, a visibility away at most.
@@ -290,13 +317,18 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             self._sent_all = True
             self._due.notify()
 
+    def _handles_signals(self) -> bool:
+        return self._handle_signals and threading.current_thread() is threading.main_thread()
+
     def _install_signals(self) -> Callable[[], None]:
-        if not self._handle_signals or threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        signals = (signal.SIGTERM, signal.SIGINT)
-        previous = {sig: signal.signal(sig, self._signalled) for sig in signals}
+        """Handle SIGTERM and SIGINT. A signal also wakes the supervisor through the
+        pipe (`signal.set_wakeup_fd`), for one that a thread not of this worker takes."""
+        previous = {sig: signal.signal(sig, self._signalled) for sig in SIGNALS}
+        assert self._pipe is not None
+        wakeup = signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
 
         def restore() -> None:
+            signal.set_wakeup_fd(wakeup)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 

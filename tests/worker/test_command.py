@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 PATIENCE = 60.0
 
 HANDLERS = """
-import os, pathlib, time
+import os, pathlib, signal, time
 
 MARKS = pathlib.Path(os.environ["MARKS"])
 
@@ -37,6 +37,10 @@ async def aslow(event, ctx):
 def stuck(event, ctx):  # deaf to cancellation
     (MARKS / f"start-{event.n}-{ctx.attempt}").touch()
     time.sleep(float(os.environ.get("HOLD", "2")))
+
+def masks(event, ctx):  # notes whether this handler's thread takes SIGTERM
+    blocked = signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    (MARKS / ("blocked" if blocked else "taken")).touch()
 
 def one_argument(event):
     pass
@@ -187,6 +191,27 @@ def test_a_third_sigterm_exits_130_at_once_when_a_handler_does_not_stop(
     again = store.claim("other", 1.0)
     assert again is not None
     assert again.attempt == 2
+
+
+def test_the_worker_s_threads_leave_sigterm_to_the_one_that_handles_it(
+    tmp_path: Path, marks: Path, sqlite_store: tuple[str, Transport[Event]]
+) -> None:
+    """A signal sent to the process goes to any thread that does not block it, and one
+    taken by a slot's thread would wait for the main thread to run Python again before
+    its handler ran (up to the grace, or the end of a join): the worker's threads block
+    SIGTERM and SIGINT."""
+    url, store = sqlite_store
+    store.publish("g", Event(n=1))
+    process = start(tmp_path, marks, "jobs:masks", url, "--no-batch")
+    deadline = time.monotonic() + PATIENCE
+    while not any(marks.iterdir()):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the handler did not run"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=PATIENCE)
+    assert process.returncode == 0, err
+    assert [mark.name for mark in marks.iterdir()] == ["blocked"]
 
 
 def read_until(process: subprocess.Popen[str], text: str) -> None:
