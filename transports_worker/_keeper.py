@@ -230,6 +230,16 @@ class _Flag(Protocol):
     def set(self) -> None: ...
 
 
+def _add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``; on Python 3.10, which has no add_note, the same list
+    that 3.11 keeps (``__notes__``), which its tracebacks do not print."""
+    add = getattr(error, "add_note", None)
+    if add is not None:
+        add(note)
+    else:
+        error.__notes__ = [*getattr(error, "__notes__", ()), note]
+
+
 class _Keeping(Generic[E, T]):
     """What both keepers hold and decide alike: the latest lease, its deadline and next
     renewal on the local clock, the margins, and the `LeaseLost` a lost lease raises.
@@ -349,7 +359,7 @@ class _Keeping(Generic[E, T]):
         error = LeaseLost(self._lease)
         error.__cause__ = cause
         if cause is None:
-            error.add_note("renewals did not succeed before the lease's last confirmed end")
+            _add_note(error, "renewals did not succeed before the lease's last confirmed end")
         self._error = error
         self._lost.set()
         return error
