@@ -53,6 +53,6 @@ class _Plain:
 
 
 def test_over_an_async_transport_without_admin_it_is_not_one(portal: Portal) -> None:
-    t = BlockingTransport(portal, _Plain())  # type: ignore[arg-type]
+    t: BlockingTransport[Event] = BlockingTransport(portal, _Plain())  # type: ignore[arg-type]
     assert not isinstance(t, TransportAdmin)
     assert type(t) is BlockingTransport
