@@ -51,6 +51,17 @@ CANCEL_TURNS: Final = range(25)
 CANCEL_DELAYS: Final = (0.0001, 0.0003, 0.001, 0.002, 0.004, 0.008, 0.016)
 
 
+async def _cancel_point(when: int | float) -> str:
+    """Wait until a claim's task is to be cancelled: ``when`` turns of the event loop
+    (an int) or seconds (a float); returns that moment, said for a failure message."""
+    if isinstance(when, int):
+        for _ in range(when):
+            await asyncio.sleep(0)
+        return f"{when} turns of the event loop"
+    await asyncio.sleep(when)
+    return f"{when * 1000:g} ms"
+
+
 class AsyncNativeScenarios(SuiteBase):
     @pytest.fixture
     def make_async_transport(self) -> AsyncTransportFactory:
@@ -199,14 +210,6 @@ class AsyncNativeScenarios(SuiteBase):
     def test_cancelled_claim_gives_back_at_once_with_the_same_attempt(self) -> None:
         group = "cancelled"
 
-        async def cancel_after(task: asyncio.Task[Lease[Event] | None], when: int | float) -> str:
-            if isinstance(when, int):
-                for _ in range(when):
-                    await asyncio.sleep(0)
-                return f"{when} turns of the event loop"
-            await asyncio.sleep(when)
-            return f"{when * 1000:g} ms"
-
         async def one_round(
             t: AsyncTransport[Event], other: AsyncTransport[Event], when: int | float, woken: bool
         ) -> None:
@@ -219,7 +222,7 @@ class AsyncNativeScenarios(SuiteBase):
                 seq = await other.publish(group, ev(0))
                 task = asyncio.ensure_future(t.claim("w1", CANCEL_VISIBILITY))
             how = f"a claim(wait={CANCEL_WAIT:g}) woken by a publish" if woken else "a claim"
-            after = await cancel_after(task, when)
+            after = await _cancel_point(when)
             task.cancel()
             try:
                 finished = await task
@@ -263,31 +266,30 @@ class AsyncNativeScenarios(SuiteBase):
         that ``ack_and_claim`` makes after its ack."""
         groups = ("batch-a", "batch-b", "batch-c")
 
-        async def cancelled(task: asyncio.Task[Any], when: int | float) -> bool:
-            for _ in range(when if isinstance(when, int) else 0):
-                await asyncio.sleep(0)
-            if isinstance(when, float):
-                await asyncio.sleep(when)
+        async def cancelled(task: asyncio.Task[Any], when: int | float) -> str | None:
+            """When ``task`` was cancelled; None if it was over before that."""
+            after = await _cancel_point(when)
             task.cancel()
             try:
                 await task
             except asyncio.CancelledError:
-                return True
-            return False
+                return after
+            return None
 
         async def many_round(
             t: AsyncTransport[Event], other: AsyncTransport[Event], when: Any
         ) -> None:
             seqs = {await other.publish(group, ev(n)) for n, group in enumerate(groups)}
             task = asyncio.ensure_future(t.claim_many("w1", CANCEL_VISIBILITY, len(groups)))
-            if not await cancelled(task, when):  # over before its cancel: delivered
+            after = await cancelled(task, when)
+            if after is None:  # over before its cancel: delivered
                 leases = task.result()
                 assert {(lease.seq, lease.attempt) for lease in leases} == {(s, 1) for s in seqs}
                 await t.ack_many(leases)
                 return
             back = await other.claim_many("w2", CANCEL_VISIBILITY, len(groups))
             assert {seen(lease, "seq", "attempt") for lease in back} == {(s, 1) for s in seqs}, (
-                f"{CANCELLED_BATCH}: a claim_many of {len(groups)} cancelled after {when!r}; then "
+                f"{CANCELLED_BATCH}: a claim_many of {len(groups)} cancelled after {after}; then "
                 f"a claim_many gave {back}, expected seqs {sorted(seqs)} each with attempt 1"
             )
             await other.ack_many(back)
@@ -301,7 +303,8 @@ class AsyncNativeScenarios(SuiteBase):
             assert lease is not None
             nxt = second if lease.seq == first else first
             task = asyncio.ensure_future(t.ack_and_claim(lease, "w1", CANCEL_VISIBILITY))
-            if not await cancelled(task, when):
+            after = await cancelled(task, when)
+            if after is None:
                 got = task.result()
                 assert seen(got, "seq", "attempt") == (nxt, 1), got
                 assert got is not None
@@ -310,7 +313,7 @@ class AsyncNativeScenarios(SuiteBase):
             # Acked or not, the next message is claimable: given back if it was leased.
             back = await other.claim("w2", CANCEL_VISIBILITY)
             assert seen(back, "seq", "attempt") == (nxt, 1), (
-                f"{CANCELLED_BATCH}: an ack_and_claim cancelled after {when!r}; then a claim "
+                f"{CANCELLED_BATCH}: an ack_and_claim cancelled after {after}; then a claim "
                 f"gave {back}, expected seq {nxt} with attempt 1"
             )
             assert back is not None

@@ -125,7 +125,7 @@ PROPERTIES: Final[dict[str, str]] = {
     CONTENTION_TASKS: "asyncio tasks at once: no loss, no duplicate, order kept, one lease a group",
     ASYNC_CONTEXT: "async with returns the transport and closes it",
     CANCELLED_CLAIM: "a cancelled async claim gives back what it leased: at once, same attempt",
-    CANCELLED_BATCH: "a cancelled claim_many or ack_and_claim gives back what it leased, so",
+    CANCELLED_BATCH: "a cancelled claim_many or ack_and_claim gives back all it leased, at once",
     MODEL: "random operation sequences agree with the suite's reference model",
     WAIT_ZERO: "claim(wait=0) returns at once, with or without a message",
     WAIT_EMPTY: "claim(wait=w) with nothing deliverable returns None, and not before w",
