@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
@@ -32,6 +31,7 @@ from ._common import (
     LOST,
     OWN_WAIT,
     SETTLE_WINDOW,
+    SIGNALS,
     BatchReply,
     ClaimPause,
     Decision,
@@ -173,11 +173,11 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         return self._exit_code()
 
     def _install_signals(self) -> list[signal.Signals]:
-        if not self._handle_signals or threading.current_thread() is not threading.main_thread():
+        if not self._handles_signals():
             return []
         assert self._loop is not None
         installed = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in SIGNALS:
             self._loop.add_signal_handler(sig, self._signalled, sig)
             installed.append(sig)
         return installed

@@ -17,6 +17,7 @@ import contextlib
 import inspect
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -74,6 +75,8 @@ EXIT_DRAINED: Final = 0
 # EX_TEMPFAIL from sysexits.h: stopped before its work was done; that work is not lost.
 EXIT_HANDED_BACK: Final = 75
 EXIT_NOW: Final = 130
+# What stops a worker that handles signals: the first drains, the second hands back.
+SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 OWN_WAIT: Final = 10.0  # the longest a claim on a handle of the worker's own waits
 # A failed claim is tried again after the first pause, doubling up to the second: at most a
 # second, so that claiming resumes within a second of a server coming back.
@@ -560,6 +563,11 @@ class Runtime(Generic[E, S, H]):
 
     def _exit_code(self) -> int:
         return EXIT_HANDED_BACK if self.handed_back else EXIT_DRAINED
+
+    def _handles_signals(self) -> bool:
+        """Whether this run handles `SIGNALS`: asked to, and on the main thread, the one
+        where Python runs signal handlers."""
+        return self._handle_signals and threading.current_thread() is threading.main_thread()
 
     def _signal_seen(self, name: str) -> None:
         """Called once a SIGTERM or SIGINT has been counted as a stop: a third exits at

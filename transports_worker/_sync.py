@@ -37,6 +37,7 @@ from ._common import (
     LOGGER,
     OWN_WAIT,
     SETTLE_WINDOW,
+    SIGNALS,
     BatchReply,
     ClaimPause,
     Decision,
@@ -58,7 +59,6 @@ E = TypeVar("E")
 # A claim on a handle the worker shares with its caller cannot be woken by closing it,
 # so it waits in short turns to notice stop() soon enough.
 SHARED_WAIT: Final = 0.5
-SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
 
 def _nothing() -> None:
@@ -316,9 +316,6 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         with self._due:
             self._sent_all = True
             self._due.notify()
-
-    def _handles_signals(self) -> bool:
-        return self._handle_signals and threading.current_thread() is threading.main_thread()
 
     def _install_signals(self) -> Callable[[], None]:
         """Handle SIGTERM and SIGINT. A signal also wakes the supervisor through the
