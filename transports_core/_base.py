@@ -488,7 +488,11 @@ class TransportBase(Writes[E], Closing):
         first = self.claim(worker_id, visibility, min_priority, wait)
         if first is None or limit == 1:
             return [] if first is None else [first]
-        return decoded(self._codec, self._run(self._ops.ClaimMany(claim, limit - 1)), [first])
+        try:
+            rest = self._run(self._ops.ClaimMany(claim, limit - 1))
+        except TransportError:
+            return [first]  # not lost to a failed fill: the fault shows at the next call
+        return decoded(self._codec, rest, [first])
 
     def ack_and_claim(
         self,
@@ -696,7 +700,10 @@ class AsyncTransportBase(AsyncWrites[E], AsyncClosing):
         first = await self.claim(worker_id, visibility, min_priority, wait)
         if first is None or limit == 1:
             return [] if first is None else [first]
-        rest = await self._leasing(self._ops.ClaimMany(claim, limit - 1), first)
+        try:
+            rest = await self._leasing(self._ops.ClaimMany(claim, limit - 1), first)
+        except TransportError:
+            return [first]  # not lost to a failed fill: the fault shows at the next call
         return decoded(self._codec, rest, [first])
 
     async def ack_and_claim(

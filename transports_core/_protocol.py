@@ -153,7 +153,10 @@ class Transport(Protocol[E]):
         """Lease up to ``limit`` messages, each of a different group, in one call: the
         ones, and in the order, that ``limit`` successive ``claim`` calls would lease
         (round-robin, the priority floor, tenants' turns), fewer when fewer are
-        deliverable. With ``wait > 0`` it blocks as ``claim`` does until at least one is.
+        deliverable. With ``wait > 0`` it blocks as ``claim`` does until at least one is,
+        then leases the rest of the batch in a second call; if the store fails in that
+        call, the lease the wait took is returned alone, not lost (the failure shows at
+        the next call).
 
         A message that does not decode raises `EventDecodeError` carrying it, with the
         batch's other leases in its ``others``."""
