@@ -95,6 +95,8 @@ class Defects:
     many_all_or_nothing: bool = False  # settle_many raises at a stale lease, the rest unsettled
     many_unfenced: bool = False  # settle_many acts on the seq, whoever holds it now
     claims_after_lost_ack: bool = False  # ack_and_claim claims though its ack found no lease
+    many_no_wait: bool = False  # claim_many never waits: wait is taken as 0
+    ack_claim_no_wait: bool = False  # ack_and_claim's claim never waits
     age_counts_leased: bool = False  # the backlog's age counts in-flight and parked heads too
     age_from_publish: bool = False  # a delayed message's age counts from its publish
     age_restarts_on_nack: bool = False  # a nack makes its message ready anew
@@ -537,6 +539,7 @@ class MemoryTransport(core.Closing):
         limit, wait = core.check_count(limit, "limit"), core.check_wait(wait)
         d = self._store.defects
         floor = 0 if d.many_ignores_floor else min_priority
+        wait = 0 if d.many_no_wait else wait
         failed: list[dt.EventDecodeError] = []
         try:
             first = self.claim(worker_id, visibility, floor, wait)
@@ -601,6 +604,7 @@ class MemoryTransport(core.Closing):
         except dt.LeaseLost:
             if not self._store.defects.claims_after_lost_ack:
                 raise
+        wait = 0 if self._store.defects.ack_claim_no_wait else wait
         return self.claim(worker_id, visibility, min_priority, wait)
 
     # -- settling --------------------------------------------------------------------

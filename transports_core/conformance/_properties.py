@@ -97,6 +97,7 @@ BATCH_CLAIM: Final = "claim-many-as-successive-claims"
 BATCH_FENCING: Final = "settle-many-fences-each-lease"
 BATCH_ACK_CLAIM: Final = "ack-and-claim-acks-then-claims"
 BATCH_BAD_INPUT: Final = "batch-bad-input-changes-nothing"
+BATCH_WAIT: Final = "batch-claims-wait-as-claim"
 
 # What each property means, in the order the CLI reports them.
 PROPERTIES: Final[dict[str, str]] = {
@@ -188,4 +189,5 @@ PROPERTIES: Final[dict[str, str]] = {
     BATCH_FENCING: "settle_many and ack_many fence each lease, report the stale, settle the rest",
     BATCH_ACK_CLAIM: "ack_and_claim acks then claims; a stale lease raises and claims nothing",
     BATCH_BAD_INPUT: "a bad limit or settlement refuses the whole batch and changes nothing",
+    BATCH_WAIT: "claim_many and ack_and_claim wait as claim does; a woken claim_many fills up",
 }

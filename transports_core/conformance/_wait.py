@@ -2,7 +2,8 @@
 with None only once the wait has run, each way a message becomes deliverable wakes a
 waiter, a wake that brings nothing takeable does not end a wait, a publish racing the
 start of a wait is never missed (at random offsets either side of it), and close wakes a
-waiter.
+waiter. ``claim_many`` and ``ack_and_claim`` wait as ``claim`` does, and a ``claim_many``
+woken by a publish of several groups leases all of them.
 
 Waits are real seconds whatever clock the backend reads. A waiter runs on a thread of its
 own, on a handle of its own when the backend has several; the test measures how long it
@@ -20,12 +21,21 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from functools import partial
+from typing import Any, Final, Generic, TypeVar
 
-from transports_core import Lease, Transport
+from transports_core import Lease, LeaseLost, Message, Transport
 
-from ._base import MULTI_HANDLE, checks, seen
-from ._properties import WAIT_CLOSE, WAIT_EMPTY, WAIT_ON, WAIT_RACE, WAIT_WAKE, WAIT_ZERO
+from ._base import MULTI_HANDLE, checks, must_raise, seen
+from ._properties import (
+    BATCH_WAIT,
+    WAIT_CLOSE,
+    WAIT_EMPTY,
+    WAIT_ON,
+    WAIT_RACE,
+    WAIT_WAKE,
+    WAIT_ZERO,
+)
 from ._steps import Steps, ev, publish, take
 
 # A wait meant to be cut short by a wake.
@@ -37,6 +47,8 @@ CLOCK_WAKE: Final = 3.5
 # How long the test lets a waiter settle into its wait before waking it (not a
 # synchronisation: the property holds if the wake comes before the wait began, too).
 SETTLE: Final = 0.1
+# The wait of a batch claim with nothing to take.
+EMPTY_WAIT: Final = 0.3
 # The wait of a claim that is woken, for nothing it may take, during its wait.
 NOTHING_WAIT: Final = 1.0
 # The priority floor of that claim.
@@ -46,8 +58,43 @@ RACES: Final = 200
 RACE_BEFORE: Final = 0.001
 RACE_AFTER: Final = 0.003
 
+T = TypeVar("T")
 
-class Waiter:
+
+class Blocked(Generic[T]):
+    """A call that may block, running on a thread of its own."""
+
+    def __init__(self, call: Callable[[], T]) -> None:
+        self.value: T | None = None
+        self.error: BaseException | None = None
+        self.began = self.ended = 0.0
+        self._thread = threading.Thread(target=self._run, args=(call,), daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Callable[[], T]) -> None:
+        self.began = time.monotonic()
+        try:
+            self.value = call()
+        except BaseException as exc:  # re-raised in the test's thread
+            self.error = exc
+        finally:
+            self.ended = time.monotonic()
+
+    def result(self, prop: str, within: float) -> tuple[T | None, float]:
+        """The call's value and how long it blocked; fails if it has not returned
+        ``within`` seconds from now."""
+        self._thread.join(within)
+        assert not self._thread.is_alive(), (
+            f"{prop}: the waiting claim had not returned {within:.1f} s after it was woken"
+        )
+        if self.error is not None:
+            raise AssertionError(f"{prop}: the waiting claim raised {self.error!r}") from (
+                self.error
+            )
+        return self.value, self.ended - self.began
+
+
+class Waiter(Blocked[Lease[Any] | None]):
     """``claim(worker, visibility, wait=...)`` running on a thread of its own."""
 
     def __init__(
@@ -58,37 +105,7 @@ class Waiter:
         wait: float,
         min_priority: int = 0,
     ) -> None:
-        self.lease: Lease[Any] | None = None
-        self.error: BaseException | None = None
-        self.began = self.ended = 0.0
-        self._thread = threading.Thread(
-            target=self._run, args=(t, worker, visibility, wait, min_priority), daemon=True
-        )
-        self._thread.start()
-
-    def _run(
-        self, t: Transport[Any], worker: str, visibility: float, wait: float, min_priority: int
-    ) -> None:
-        self.began = time.monotonic()
-        try:
-            self.lease = t.claim(worker, visibility, min_priority, wait)
-        except BaseException as exc:  # re-raised in the test's thread
-            self.error = exc
-        finally:
-            self.ended = time.monotonic()
-
-    def result(self, prop: str, within: float) -> tuple[Lease[Any] | None, float]:
-        """The claim's result and how long it blocked; fails if it has not returned
-        ``within`` seconds from now."""
-        self._thread.join(within)
-        assert not self._thread.is_alive(), (
-            f"{prop}: the waiting claim had not returned {within:.1f} s after it was woken"
-        )
-        if self.error is not None:
-            raise AssertionError(f"{prop}: the waiting claim raised {self.error!r}") from (
-                self.error
-            )
-        return self.lease, self.ended - self.began
+        super().__init__(partial(t.claim, worker, visibility, min_priority, wait))
 
 
 class WaitScenarios(Steps):
@@ -305,6 +322,52 @@ class WaitScenarios(Steps):
         assert [lease.seq for lease in got if lease] == published, (
             f"{WAIT_RACE}: the waiting claims gave other messages than the {RACES} published"
         )
+
+    @checks(BATCH_WAIT)
+    def test_batch_claims_wait_as_claim_and_end_empty_after_the_wait(self) -> None:
+        t = self.open()
+        t.publish("a", ev(1))
+        held = take(t, "w1", self.hold)
+        calls: list[tuple[str, Callable[[float], object]]] = [
+            ("claim_many", lambda wait: t.claim_many("w2", self.hold, 3, wait=wait)),
+            # Its ack leaves nothing deliverable: the claim after it waits.
+            ("ack_and_claim", lambda wait: t.ack_and_claim(held, "w1", self.hold, wait=wait)),
+        ]
+        for name, call in calls:
+            began = time.monotonic()
+            got = call(EMPTY_WAIT)
+            took = time.monotonic() - began
+            assert not got, f"{BATCH_WAIT}: {name}(wait={EMPTY_WAIT}), nothing to take, gave {got}"
+            assert took >= EMPTY_WAIT - 0.02, (
+                f"{BATCH_WAIT}: {name}(wait={EMPTY_WAIT}) with nothing to take returned after "
+                f"{took:.3f} s, before its wait ran out"
+            )
+        must_raise(BATCH_WAIT, LeaseLost, "an ack after ack_and_claim's", lambda: t.ack(held))
+
+    @checks(BATCH_WAIT)
+    def test_batch_claims_wait_woken_by_a_publish(self) -> None:
+        t = self.open()
+        waiting = self._waiter_handle(t)
+        many = Blocked(partial(waiting.claim_many, "w1", self.hold, 5, 0, LONG))
+        time.sleep(SETTLE)
+        seqs = t.publish_many([Message(group, ev(n)) for n, group in enumerate("abc")])
+        leases, took = many.result(BATCH_WAIT, WAKE)
+        assert sorted(lease.seq for lease in leases or ()) == seqs, (
+            f"{BATCH_WAIT}: a claim_many(5) waiting {LONG} s when seqs {seqs} were published "
+            f"at once, each to a group of its own, gave {leases}"
+        )
+        assert took < LONG / 2, f"{BATCH_WAIT}: the publish woke claim_many after {took:.2f} s"
+        assert leases is not None
+        waiting.ack_many(leases[1:])
+        after = Blocked(partial(waiting.ack_and_claim, leases[0], "w1", self.hold, 0, LONG))
+        time.sleep(SETTLE)
+        seq = t.publish("d", ev(9))
+        lease, took = after.result(BATCH_WAIT, WAKE)
+        assert seen(lease, "seq") == (seq,), (
+            f"{BATCH_WAIT}: an ack_and_claim waiting {LONG} s when seq {seq} was published "
+            f"gave {lease}"
+        )
+        assert took < LONG / 2, f"{BATCH_WAIT}: the publish woke ack_and_claim after {took:.2f} s"
 
     @checks(WAIT_CLOSE)
     def test_wait_woken_by_close_from_another_thread(self) -> None:
