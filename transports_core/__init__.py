@@ -20,6 +20,7 @@ from ._base import AsyncWithin, Within
 from ._errors import (
     EventDecodeError,
     LeaseLost,
+    LostReason,
     OutcomeUnknown,
     RequeueRefused,
     TransportError,
@@ -55,6 +56,7 @@ __all__ = [
     "HeldGroup",
     "Lease",
     "LeaseLost",
+    "LostReason",
     "Message",
     "MessageState",
     "Migration",

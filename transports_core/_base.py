@@ -25,7 +25,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 from ._admin import DeadLetter, GroupInfo, HeldGroup, QueuedMessage, QueueStats, TenantInfo
 from ._batch import settle_op
 from ._codec import Claimed, EventCodec, Item
-from ._errors import EventDecodeError, LeaseLost, TransportError
+from ._errors import EventDecodeError, LeaseLost, LostReason, TransportError
 from ._models import Lease, Message, Settlement
 from ._seam import GiveBack, Operation
 from ._validate import (
@@ -329,6 +329,20 @@ def decoded(codec: EventCodec[E], claimed: list[Claimed], before: list[Lease[E]]
     return leases
 
 
+def lost_reason(lease: Lease[Any], head: list[QueuedMessage]) -> LostReason:
+    """Why ``lease`` is no longer current, from its group's ``head`` (what ``peek(group,
+    1)`` shows just after): see `LeaseLost`. A message that left its group and came back
+    (a dead letter requeued) counts as gone: its deliveries start over."""
+    first = head[0] if head else None
+    if first is None or first.seq != lease.seq or first.attempts < lease.attempt:
+        return "gone"
+    if first.attempts > lease.attempt:
+        return "redelivered"
+    if first.state == "parked":
+        return "parked"
+    return "released" if first.state == "ready" else "foreign"
+
+
 def claim_args(limit: int, wait: float) -> tuple[int, float]:
     return check_count(limit, "limit"), check_wait(wait)
 
@@ -378,21 +392,40 @@ class Writes(Generic[E]):
         return self._run(self._ops.PublishMany(self._codec, items, self._dedup_window))
 
     def ack(self, lease: Lease[object]) -> None:
-        self._run(self._ops.Ack(lease))
+        self._settle(self._ops.Ack(lease))
 
     def nack(self, lease: Lease[object], delay: float = 0) -> None:
-        self._run(self._ops.Nack(lease, delay))
+        self._settle(self._ops.Nack(lease, delay))
 
     def bury(self, lease: Lease[object], reason: str) -> None:
-        self._run(self._ops.BuryLease(lease, reason, self._on_dead))
+        self._settle(self._ops.BuryLease(lease, reason, self._on_dead))
 
     def settle_many(self, items: Iterable[Settlement[object]]) -> list[LeaseLost]:
         settles = settles_of(self._ops, items, self._on_dead)
-        return self._run(self._ops.SettleMany(settles)) if settles else []
+        return self._explained(self._run(self._ops.SettleMany(settles))) if settles else []
 
     def ack_many(self, leases: Iterable[Lease[object]]) -> list[LeaseLost]:
         acks = [self._ops.Ack(lease) for lease in leases]
-        return self._run(self._ops.SettleMany(acks)) if acks else []
+        return self._explained(self._run(self._ops.SettleMany(acks))) if acks else []
+
+    def _settle(self, op: Operation[Any, Any, T]) -> T:
+        """``op``'s value; a `LeaseLost` it raises is raised with its reason."""
+        try:
+            return self._run(op)
+        except LeaseLost as lost:
+            self._explained([lost])
+            raise
+
+    def _explained(self, lost: list[LeaseLost]) -> list[LeaseLost]:
+        """``lost``, each given its reason from its group's head as it is now (one look
+        a lost lease, only when one is lost; a look that fails leaves it unknown)."""
+        for error in lost:
+            try:
+                head = self._run(self._ops.Peek(error.lease.group_id, 1))
+            except TransportError:
+                continue
+            error.reason = lost_reason(error.lease, head)
+        return lost
 
 
 class Joined(Protocol):
@@ -506,13 +539,13 @@ class TransportBase(Writes[E], Closing):
         op = self._ops.AckAndClaim(
             self._ops.Ack(lease), self._claim_op(worker_id, visibility, min_priority)
         )
-        claimed = self._run(op)
+        claimed = self._settle(op)
         if isinstance(claimed, Claimed):
             return claimed.lease(self._codec)
         return self.claim(worker_id, visibility, min_priority, wait) if wait else None
 
     def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
-        return self._run(self._ops.Extend(lease, visibility))
+        return self._settle(self._ops.Extend(lease, visibility))
 
     def stats(self) -> QueueStats:
         return self._run(self._ops.Stats())
@@ -600,21 +633,41 @@ class AsyncWrites(Generic[E]):
         return await self._run(self._ops.PublishMany(self._codec, items, self._dedup_window))
 
     async def ack(self, lease: Lease[object]) -> None:
-        await self._run(self._ops.Ack(lease))
+        await self._settle(self._ops.Ack(lease))
 
     async def nack(self, lease: Lease[object], delay: float = 0) -> None:
-        await self._run(self._ops.Nack(lease, delay))
+        await self._settle(self._ops.Nack(lease, delay))
 
     async def bury(self, lease: Lease[object], reason: str) -> None:
-        await self._run(self._ops.BuryLease(lease, reason, self._on_dead))
+        await self._settle(self._ops.BuryLease(lease, reason, self._on_dead))
 
     async def settle_many(self, items: Iterable[Settlement[object]]) -> list[LeaseLost]:
         settles = settles_of(self._ops, items, self._on_dead)
-        return await self._run(self._ops.SettleMany(settles)) if settles else []
+        if not settles:
+            return []
+        return await self._explained(await self._run(self._ops.SettleMany(settles)))
 
     async def ack_many(self, leases: Iterable[Lease[object]]) -> list[LeaseLost]:
         acks = [self._ops.Ack(lease) for lease in leases]
-        return await self._run(self._ops.SettleMany(acks)) if acks else []
+        return await self._explained(await self._run(self._ops.SettleMany(acks))) if acks else []
+
+    async def _settle(self, op: Operation[Any, Any, T]) -> T:
+        """`Writes._settle`."""
+        try:
+            return await self._run(op)
+        except LeaseLost as lost:
+            await self._explained([lost])
+            raise
+
+    async def _explained(self, lost: list[LeaseLost]) -> list[LeaseLost]:
+        """`Writes._explained`."""
+        for error in lost:
+            try:
+                head = await self._run(self._ops.Peek(error.lease.group_id, 1))
+            except TransportError:
+                continue
+            error.reason = lost_reason(error.lease, head)
+        return lost
 
 
 class AsyncWithin(AsyncWrites[E]):
@@ -718,13 +771,17 @@ class AsyncTransportBase(AsyncWrites[E], AsyncClosing):
         op = self._ops.AckAndClaim(
             self._ops.Ack(lease), self._claim_op(worker_id, visibility, min_priority)
         )
-        claimed = await self._leasing(op)
+        try:
+            claimed = await self._leasing(op)
+        except LeaseLost as lost:
+            await self._explained([lost])
+            raise
         if isinstance(claimed, Claimed):
             return claimed.lease(self._codec)
         return await self.claim(worker_id, visibility, min_priority, wait) if wait else None
 
     async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
-        return await self._run(self._ops.Extend(lease, visibility))
+        return await self._settle(self._ops.Extend(lease, visibility))
 
     async def stats(self) -> QueueStats:
         return await self._run(self._ops.Stats())

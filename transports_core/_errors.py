@@ -17,13 +17,14 @@ Bad arguments are not transport errors: they raise ``ValueError`` or ``TypeError
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from ._models import Lease
 
 __all__ = [
     "EventDecodeError",
     "LeaseLost",
+    "LostReason",
     "OutcomeUnknown",
     "RequeueRefused",
     "TransportError",
@@ -36,16 +37,40 @@ class TransportError(Exception):
     """Base class of every error this library raises on purpose."""
 
 
-class LeaseLost(TransportError):
-    """The lease is no longer current: it was acked, nacked, or another worker re-claimed
-    the message after it lapsed. Nothing was changed."""
+LostReason = Literal["gone", "redelivered", "parked", "released", "foreign"]
 
-    def __init__(self, lease: Lease[object]) -> None:
+_WHY: dict[str, str] = {
+    "gone": "its message is gone: acked, buried, cancelled or purged",
+    "redelivered": "the lease lapsed and the message was delivered again",
+    "parked": "the message was nacked with a delay and is parked",
+    "released": "the message was nacked and waits for its next delivery",
+    "foreign": "the message is leased under another worker id",
+}
+
+
+class LeaseLost(TransportError):
+    """The lease is no longer current: its message was acked, nacked or buried, or
+    another claim delivered it again after the lease lapsed. Nothing was changed.
+
+    ``reason`` says which, as the store showed the message just after the call:
+    ``"gone"`` (acked, buried, cancelled or purged), ``"redelivered"`` (the lease lapsed
+    and a later claim delivered the message again, whatever became of that delivery),
+    ``"parked"`` or ``"released"`` (nacked, with or without a delay, and not delivered
+    since), ``"foreign"`` (held under the same attempt by another worker id: a lease
+    that was not this transport's). None when it is not known: the store could not be
+    asked, or a worker's own clock saw the lease run out."""
+
+    def __init__(self, lease: Lease[object], reason: LostReason | None = None) -> None:
         super().__init__(
             f"lease on message {lease.seq} of group {lease.group_id!r} "
             f"(worker {lease.worker_id!r}, attempt {lease.attempt}) is no longer held"
         )
         self.lease = lease
+        self.reason = reason
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return text if self.reason is None else f"{text}: {_WHY[self.reason]}"
 
 
 class EventDecodeError(TransportError):

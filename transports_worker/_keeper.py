@@ -356,7 +356,8 @@ class _Keeping(Generic[E, T]):
         """Mark the lease lost, once and not after release; return the error to report."""
         if self._released or self._lost.is_set():
             return None
-        error = LeaseLost(self._lease)
+        # A renewal the store refused knows why; the keeper's own clock does not.
+        error = LeaseLost(self._lease, cause.reason if isinstance(cause, LeaseLost) else None)
         error.__cause__ = cause
         if cause is None:
             _add_note(error, "renewals did not succeed before the lease's last confirmed end")

@@ -96,6 +96,8 @@ class Defects:
     many_unfenced: bool = False  # settle_many acts on the seq, whoever holds it now
     claims_after_lost_ack: bool = False  # ack_and_claim claims though its ack found no lease
     many_no_wait: bool = False  # claim_many never waits: wait is taken as 0
+    lost_without_reason: bool = False  # a LeaseLost never says why
+    lost_always_gone: bool = False  # every LeaseLost says its message is gone
     ack_claim_no_wait: bool = False  # ack_and_claim's claim never waits
     age_counts_leased: bool = False  # the backlog's age counts in-flight and parked heads too
     age_from_publish: bool = False  # a delayed message's age counts from its publish
@@ -623,10 +625,24 @@ class MemoryTransport(core.Closing):
             raise ValueError(f"worker_id {lease.worker_id!r} is reserved")
         m = self._store.messages.get(lease.seq)
         if m is None:
-            raise dt.LeaseLost(lease)
+            raise self._lost(lease, None)
         if fenced and (m.holder != lease.worker_id or m.attempt != lease.attempt):
-            raise dt.LeaseLost(lease)
+            raise self._lost(lease, m)
         return m
+
+    def _lost(self, lease: dt.Lease[object], m: _Message | None) -> dt.LeaseLost:
+        """The `LeaseLost` of ``lease``, its reason read off ``m`` (None: gone)."""
+        d = self._store.defects
+        if d.lost_without_reason:
+            return dt.LeaseLost(lease)
+        reason: dt.LostReason = "foreign"
+        if m is None or m.attempt < lease.attempt or d.lost_always_gone:
+            reason = "gone"
+        elif m.attempt > lease.attempt:
+            reason = "redelivered"
+        elif m.holder in (None, PARKED):
+            reason = "released" if m.holder is None else "parked"
+        return dt.LeaseLost(lease, reason)
 
     def within(self, conn: object) -> MemoryWithin:
         s = self._store

@@ -290,6 +290,9 @@ def test_a_stale_lease_in_a_batch_is_reported_lost_and_the_others_are_settled(
     outcomes = {d.seq: (outcome, type(error)) for d, outcome, error in run.recorder.settled_}
     (stale,) = taken_over
     assert outcomes.pop(stale) == ("lost", LeaseLost)
+    (lost,) = [error for d, _, error in run.recorder.settled_ if d.seq == stale]
+    assert isinstance(lost, LeaseLost)
+    assert lost.reason == "gone"  # the store says why: it was acked before the worker's ack
     assert set(outcomes.values()) == {("acked", type(None))}
     assert len(outcomes) == SLOTS - 1
     assert store.claim("check", 1.0) is None

@@ -23,6 +23,7 @@ FAIRNESS: Final = "fairness-bound"
 PRIORITY_FLOOR: Final = "priority-floor"
 PRIORITY_RESET: Final = "priority-reset-on-republish"
 FENCING: Final = "fencing"
+LOST_REASON: Final = "lease-lost-says-why"
 EXTEND: Final = "extend"
 ATTEMPT: Final = "attempt-counting"
 BAD_INPUT: Final = "bad-input"
@@ -115,6 +116,7 @@ PROPERTIES: Final[dict[str, str]] = {
     PRIORITY_FLOOR: "claim(min_priority=p) serves only groups of priority p or more",
     PRIORITY_RESET: "the publish that creates a group sets its priority, again after it drains",
     FENCING: "ack/nack/extend of a lease no longer current raise LeaseLost and change nothing",
+    LOST_REASON: "a LeaseLost, raised or reported, says why: gone, redelivered, parked, released",
     EXTEND: "extend moves the lease's expiry and keeps the message held",
     ATTEMPT: "attempt counts deliveries: 1 on the first, one more for each redelivery",
     BAD_INPUT: "bad arguments raise ValueError/TypeError naming the argument, write nothing",

@@ -7,10 +7,19 @@ from collections.abc import Callable
 
 import pytest
 
-from transports_core import Event, Lease, LeaseLost, Transport
+from transports_core import Event, Lease, LeaseLost, LostReason, Settlement, Transport
 
 from ._base import checks, must_raise
-from ._properties import ATTEMPT, EXTEND, FENCING, LEASE_RECOVERY, NACK_NOW, NO_LOSS, PARK
+from ._properties import (
+    ATTEMPT,
+    EXTEND,
+    FENCING,
+    LEASE_RECOVERY,
+    LOST_REASON,
+    NACK_NOW,
+    NO_LOSS,
+    PARK,
+)
 from ._steps import Steps, ev, must_not_lose, publish, take
 
 # A call that settles a held lease (ack, nack, extend, bury), fenced alike.
@@ -125,6 +134,68 @@ class SettleScenarios(Steps):
         t.publish("a", ev(1))
         lease = self.lapsed(t)
         must_not_lose("a call on a lapsed lease that nobody re-claimed", lambda: settle(t, lease))
+
+    def _says_why(
+        self, lost: LeaseLost, reason: LostReason, how: str, call: str = "a call"
+    ) -> None:
+        assert lost.reason == reason, (
+            f"{LOST_REASON}: {call} on a lease {how} gave LeaseLost with reason "
+            f"{lost.reason!r}, expected {reason!r}"
+        )
+
+    @checks(LOST_REASON)
+    @settles
+    def test_lease_lost_says_why_for_each_way_a_lease_is_lost(self, settle: LeaseCall) -> None:
+        t = self.open()
+
+        def lost(lease: Lease[Event], reason: LostReason, how: str) -> None:
+            raised = must_raise(
+                LOST_REASON, LeaseLost, f"a call on a lease {how}", lambda: settle(t, lease)
+            )
+            self._says_why(raised, reason, how)
+
+        t.publish("a", ev(1))
+        acked = take(t, "w1", self.hold)
+        t.ack(acked)
+        lost(acked, "gone", "that was acked")
+        t.publish("b", ev(2))
+        buried = self.buried(t)
+        lost(buried, "gone", "that was buried")
+        t.publish("c", ev(3))
+        nacked = take(t, "w1", self.hold)
+        t.nack(nacked)
+        lost(nacked, "released", "that was nacked")
+        t.ack(self.again(t, nacked, "after nack()"))
+        t.publish("d", ev(4))
+        stale, current = self.reclaimed(t)
+        lost(stale, "redelivered", "that lapsed, its message claimed again")
+        t.ack(current)
+        t.publish("e", ev(5))
+        parked = take(t, "w1", self.hold)
+        self.park(t, parked)
+        lost(parked, "parked", "that was nacked with a delay")
+
+    @checks(LOST_REASON)
+    def test_lease_lost_says_why_in_the_batch_calls(self) -> None:
+        t = self.open()
+        publish(t, "a", 1)
+        publish(t, "b", 2)
+        first, second = take(t, "w1", self.hold), take(t, "w1", self.hold)
+        t.ack(first)
+        stale = t.settle_many([Settlement(first), Settlement(second, "nack")])
+        assert [x.lease for x in stale] == [first], f"{LOST_REASON}: settle_many gave {stale}"
+        self._says_why(stale[0], "gone", "that was acked", "settle_many")
+        again = t.ack_many([second])
+        assert [x.lease for x in again] == [second], f"{LOST_REASON}: ack_many gave {again}"
+        self._says_why(again[0], "released", "that settle_many nacked", "ack_many")
+        raised = must_raise(
+            LOST_REASON,
+            LeaseLost,
+            "ack_and_claim of an acked lease",
+            lambda: t.ack_and_claim(first, "w1", self.hold),
+        )
+        self._says_why(raised, "gone", "that was acked", "ack_and_claim")
+        t.ack(take(t, "w1", self.hold))
 
     @checks(EXTEND)
     def test_extend_keeps_the_message_past_its_first_deadline(self) -> None:
