@@ -92,6 +92,7 @@ class Defects:
     many_reversed: bool = False  # claim_many hands its batch out in reverse order
     many_one: bool = False  # claim_many leases one message however many are asked for
     many_ignores_floor: bool = False  # claim_many ignores min_priority
+    many_unweighted: bool = False  # claim_many fills its batch in plain round-robin
     many_all_or_nothing: bool = False  # settle_many raises at a stale lease, the rest unsettled
     many_unfenced: bool = False  # settle_many acts on the seq, whoever holds it now
     claims_after_lost_ack: bool = False  # ack_and_claim claims though its ack found no lease
@@ -430,7 +431,7 @@ class MemoryTransport(core.Closing):
         return self._max_attempts is not None and m.attempt - m.allowance >= self._max_attempts
 
     def _try_claim(
-        self, worker_id: str, visibility: float, min_priority: int
+        self, worker_id: str, visibility: float, min_priority: int, unweighted: bool = False
     ) -> dt.Lease[Any] | None:
         s = self._store
         now = s.clock()
@@ -452,7 +453,7 @@ class MemoryTransport(core.Closing):
             if not ready:
                 return None
             tenant, start = self._tenant_turn({s.groups[name].tenant for _, name, _ in ready})
-            if not s.defects.unweighted:
+            if not (s.defects.unweighted or unweighted):
                 ready = [r for r in ready if s.groups[r[1]].tenant == tenant]
             _, name, m = min(ready, key=lambda r: r[0])
             if self._exhausted(m):
@@ -552,7 +553,7 @@ class MemoryTransport(core.Closing):
         with self._locked():
             while (leases or failed) and len(leases) + len(failed) < (1 if d.many_one else limit):
                 try:
-                    lease = self._try_claim(worker_id, visibility, floor)
+                    lease = self._try_claim(worker_id, visibility, floor, d.many_unweighted)
                 except dt.EventDecodeError as error:
                     failed.append(error)
                     continue

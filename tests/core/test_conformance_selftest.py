@@ -151,6 +151,7 @@ BREAKS = {
     "many_reversed=True": ("claim-many-as-successive-claims", "test_claim_many_leases", False),
     "many_one=True": ("claim-many-as-successive-claims", "test_claim_many_", False),
     "many_ignores_floor=True": ("claim-many-as-successive-claims", "test_claim_many_leases", False),
+    "many_unweighted=True": ("claim-many-as-successive-claims", "test_claim_many_takes_ten", False),
     "many_all_or_nothing=True": ("settle-many-fences-each-lease", "test_settle_many_", False),
     "many_unfenced=True": ("settle-many-fences-each-lease", "test_ack_many_", False),
     "claims_after_lost_ack=True": ("ack-and-claim-acks-then-claims", "test_ack_and_claim_", False),

@@ -12,8 +12,9 @@ so that each starts from the same round-robin state.
 
 from __future__ import annotations
 
+import uuid
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from transports_core import (
     Event,
@@ -23,9 +24,10 @@ from transports_core import (
     Message,
     Settlement,
     Transport,
+    TransportAdmin,
 )
 
-from ._base import MULTI_HANDLE, checks, must_raise
+from ._base import ADMIN, MULTI_HANDLE, TENANTS, checks, must_raise
 from ._edges import Placed
 from ._properties import (
     BATCH_ACK_CLAIM,
@@ -88,6 +90,52 @@ class BatchScenarios(Steps):
             )
             assert all(lease.worker_id == "w-many" for lease in batch), (
                 f"{BATCH_CLAIM}: claim_many leased for {[x.worker_id for x in batch]}"
+            )
+            for lease in batch:
+                t.ack(lease)
+            _drain(t, "w-drain", self.hold)
+
+    @checks(BATCH_CLAIM)
+    def test_claim_many_takes_tenants_turns_as_successive_claims_would(self) -> None:
+        """With tenants of weights 7 and 3, claims take their groups in the tenants'
+        turns: a batch must take them in the same. Each side has tenants of its own,
+        new to the store, so that both start from the same turns. (Weights whose turns
+        tie only after the tenth claim: a tie broken by name depends on sums of
+        fractions that may round either way, and the sides' sums start at different
+        points of the queue's virtual time.)"""
+        self.require(ADMIN)
+        self.require(TENANTS)
+        t = self.open()
+        admin = cast(TransportAdmin, t)
+        token = uuid.uuid4().hex[:8]
+
+        def fill(side: str) -> None:
+            admin.set_tenant_weight(f"{side}big{token}", 7)
+            admin.set_tenant_weight(f"{side}small{token}", 3)
+            t.publish_many(
+                [
+                    Message(f"{side}{name}{token}-g{g}", ev(n), tenant=f"{side}{name}{token}")
+                    for n in (1, 2)
+                    for name, groups in (("big", 8), ("small", 4))
+                    for g in range(groups)
+                ]
+            )
+
+        def shape(leases: list[Lease[Event]], side: str) -> list[str]:
+            return [lease.group_id.removeprefix(side).replace(token, "") for lease in leases]
+
+        for limit in (5, 10):
+            one, many = f"s{limit}", f"m{limit}"
+            fill(one)
+            singles = self._singles(t, one, limit, 0)
+            for lease in singles:
+                t.ack(lease)
+            _drain(t, "w-drain", self.hold)
+            fill(many)
+            batch = t.claim_many("w-many", self.hold, limit)
+            assert shape(batch, many) == shape(singles, one), (
+                f"{BATCH_CLAIM}: with tenants weighted 7 and 3, claim_many(limit={limit}) "
+                f"leased {shape(batch, many)}; {limit} claims leased {shape(singles, one)}"
             )
             for lease in batch:
                 t.ack(lease)
