@@ -15,7 +15,8 @@ fails here (the test files of ``TEST_FILES_ONCE``'s pages run once, with why). A
 block must also do nothing but define things when it is imported (as ``transports worker
 jobs:handle`` or a test runner imports it): its work belongs under ``if __name__ ==
 "__main__":``. Every page is in the site's navigation (mkdocs.yml), so
-none is built but unreachable."""
+none is built but unreachable. The two tables of docs/conformance.md keyed by slug have one
+row for each capability and each property of the suite, and no other rows."""
 
 from __future__ import annotations
 
@@ -24,10 +25,14 @@ import re
 import subprocess
 import sys
 import types
+from collections import Counter
 from dataclasses import dataclass
+from itertools import takewhile
 from pathlib import Path
 
 import pytest
+
+from transports_core.conformance import CAPABILITIES, PROPERTIES
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -259,3 +264,39 @@ def test_every_page_is_in_the_site_navigation() -> None:
     listed = set(re.findall(r":\s+(\S+\.md)$", nav, re.M))
     pages = {p.name for p in PAGES[1:]}
     assert listed == pages, f"in docs/ only: {pages - listed}; in nav only: {listed - pages}"
+
+
+# The tables of docs/conformance.md whose rows are keyed by a slug, each by its header
+# row: every slug of the set has one row, and no row names anything else.
+SLUG_TABLES = {
+    "| capability | what the backend promises | without it |": ("capability", CAPABILITIES),
+    "| property | the promise |": ("property", frozenset(PROPERTIES)),
+}
+
+
+def _table_slugs(lines: list[str], header: str) -> list[str]:
+    """The slug of each row of the one table headed ``header``: its first cell, which must
+    be one slug in backticks."""
+    starts = [i for i, line in enumerate(lines) if line == header]
+    assert len(starts) == 1, f"conformance.md has {len(starts)} tables headed {header!r}"
+    table = list(takewhile(lambda line: line.startswith("|"), lines[starts[0] + 1 :]))
+    rule, *rows = table or [""]
+    assert rule.startswith("|---"), f"the table headed {header!r} has no |---| line under it"
+    cells = [row.split("|")[1].strip() for row in rows]
+    bad = [cell for cell in cells if not re.fullmatch(r"`[a-z0-9-]+`", cell)]
+    assert bad == [], f"rows of the table headed {header!r} not keyed by a slug: {bad}"
+    return [cell.strip("`") for cell in cells]
+
+
+def test_conformance_tables_have_one_row_for_each_property_and_capability() -> None:
+    lines = (ROOT / "docs" / "conformance.md").read_text().splitlines()
+    problems = []
+    for header, (kind, known) in SLUG_TABLES.items():
+        rows = Counter(_table_slugs(lines, header))
+        if missing := sorted(known - set(rows)):
+            problems.append(f"no row for the {kind} slugs {missing}")
+        if unknown := sorted(set(rows) - known):
+            problems.append(f"{kind} rows for {unknown}, which name no {kind}")
+        if twice := sorted(slug for slug, n in rows.items() if n > 1):
+            problems.append(f"more than one {kind} row for {twice}")
+    assert problems == [], f"docs/conformance.md: {'; '.join(problems)}"
