@@ -17,7 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Literal, get_args
 
-from transports_core import TransportAdmin, open_transport, redact_url
+from transports_core import (
+    LeaseLost,
+    LostReason,
+    TransportAdmin,
+    open_transport,
+    redact_url,
+)
 from transports_core.backend import check_count, check_seconds
 
 from ._outcomes import Outcome
@@ -25,17 +31,21 @@ from ._outcomes import Outcome
 __all__ = [
     "BACKLOG_STATES",
     "DURATION_BUCKETS",
+    "LOST_REASONS",
     "METRICS",
     "OUTCOMES",
     "BacklogSample",
     "MetricSpec",
     "QueueBacklog",
+    "lost_reason",
 ]
 
 LOGGER: Final = logging.getLogger("transports_worker")
 
 Kind = Literal["counter", "gauge", "histogram"]
 OUTCOMES: Final[tuple[str, ...]] = get_args(Outcome)
+# Why a lease was lost (`LeaseLost.reason`), ``unknown`` where it is None.
+LOST_REASONS: Final[tuple[str, ...]] = (*get_args(LostReason), "unknown")
 # The states of `QueueStats`; ``delayed`` only where a backend reports it.
 BACKLOG_STATES: Final = ("ready", "in_flight", "parked", "dead", "delayed")
 # Handlers run from milliseconds to minutes: the default buckets of prometheus_client stop
@@ -43,6 +53,12 @@ BACKLOG_STATES: Final = ("ready", "in_flight", "parked", "dead", "delayed")
 DURATION_BUCKETS: Final = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0
 )  # fmt: skip
+
+
+def lost_reason(error: BaseException) -> str:
+    """The ``reason`` label of a lost lease's error (see `LOST_REASONS`)."""
+    reason = error.reason if isinstance(error, LeaseLost) else None
+    return reason or "unknown"
 
 
 @dataclass(frozen=True)
@@ -106,9 +122,10 @@ METRICS: Final = (
     MetricSpec(
         "transports_worker_lost_leases_total",
         "counter",
-        (),
-        "Leases lost while their handler ran.",
+        ("reason",),
+        "Leases lost while their handler ran, by LeaseLost.reason.",
         "transports.worker.lost",
+        ("transports.reason",),
     ),
     MetricSpec(
         "transports_worker_renewals_total",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
 from ._hooks import Delivery, Hooks
-from ._metrics import METRICS, BacklogSample, QueueBacklog
+from ._metrics import METRICS, BacklogSample, QueueBacklog, lost_reason
 from ._outcomes import Outcome
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ class OpenTelemetryHooks(Hooks):
         self._renewal_failures.add(1)
 
     def lost(self, delivery: Delivery, error: BaseException) -> None:
-        self._lost.add(1)
+        self._lost.add(1, {"transports.reason": lost_reason(error)})
 
     def claimed_nothing(self, worker_id: str) -> None:
         self._empty.add(1)

@@ -13,7 +13,16 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Final
 
 from ._hooks import Delivery, Hooks
-from ._metrics import DURATION_BUCKETS, METRICS, OUTCOMES, BacklogSample, MetricSpec, QueueBacklog
+from ._metrics import (
+    DURATION_BUCKETS,
+    LOST_REASONS,
+    METRICS,
+    OUTCOMES,
+    BacklogSample,
+    MetricSpec,
+    QueueBacklog,
+    lost_reason,
+)
 from ._outcomes import Outcome
 
 if TYPE_CHECKING:
@@ -121,6 +130,7 @@ class PrometheusHooks(Hooks):
             outcome: (self._deliveries.labels(outcome), self._duration.labels(outcome))
             for outcome in OUTCOMES
         }
+        self._lost_by = {reason: self._lost.labels(reason) for reason in LOST_REASONS}
         if backlog is not None:
             self.registry.register(_BacklogCollector(backlog))
         self._server: WSGIServer | None = None
@@ -145,7 +155,7 @@ class PrometheusHooks(Hooks):
         self._renewal_failures.inc()
 
     def lost(self, delivery: Delivery, error: BaseException) -> None:
-        self._lost.inc()
+        self._lost_by[lost_reason(error)].inc()
 
     def claimed_nothing(self, worker_id: str) -> None:
         self._empty.inc()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from transports_core import Event, open_transport
-from transports_worker import Bury, Context, OpenTelemetryHooks, QueueBacklog, Worker
+from transports_core import Event, Lease, LeaseLost, open_transport
+from transports_worker import Bury, Context, Delivery, OpenTelemetryHooks, QueueBacklog, Worker
 from transports_worker._metrics import METRICS
 from transports_worker.testing import Recorder, RunningWorker
 
@@ -116,3 +116,27 @@ def test_on_the_api_no_op_providers_the_hooks_work_and_report_nothing(
     _work(url, OpenTelemetryHooks(backlog=backlog))
     with open_transport(url) as store:
         assert store.claim("check", 1.0, min_priority=1) is None, "not all work was done"
+
+
+def test_a_lost_lease_is_counted_under_its_reason() -> None:
+    sdk = pytest.importorskip("opentelemetry.sdk.metrics", reason="needs opentelemetry-sdk")
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    provider = sdk.MeterProvider(metric_readers=[reader])
+    hooks = OpenTelemetryHooks(meter_provider=provider)
+    lease = Lease(1, "g", Event(), "w", 1, 0.0)
+    for error in (LeaseLost(lease, "redelivered"), LeaseLost(lease), RuntimeError("?")):
+        hooks.lost(Delivery.of(lease), error)
+    data = reader.get_metrics_data()
+    assert data is not None
+    counted = {
+        dict(point.attributes or {})["transports.reason"]: getattr(point, "value", None)
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "transports.worker.lost"
+        for point in metric.data.data_points
+    }
+    provider.shutdown()
+    assert counted == {"redelivered": 1, "unknown": 2}

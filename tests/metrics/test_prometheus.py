@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from transports_core import Event, open_transport
-from transports_worker._metrics import METRICS, OUTCOMES
+from transports_worker._metrics import LOST_REASONS, METRICS, OUTCOMES
 
 from ._served import PATIENCE, REPO, Scrape, ServingWorker
 
@@ -78,7 +78,8 @@ def test_deliveries_by_outcome_after_5_acked_and_2_buried(
     assert scrape.value(f"{duration}_bucket", outcome="acked", le="+Inf") == 5
     assert scrape.value("transports_worker_claimed_total") == 7
     assert scrape.value("transports_worker_in_flight") == 0
-    assert scrape.value("transports_worker_lost_leases_total") == 0
+    lost = {r: scrape.value("transports_worker_lost_leases_total", reason=r) for r in LOST_REASONS}
+    assert lost == dict.fromkeys(LOST_REASONS, 0)  # every reason served from the start
     assert scrape.value("transports_worker_renewal_failures_total") == 0
 
 

@@ -20,6 +20,7 @@ from transports_worker import (
     PrometheusHooks,
     Worker,
 )
+from transports_worker._metrics import LOST_REASONS
 from transports_worker.testing import AsyncFaulty, Faults, Faulty, Recorder, RunningWorker
 
 PATIENCE = 30.0
@@ -32,6 +33,7 @@ class Renewals:
     def __init__(self, *errors: str) -> None:
         self._errors = list(errors)
         self._lock = threading.Lock()
+        self.url = ""  # the queue's, for "taken"
 
     def next(self, lease: Lease[Any]) -> None:
         with self._lock:
@@ -40,6 +42,12 @@ class Renewals:
             raise TransportError("injected: the renewal did not reach the store")
         if error == "lost":
             raise LeaseLost(lease)
+        if error == "taken":
+            # Another handle gives the message back and claims it: the renewal then
+            # reaches the store, which refuses it, since the message went out again.
+            with open_sync(self.url) as other:
+                other.nack(lease)
+                assert other.claim("thief", PATIENCE) is not None
 
 
 class FailingRenewals(Faulty):
@@ -79,7 +87,7 @@ async def ahandle(event: Event, ctx: AsyncContext[Event]) -> None:
 
 
 def _run(tmp_path: Path, flavour: str, renewals: Renewals) -> tuple[PrometheusHooks, Recorder]:
-    url = f"sqlite:///{tmp_path / 'queue.db'}"
+    url = renewals.url = f"sqlite:///{tmp_path / 'queue.db'}"
     with open_sync(url) as store:
         store.publish("g", Event(n=1))
     exporter, recorder, idle = PrometheusHooks(), Recorder(), Idle()
@@ -117,7 +125,8 @@ def test_a_renewal_that_fails_in_passing_counts_as_a_failure_not_a_lost_lease(
     assert recorder.outcomes() == [(1, 1, "acked")]
     assert _value(exporter, "transports_worker_renewal_failures_total") == 1
     assert _value(exporter, "transports_worker_renewals_total") >= 1
-    assert _value(exporter, "transports_worker_lost_leases_total") == 0
+    for reason in LOST_REASONS:
+        assert _value(exporter, "transports_worker_lost_leases_total", reason=reason) == 0
     assert _value(exporter, "transports_worker_deliveries_total", outcome="acked") == 1
     assert _value(exporter, "transports_worker_claimed_total") == 1
     assert _value(exporter, "transports_worker_empty_claims_total") >= 1
@@ -129,15 +138,31 @@ def test_a_renewal_that_finds_the_lease_lost_counts_a_lost_lease_only(
     tmp_path: Path, flavour: str
 ) -> None:
     exporter, recorder = _run(tmp_path, flavour, Renewals("lost"))
+    # The keeper made the error itself: no store said why.
+    assert _value(exporter, "transports_worker_lost_leases_total", reason="unknown") == 1
     # The store still leases the message until its visibility ends: a later claim may
     # deliver it again before the worker stops, and that delivery is counted too.
     outcomes = [outcome for _, _, outcome in recorder.outcomes()]
     assert outcomes[0] == "lost"
     assert outcomes.count("lost") == 1
-    assert _value(exporter, "transports_worker_lost_leases_total") == 1
+    assert _value(exporter, "transports_worker_lost_leases_total", reason="redelivered") == 0
     assert _value(exporter, "transports_worker_renewal_failures_total") == 0
     assert _value(exporter, "transports_worker_deliveries_total", outcome="lost") == 1
     assert _value(exporter, "transports_worker_deliveries_total", outcome="acked") == (
         outcomes.count("acked")
     )
     assert _value(exporter, "transports_worker_in_flight") == 0
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_lease_the_store_gave_to_another_worker_counts_as_lost_by_that_reason(
+    tmp_path: Path, flavour: str
+) -> None:
+    exporter, recorder = _run(tmp_path, flavour, Renewals("taken"))
+    assert recorder.outcomes() == [(1, 1, "lost")]  # the thief holds the message since
+    lost = {
+        reason: _value(exporter, "transports_worker_lost_leases_total", reason=reason)
+        for reason in LOST_REASONS
+    }
+    assert lost == dict.fromkeys(LOST_REASONS, 0) | {"redelivered": 1}
+    assert _value(exporter, "transports_worker_renewal_failures_total") == 0
