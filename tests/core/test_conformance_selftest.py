@@ -266,7 +266,7 @@ def test_cli_passes_a_sqlite_file_and_prints_one_line_per_property(tmp_path: Pat
 
 
 def test_cli_reports_the_contracts_new_properties_by_name(tmp_path: Path) -> None:
-    chosen = "wait_zero or wait_woken_by_a_publish or bury_fencing or event_type_round_trip"
+    chosen = "wait_zero or test_wait_woken_by_a_publish or bury_fencing or event_type_round_trip"
     done = run_cli(tmp_path, "sqlite:///queue.db", "--", "-k", chosen)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line.split()[:2] for line in done.stdout.splitlines()[1:-1]]
