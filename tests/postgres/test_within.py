@@ -163,6 +163,27 @@ def test_ack_after_takeover_raises_lease_lost_and_leaves_the_transaction_usable(
         other.ack(current)  # the new lease was untouched
 
 
+def test_a_stale_ack_inside_says_why_and_leaves_the_callers_transaction_as_it_was(
+    queue: Queue, conn: Conn, schema: str
+) -> None:
+    # Core looks at a lost lease's group to say why, inside the caller's transaction
+    # too, where it sees the caller's own writes. Outside, a PostgreSQL admin read first
+    # moves due delayed messages into their groups; inside, it may not change anything.
+    queue.publish("d", Event(n=0), delay=0.2)
+    queue.publish("g", Event(n=1))
+    lease = queue.claim("w", 60)
+    assert lease is not None
+    queue.ack(lease)
+    time.sleep(0.3)  # the delayed message is due (its 0.2 s, and a margin)
+    timers = f'SELECT count(*) FROM "{schema}".timers'
+    assert conn.execute(timers).fetchone() == (1,)
+    with pytest.raises(LeaseLost) as lost:
+        queue.within(conn).ack(lease)
+    assert lost.value.reason == "gone"
+    assert conn.execute(timers).fetchone() == (1,), "the failed call left a change"
+    conn.rollback()
+
+
 def test_an_open_ack_keeps_the_message_from_other_workers_past_its_lease(
     queue: Queue, queue_url: str, conn: Conn, raw: Conn
 ) -> None:
