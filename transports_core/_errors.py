@@ -33,8 +33,24 @@ __all__ = [
 ]
 
 
+def _restored(kind: type[TransportError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    """An error as pickled (see `TransportError.__reduce__`), its ``__init__`` not run."""
+    error = kind.__new__(kind)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
 class TransportError(Exception):
-    """Base class of every error this library raises on purpose."""
+    """Base class of every error this library raises on purpose.
+
+    Every one survives pickling with its attributes (a `LeaseLost` raised in a process
+    pool's worker reaches the caller whole): it is rebuilt from its message and
+    attributes, not by calling its ``__init__`` again, whose arguments differ from the
+    message that Python's default keeps."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restored, (type(self), self.args, dict(self.__dict__)))
 
 
 LostReason = Literal["gone", "redelivered", "parked", "released", "foreign"]
