@@ -17,6 +17,7 @@ nothing of any backend.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from operator import is_
 from types import TracebackType
@@ -44,9 +45,9 @@ from ._validate import (
     no_options,
 )
 
-try:
+if sys.version_info >= (3, 11):
     from typing import Self
-except ImportError:  # Python 3.10
+else:
     from typing_extensions import Self
 
 __all__ = [

@@ -5,6 +5,7 @@ Imports only ``_models`` and ``_errors``; knows nothing of any backend.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Protocol, TypeVar, runtime_checkable
@@ -12,9 +13,9 @@ from typing import Protocol, TypeVar, runtime_checkable
 from ._errors import LeaseLost
 from ._models import Lease, Message, Settlement
 
-try:
+if sys.version_info >= (3, 11):
     from typing import Self
-except ImportError:  # Python 3.10
+else:
     from typing_extensions import Self
 
 __all__ = ["AsyncTransport", "Transport"]

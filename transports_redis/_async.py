@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Awaitable, Iterable
 from functools import partial
 from typing import Any, TypeVar
@@ -43,9 +44,9 @@ from ._sync import CLOSE_KEY_MS, Handle, pool_kwargs
 from ._topology import AsyncLocator
 from ._url import RedisOptions
 
-try:
+if sys.version_info >= (3, 11):
     from typing import Self
-except ImportError:  # Python 3.10
+else:
     from typing_extensions import Self
 
 E = TypeVar("E")

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -233,11 +234,10 @@ class _Flag(Protocol):
 def _add_note(error: BaseException, note: str) -> None:
     """``error.add_note(note)``; on Python 3.10, which has no add_note, the same list
     that 3.11 keeps (``__notes__``), which its tracebacks do not print."""
-    add = getattr(error, "add_note", None)
-    if add is not None:
-        add(note)
+    if sys.version_info >= (3, 11):
+        error.add_note(note)
     else:
-        error.__notes__ = [*getattr(error, "__notes__", ()), note]
+        vars(error)["__notes__"] = [*getattr(error, "__notes__", ()), note]
 
 
 class _Keeping(Generic[E, T]):

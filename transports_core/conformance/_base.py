@@ -10,6 +10,7 @@ the suite skips. Imports pytest and core only, never a backend.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -31,9 +32,9 @@ from transports_core.backend import Closing
 
 ExcT = TypeVar("ExcT", bound=BaseException)
 
-try:
+if sys.version_info >= (3, 11):
     from typing import Self
-except ImportError:  # Python 3.10
+else:
     from typing_extensions import Self
 
 __all__ = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
@@ -24,9 +25,9 @@ from transports_core import (
 )
 from transports_core.backend import Closing
 
-try:
+if sys.version_info >= (3, 11):
     from typing import Self
-except ImportError:  # Python 3.10
+else:
     from typing_extensions import Self
 
 if TYPE_CHECKING:
@@ -198,7 +199,7 @@ class BlockingTransport(Closing, Generic[E]):
         # Keep `with t as x` honest: x must be this wrapper exactly when __aenter__
         # returned the async transport itself, and otherwise whatever __aenter__ returned,
         # which `Self` cannot describe (the suite wants a wrong one to show).
-        return self if entered is self.async_transport else entered  # type: ignore[return-value]
+        return self if entered is self.async_transport else cast(Self, entered)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} over {self.async_transport!r}>"
