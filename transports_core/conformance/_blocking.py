@@ -198,7 +198,8 @@ class BlockingTransport(Closing, Generic[E]):
         entered = self._portal.run(self.async_transport.__aenter__())
         # Keep `with t as x` honest: x must be this wrapper exactly when __aenter__
         # returned the async transport itself, and otherwise whatever __aenter__ returned,
-        # which `Self` cannot describe (the suite wants a wrong one to show).
+        # which `Self` cannot describe: cast, not checked (the suite wants a wrong one to
+        # show).
         return self if entered is self.async_transport else cast(Self, entered)
 
     def __repr__(self) -> str:
