@@ -18,7 +18,7 @@ nothing of any backend.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from operator import is_
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
@@ -344,6 +344,18 @@ def lost_reason(lease: Lease[Any], head: list[QueuedMessage]) -> LostReason:
     return "released" if first.state == "ready" else "foreign"
 
 
+def with_reasons(
+    lost: list[LeaseLost], heads: dict[str, list[QueuedMessage] | None]
+) -> list[LeaseLost]:
+    """``lost``, each given its reason from its group's head in ``heads`` (None: the
+    look failed, and the reason stays unknown)."""
+    for error in lost:
+        head = heads[error.lease.group_id]
+        if head is not None:
+            error.reason = lost_reason(error.lease, head)
+    return lost
+
+
 def claim_args(limit: int, wait: float) -> tuple[int, float]:
     return check_count(limit, "limit"), check_wait(wait)
 
@@ -418,15 +430,17 @@ class Writes(Generic[E]):
             raise
 
     def _explained(self, lost: list[LeaseLost]) -> list[LeaseLost]:
-        """``lost``, each given its reason from its group's head as it is now (one look
-        a lost lease, only when one is lost; a look that fails leaves it unknown)."""
-        for error in lost:
-            try:
-                head = self._run(self._ops.Peek(error.lease.group_id, 1))
-            except TransportError:
-                continue
-            error.reason = lost_reason(error.lease, head)
-        return lost
+        """``lost``, each given its reason from its group's head as it is now: one look
+        a group, made only when a lease is lost (`with_reasons`)."""
+        groups = dict.fromkeys(error.lease.group_id for error in lost)
+        return with_reasons(lost, {group: self._head(group) for group in groups})
+
+    def _head(self, group_id: str) -> list[QueuedMessage] | None:
+        """``peek(group_id, 1)``; None if it fails."""
+        try:
+            return self._run(self._ops.Peek(group_id, 1))
+        except TransportError:
+            return None
 
 
 class Joined(Protocol):
@@ -634,13 +648,13 @@ class AsyncWrites(Generic[E]):
         return await self._run(self._ops.PublishMany(self._codec, items, self._dedup_window))
 
     async def ack(self, lease: Lease[object]) -> None:
-        await self._settle(self._ops.Ack(lease))
+        await self._settle(self._run(self._ops.Ack(lease)))
 
     async def nack(self, lease: Lease[object], delay: float = 0) -> None:
-        await self._settle(self._ops.Nack(lease, delay))
+        await self._settle(self._run(self._ops.Nack(lease, delay)))
 
     async def bury(self, lease: Lease[object], reason: str) -> None:
-        await self._settle(self._ops.BuryLease(lease, reason, self._on_dead))
+        await self._settle(self._run(self._ops.BuryLease(lease, reason, self._on_dead)))
 
     async def settle_many(self, items: Iterable[Settlement[object]]) -> list[LeaseLost]:
         settles = settles_of(self._ops, items, self._on_dead)
@@ -652,23 +666,26 @@ class AsyncWrites(Generic[E]):
         acks = [self._ops.Ack(lease) for lease in leases]
         return await self._explained(await self._run(self._ops.SettleMany(acks))) if acks else []
 
-    async def _settle(self, op: Operation[Any, Any, T]) -> T:
-        """`Writes._settle`."""
+    async def _settle(self, call: Awaitable[T]) -> T:
+        """`Writes._settle`, for the call that runs the operation (``_run``, or a
+        guarded run of a claim's)."""
         try:
-            return await self._run(op)
+            return await call
         except LeaseLost as lost:
             await self._explained([lost])
             raise
 
     async def _explained(self, lost: list[LeaseLost]) -> list[LeaseLost]:
         """`Writes._explained`."""
-        for error in lost:
-            try:
-                head = await self._run(self._ops.Peek(error.lease.group_id, 1))
-            except TransportError:
-                continue
-            error.reason = lost_reason(error.lease, head)
-        return lost
+        groups = dict.fromkeys(error.lease.group_id for error in lost)
+        return with_reasons(lost, {group: await self._head(group) for group in groups})
+
+    async def _head(self, group_id: str) -> list[QueuedMessage] | None:
+        """`Writes._head`."""
+        try:
+            return await self._run(self._ops.Peek(group_id, 1))
+        except TransportError:
+            return None
 
 
 class AsyncWithin(AsyncWrites[E]):
@@ -772,17 +789,13 @@ class AsyncTransportBase(AsyncWrites[E], AsyncClosing):
         op = self._ops.AckAndClaim(
             self._ops.Ack(lease), self._claim_op(worker_id, visibility, min_priority)
         )
-        try:
-            claimed = await self._leasing(op)
-        except LeaseLost as lost:
-            await self._explained([lost])
-            raise
+        claimed = await self._settle(self._leasing(op))
         if isinstance(claimed, Claimed):
             return claimed.lease(self._codec)
         return await self.claim(worker_id, visibility, min_priority, wait) if wait else None
 
     async def extend(self, lease: Lease[E], visibility: float) -> Lease[E]:
-        return await self._settle(self._ops.Extend(lease, visibility))
+        return await self._settle(self._run(self._ops.Extend(lease, visibility)))
 
     async def stats(self) -> QueueStats:
         return await self._run(self._ops.Stats())
