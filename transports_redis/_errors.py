@@ -7,6 +7,9 @@ becomes one too or is worked around by `Recover`, an operation both runners hand
                               first looks for the queue's node again (a failover)
     an error reply while connecting (SELECT of a database the server does not have)
                                                             -> TransportError (nothing sent)
+    redis.InvalidResponse     something other than Redis answered (while connecting:
+                              TransportError, nothing sent) or a reply was garbled (in
+                              flight: as a lost connection)
     redis.ConnectionError / TimeoutError once a write was sent
                                                             -> OutcomeUnknown
     the same during a read                                  -> TransportError
@@ -145,6 +148,10 @@ def connecting(server: str) -> Iterator[None]:
                 "many as its 'databases' setting (16 unless configured), numbered from 0"
             ) from exc
         raise TransportError(f"{server}: the server refused the connection ({exc})") from exc
+    except rex.InvalidResponse as exc:  # something else listens there (HTTP, say)
+        raise TransportError(
+            f"{server}: what answered is not a Redis server ({exc}); check the host and port"
+        ) from exc
 
 
 @contextmanager
@@ -156,6 +163,10 @@ def redis_errors(server: str, operation: str, writes: bool) -> Iterator[None]:
         if writes:
             raise OutcomeUnknown(operation, f"{server}: {exc}") from exc
         raise TransportError(f"{server}: {operation}: the connection was lost ({exc})") from exc
+    except rex.InvalidResponse as exc:  # a reply that is not Redis's protocol: as lost
+        if writes:
+            raise OutcomeUnknown(operation, f"{server}: {exc}") from exc
+        raise TransportError(f"{server}: {operation}: the reply was unreadable ({exc})") from exc
 
 
 # redis-py strips the code off the replies it has a class for (which, depends on its

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import redis.exceptions as rex
 
-from transports_core import TransportError, open_transport
+from transports_core import OutcomeUnknown, TransportError, open_async_transport, open_transport
 from transports_core.backend import DEDUP_WINDOW
 from transports_redis import RedisOptions
+from transports_redis._errors import redis_errors
 from transports_redis._url import parse_url
 
 
@@ -131,6 +137,50 @@ def test_an_unreachable_server_is_a_clear_error_without_the_password() -> None:
         open_transport("redis://:hunter2@127.0.0.1:1/0?connect_timeout=0.5")
     assert "hunter2" not in str(caught.value)
     assert "***" in str(caught.value)
+
+
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    """A real server that is not Redis (the standard library's HTTP server), on a free port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_server_that_is_not_redis_is_a_clear_error_on_both_twins(http_port: int) -> None:
+    url = f"redis://:hunter2@127.0.0.1:{http_port}/0?queue=q"
+    with pytest.raises(TransportError) as caught:
+        open_transport(url)
+    message = str(caught.value)
+    assert f"redis://:***@127.0.0.1:{http_port}/0: what answered is not a Redis server" in message
+    assert "hunter2" not in message
+    assert not isinstance(caught.value, OutcomeUnknown)  # nothing was sent
+
+    async def main() -> str:
+        handle = open_async_transport(url)
+        try:
+            with pytest.raises(TransportError) as caught:
+                await handle.claim("w", 5.0)
+            return str(caught.value)
+        finally:
+            await handle.close()
+
+    message = asyncio.run(main())
+    assert "what answered is not a Redis server" in message
+    assert "hunter2" not in message
+
+
+@pytest.mark.parametrize("writes", [True, False])
+def test_a_garbled_reply_in_flight_is_a_lost_connection(writes: bool) -> None:
+    expected = OutcomeUnknown if writes else TransportError
+    with pytest.raises(expected) as caught:
+        with redis_errors("redis://h:6379/0", "ack", writes):
+            raise rex.InvalidResponse('Protocol error, got "<" as reply type byte')
+    assert type(caught.value) is expected
+    assert "redis://h:6379/0" in str(caught.value)
 
 
 def test_tls_options_reach_the_connections_only_on_rediss(tmp_path: Path) -> None:
