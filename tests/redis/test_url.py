@@ -143,7 +143,7 @@ def test_an_unreachable_server_is_a_clear_error_without_the_password() -> None:
 def http_port() -> Iterator[int]:
     """A real server that is not Redis (the standard library's HTTP server), on a free port."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield server.server_address[1]
     server.shutdown()
@@ -176,9 +176,8 @@ def test_a_server_that_is_not_redis_is_a_clear_error_on_both_twins(http_port: in
 @pytest.mark.parametrize("writes", [True, False])
 def test_a_garbled_reply_in_flight_is_a_lost_connection(writes: bool) -> None:
     expected = OutcomeUnknown if writes else TransportError
-    with pytest.raises(expected) as caught:
-        with redis_errors("redis://h:6379/0", "ack", writes):
-            raise rex.InvalidResponse('Protocol error, got "<" as reply type byte')
+    with pytest.raises(expected) as caught, redis_errors("redis://h:6379/0", "ack", writes):
+        raise rex.InvalidResponse('Protocol error, got "<" as reply type byte')
     assert type(caught.value) is expected
     assert "redis://h:6379/0" in str(caught.value)
 
