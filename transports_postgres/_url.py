@@ -9,6 +9,7 @@ goes to libpq, which checks it. Imports psycopg's conninfo parser only, not a co
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -139,6 +140,49 @@ def _prepare_threshold(value: object) -> int | None:
         ) from None
 
 
+# libpq's parameters whose values libpq checks only as it connects: checked here instead,
+# so that a bad one is a ValueError before anything connects.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "target_session_attrs": (
+        "any",
+        "read-write",
+        "read-only",
+        "primary",
+        "standby",
+        "prefer-standby",
+    ),
+}
+
+
+def _libpq_values(conninfo: str, what: str) -> None:
+    """Refuse what libpq (or psycopg) would refuse only once it connects: a port out of
+    range, an unknown ``sslmode`` or ``target_session_attrs``, a ``connect_timeout`` that
+    is not a number. ``what`` names the URL in the message, without its password."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        # libpq's message names the bad part, never the password.
+        raise ValueError(f"malformed {what}: {str(exc).strip()}; use {URL_FORMS}") from None
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(f"{what}: port must be from 1 to 65535, got {port!r}")
+    for name, choices in _CHOICES.items():
+        value = params.get(name)
+        if value is not None and value not in choices:
+            raise ValueError(f"{what}: {name} must be one of {', '.join(choices)}, got {value!r}")
+    timeout = params.get("connect_timeout")
+    if timeout is not None:
+        try:
+            seconds = float(timeout)
+        except ValueError:
+            seconds = math.nan
+        if not math.isfinite(seconds):
+            raise ValueError(
+                f"{what}: connect_timeout must be a number of seconds, got {timeout!r}"
+            )
+
+
 def _listen_url(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"listen_url must be a PostgreSQL URL, got {type(value).__name__}")
@@ -156,10 +200,7 @@ def _listen_url(value: object) -> str:
             f"listen_url {display!r} takes libpq's parameters only, not {', '.join(ours)}: "
             "give those in the main URL"
         )
-    try:
-        conninfo_to_dict(value)
-    except psycopg.ProgrammingError as exc:
-        raise ValueError(f"malformed listen_url {display!r}: {str(exc).strip()}") from None
+    _libpq_values(value, f"listen_url {display!r}")
     return value
 
 
@@ -212,6 +253,7 @@ def parse_url(url: str, options: Mapping[str, object]) -> PostgresOptions:
             f"malformed PostgreSQL URL {display!r}: {str(exc).strip()}; use {URL_FORMS} "
             f"(unknown query keys must be libpq parameters; ours: {known})"
         ) from None
+    _libpq_values(conninfo, f"PostgreSQL URL {display!r}")
     low, high = chosen.get("pool_min_size", 1), chosen.get("pool_max_size", 10)
     assert isinstance(low, int)
     assert isinstance(high, int)

@@ -67,6 +67,14 @@ def test_keywords_are_typed_and_cannot_repeat_the_url() -> None:
         ("postgresql://h/db?max_attempts=0", "max_attempts must be"),
         ("postgresql://h/db?on_dead=drop", "on_dead must be"),
         ("postgresql://h/db?lease_commit=off", "lease_commit must be one of flush, async"),
+        # libpq's own parameters, which libpq would check only as it connects.
+        ("postgresql://h/db?connect_timeout=abc", "connect_timeout must be a number of seconds"),
+        ("postgresql://h/db?connect_timeout=", "connect_timeout must be a number of seconds"),
+        ("postgresql://h:99999/db", "port must be from 1 to 65535, got '99999'"),
+        ("postgresql://h1:5432,h2:0/db", "port must be from 1 to 65535, got '0'"),
+        ("postgresql://h/db?sslmode=bogus", "sslmode must be one of disable"),
+        ("postgresql://h/db?target_session_attrs=x", "target_session_attrs must be one of any"),
+        ("postgresql://h/db?listen_url=postgresql://h:70000/db", "listen_url .* port must be"),
     ],
 )
 def test_a_bad_url_is_a_clear_error(url: str, message: str) -> None:
