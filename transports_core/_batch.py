@@ -61,7 +61,11 @@ def inline(op: Operation[S, R, T], now: float | None) -> Steps[S, R, T]:
 
 
 def claiming_many(
-    claim: Operation[Any, Any, Any], limit: int, now: float | None, part: Part = inline
+    claim: Operation[Any, Any, Any],
+    limit: int,
+    now: float | None,
+    part: Part = inline,
+    ends: float | None = None,
 ) -> Steps[Any, Any, list[Claimed]]:
     """Up to ``limit`` successive ``claim``s, stopping at the first that leases nothing:
     what ``limit`` calls of ``claim`` would lease, in their order. A claim's value is a
@@ -70,10 +74,17 @@ def claiming_many(
     Each claim after the first reads the clock a microsecond later than the one before
     (when the backend's operations take the time from it): a group's turn is the time of
     its last claim, and the batch's groups must keep the order they were served in, not
-    tie at one instant and fall back to the order of their messages."""
+    tie at one instant and fall back to the order of their messages. The batch ends
+    before a claim whose time would be past its first lease's end (or ``ends``, that of
+    leases the batch made before): with a visibility of a few microseconds, that claim
+    would see the batch's own leases lapsed, and lease one of their groups again."""
     got: list[Claimed] = []
     while len(got) < limit:
         at = None if now is None else now + len(got) * TURN_STEP
+        if got and ends is None:
+            ends = got[0].expires_at
+        if at is not None and ends is not None and at >= ends:
+            break
         claimed = yield from part(claim, at)
         if not isinstance(claimed, Claimed):
             break

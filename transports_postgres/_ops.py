@@ -1420,6 +1420,9 @@ class ClaimManyRest(Operation[list[core.Claimed]]):
 
     def body(self, now: float | None) -> Steps[list[core.Claimed]]:
         claim, row, at = self.claim, self.row, _after(now, self.got)
+        ends = self.got[0].expires_at if self.got else None
+        if at is not None and ends is not None and at >= ends:
+            return self.got  # see `core.claiming_many`: the batch outlived its leases
         if row is None:
             claimed = yield from _bare(ClaimTurn(claim), at)
         else:
@@ -1427,7 +1430,9 @@ class ClaimManyRest(Operation[list[core.Claimed]]):
         if claimed is None:
             return self.got
         got = [*self.got, claimed]
-        rest = yield from core.claiming_many(claim, self.limit - len(got), _after(now, got), _bare)
+        rest = yield from core.claiming_many(
+            claim, self.limit - len(got), _after(now, got), _bare, got[0].expires_at
+        )
         return got + rest
 
 

@@ -460,7 +460,8 @@ class ClaimMany(Op[list[core.Claimed]]):
             # An injected clock was read once for the whole batch: each script goes on
             # from the time the last one reached (see `scripts.CLAIM_MANY`).
             at = None if now is None else now + len(got) * scripts.TICK
-            reply = yield (self.script, (*self.claim.args(at), asked))
+            ends = repr(got[0].expires_at) if got else ""
+            reply = yield (self.script, (*self.claim.args(at), asked, ends))
             leased = [self.claim.leased(reply, i) for i in range(1, len(reply), 5)]
             got += leased
             # Fewer than asked: a claim found nothing, unless the script stopped after

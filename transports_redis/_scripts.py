@@ -1118,18 +1118,26 @@ CLAIM: Final = Script(
 # round-robin, which would otherwise take the groups of one batch by name. Each claim
 # may free up to `sweep` lapsed leases and promote up to PROMOTE delayed messages: once
 # the claims made have moved `sweep` of those, the script stops, so that a crowd of
-# them does not make it long, and says so. Reply: 1 when it stopped so (the caller goes
-# on in another script), else 0; then seq, group, raw, att, due of each lease.
+# them does not make it long, and says so. The batch ends before a claim at or past
+# `ends`, the end of its first lease (given by the caller when it goes on, else the
+# script's own first): with a visibility of a few microseconds, that claim would see the
+# batch's leases lapsed and lease one of their groups again (see `claiming_many` in
+# core). Reply: 1 when it stopped after moving many (the caller goes on in another
+# script), else 0; then seq, group, raw, att, due of each lease.
 CLAIM_MANY: Final = Script(
     "claim_many",
-    (*CLAIM_ARGS, "limit"),
+    (*CLAIM_ARGS, "limit", "ends"),
     CLAIMING
     + r"""
 moved = 0  -- (in a library, the last call's count stays: see `LIBRARY`)
 local now, out, limit = clock(A.now), {0}, tonumber(A.limit)
+local ends = tonumber(A.ends)
 for i = 1, limit do
-  local got = claim_one(now + (i - 1) * TICK, A)
+  local at = now + (i - 1) * TICK
+  if ends and at >= ends then break end
+  local got = claim_one(at, A)
   if got[1] == 0 then break end
+  ends = ends or tonumber(got[6])
   for j = 2, 6 do out[#out + 1] = got[j] end
   if moved >= tonumber(A.sweep) and i < limit then out[1] = 1; break end
 end

@@ -136,14 +136,17 @@ def test_a_batch_is_one_script_call_per_batch_of_items_and_stops_when_a_claim_fi
     assert len(got) == 5
     assert got[0] == Claimed(12, "g", "{}", "w", 1, 1000.5)
     assert [c[0] for c in calls] == [scripts.CLAIM_MANY] * 3
-    assert [c[1] for c in calls] == [(*claim.first(None)[1], n) for n in (2, 2, 1)]
+    # The calls after the first pass on the end of the batch's first lease.
+    assert [c[1] for c in calls] == [
+        (*claim.first(None)[1], n, ends) for n, ends in ((2, ""), (2, "1000.5"), (1, "1000.5"))
+    ]
     got, calls = _run(ops.ClaimMany(claim, 5), [[0, *lease]])  # one found, then none: done
     assert len(got) == 1
     assert len(calls) == 1
     # A script that stopped after freeing many lapsed leases: the batch goes on.
     got, calls = _run(ops.ClaimMany(claim, 3), [[1, *lease], [0, *lease * 2]])
     assert len(got) == 3
-    assert [c[1][-1] for c in calls] == [2, 2]
+    assert [c[1][-2:] for c in calls] == [(2, ""), (2, "1000.5")]
 
     leases = [Lease(s, "g", Event(), "w", 1, 0.0) for s in (1, 2, 3)]
     settles: list[ops.Settling] = [

@@ -161,6 +161,22 @@ class BatchScenarios(Steps):
             f"{BATCH_CLAIM}: with every group in flight, claim_many leased something"
         )
 
+    @checks(BATCH_CLAIM)
+    def test_claim_many_with_a_lease_shorter_than_the_batch_gives_one_per_group(self) -> None:
+        # A visibility of a microsecond lapses while the batch is still leasing: its
+        # later claims must not take the groups of its first leases again.
+        t = self.open()
+        publish(t, "a", 1, 2, 3)
+        publish(t, "b", 4)
+        batch = t.claim_many("w1", 1e-6, 5)
+        groups = [lease.group_id for lease in batch]
+        assert batch, f"{BATCH_CLAIM}: claim_many(5) with a visibility of 1 us leased nothing"
+        assert len(set(groups)) == len(groups), (
+            f"{BATCH_CLAIM}: claim_many(5) with a visibility of 1 us leased {groups} "
+            f"(seqs {[lease.seq for lease in batch]}, attempts "
+            f"{[lease.attempt for lease in batch]}): one group twice"
+        )
+
     @checks(DECODE_ERROR)
     def test_decode_error_of_claim_many_holds_the_whole_batch(self) -> None:
         self.require(MULTI_HANDLE)
