@@ -1681,6 +1681,10 @@ WITH n AS (SELECT {_NOW} AS now)
                   AND g.lock_expiry < 'Infinity' THEN g.lock_expiry END
    FROM {{s}}.messages m JOIN {{s}}.groups g ON g.group_id = m.group_id, n
   WHERE m.group_id = :group_id
+    -- a held dead letter stays its group's head here, but it is a dead letter, not one
+    -- of the group's messages: the messages behind it show as queued
+    AND NOT EXISTS (SELECT 1 FROM {{s}}.dead_letters d
+                     WHERE d.group_id = m.group_id AND d.seq = m.seq)
   ORDER BY m.seq LIMIT :limit)
 UNION ALL
 (SELECT seq, group_id, priority, event, 0, 'delayed', due FROM {{s}}.timers

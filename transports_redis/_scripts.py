@@ -1998,7 +1998,7 @@ if r then
     if r.holds > 0 then hold = redis.call('HGET', K.td, 'h' .. seq) end
     if hold and tonumber(hold) > now then
       state, due = 'delayed', hold
-    elseif shown == 0 then
+    elseif shown == 0 and r.held == 0 then  -- behind a held dead letter: queued
       state = 'ready'
       if seq == r.head and r.due >= now and r.due > 0 then
         due = f17(r.due)

@@ -560,6 +560,8 @@ class MemoryTransport(core.Closing):
                 if lease is None:
                     break
                 leases.append(lease)
+                if self._store.clock() >= leases[0].expires_at:
+                    break  # the batch's next claim would find its first lease lapsed
         if failed:
             head = failed[0]
             head.others = [] if d.many_decode_alone else [*leases, *(e.lease for e in failed[1:])]
@@ -915,7 +917,7 @@ class MemoryTransport(core.Closing):
                     due = m.due
                 elif i == 0 and state in ("in_flight", "parked"):
                     due = m.until
-                elif i > 0:
+                elif i > 0 or self._held(group_id):
                     state = "queued"
                 shown.append(
                     dt.QueuedMessage(m.seq, m.group, m.priority, m.raw, m.attempt, state, due)  # type: ignore[arg-type]

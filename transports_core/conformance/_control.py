@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from transports_core import Event, Transport, TransportAdmin, Unsupported
+from transports_core import Event, LeaseLost, Transport, TransportAdmin, Unsupported
 
 from ._admin import ageless
 from ._base import ADMIN, CONTROL, DURABLE, TIMERS, checks, must_raise
@@ -142,6 +142,30 @@ class ControlScenarios(Steps):
         a.resume_group("a")
         after = sorted(events(t, "w1", self.hold))
         assert after == [1, 3], f"{PAUSE_KEPT}: once resumed, claims gave {after}"
+
+    @checks(PEEK)
+    def test_peek_of_a_group_held_by_its_dead_letter_shows_what_waits_behind_it(
+        self,
+    ) -> None:
+        # The dead letter is not one of the group's messages any more (dead_letters lists
+        # it), and what follows it waits: queued, not ready. A lease on the buried
+        # message is lost because it is gone, not parked.
+        self.require(ADMIN)
+        self.require(CONTROL)
+        t = self.open(on_dead="hold")
+        a = admin(t)
+        _, s2 = publish(t, "a", 1, 2)
+        lease = take(t, "w1", self.hold)
+        t.bury(lease, "bad input")
+        seen = [(m.seq, m.state) for m in a.peek("a")]
+        assert seen == [(s2, "queued")], (
+            f"{PEEK}: with 'a' held by its dead letter {lease.seq}, peek gave {seen}, "
+            f"not {[(s2, 'queued')]}"
+        )
+        lost = must_raise(PEEK, LeaseLost, "ack of a buried message's lease", lambda: t.ack(lease))
+        assert lost.reason == "gone", (
+            f"{PEEK}: acking the buried message's lease said {lost.reason!r}, not 'gone'"
+        )
 
     @checks(PEEK)
     def test_peek_lists_the_next_messages_and_changes_nothing(self) -> None:
