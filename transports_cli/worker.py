@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import inspect
 import logging
 import os
 import sys
@@ -208,7 +207,7 @@ def worker(
       transports worker jobs:handle sqlite:///jobs.db --metrics-port 9464
     """
     # Imported here, so that the other commands never depend on the runtime's import.
-    from transports_worker import AsyncWorker, LoggingHooks, RetryPolicy, Worker
+    from transports_worker import LoggingHooks, RetryPolicy
 
     if metrics_port is not None:
         _need_metrics()
@@ -218,8 +217,10 @@ def worker(
                 param_hint="'--metrics-port'",
             )
 
-    # Any: the user's code, which the worker checks (callable, async or not) as it starts.
+    # Any: the user's code, checked here (callable, signature, async or not) before
+    # anything is opened.
     handler: Any = _load(handler_target, "MODULE:FUNCTION", "MODULE:FUNCTION")
+    runtime = _runtime(handler)
     model: type[Any] | None = None
     if event_type is not None:
         found = _load(event_type, "MODULE:CLASS", "'--event-type'")
@@ -238,7 +239,6 @@ def worker(
     )
     if processes > 1:
         return _supervised(url, processes, handler_target, locals())
-    runtime = AsyncWorker if inspect.iscoroutinefunction(handler) else Worker
     runner: AsyncWorker[Any] | Worker[Any]
     hooks: list[Hooks] = [LoggingHooks()]
     with contextlib.ExitStack() as stack:
@@ -265,6 +265,22 @@ def worker(
         if health_file is not None:
             stack.enter_context(_Health(health_file))
         return _run(runner)
+
+
+def _runtime(handler: object) -> type[Worker[Any]] | type[AsyncWorker[Any]]:
+    """The worker that runs ``handler``: `Worker`, unless it refuses an async handler
+    that `AsyncWorker` takes; else a usage error naming what is wrong."""
+    from transports_worker import AsyncWorker, Worker
+
+    try:
+        Worker.check_handler(handler)
+    except TypeError as refused:
+        try:
+            AsyncWorker.check_handler(handler)
+        except TypeError:
+            raise click.UsageError(scrub(str(refused))) from refused
+        return AsyncWorker
+    return Worker
 
 
 def _need_metrics() -> None:

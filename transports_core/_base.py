@@ -315,7 +315,8 @@ def settles_of(
 def decoded(codec: EventCodec[E], claimed: list[Claimed], before: list[Lease[E]]) -> list[Lease[E]]:
     """``before`` and the leases of ``claimed``, their events decoded. One that does not
     decode raises its `EventDecodeError`, the others' leases on it as ``others``, so that
-    none is left without a holder."""
+    none is left without a holder, and the errors of any other that did not decode as
+    ``undecodable``."""
     leases, failed = list(before), None
     for one in claimed:
         try:
@@ -324,6 +325,7 @@ def decoded(codec: EventCodec[E], claimed: list[Claimed], before: list[Lease[E]]
             failed = failed or error
             if failed is not error:
                 failed.others.append(error.lease)
+                failed.undecodable.append(error)
     if failed is not None:
         failed.others[:0] = leases
         raise failed

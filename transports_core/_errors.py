@@ -95,7 +95,9 @@ class EventDecodeError(TransportError):
     The message *is* leased: ``lease`` (whose ``event`` is the raw JSON text) can be
     passed to ``ack`` to drop it or to ``nack`` to park it. The pydantic error is the
     ``__cause__``. Raised by ``claim_many``, ``others`` holds the batch's other leases
-    (those that decoded, and the raw ones of any other that did not), held as well.
+    (those that decoded, and the raw ones of any other that did not), held as well;
+    ``undecodable`` holds the errors of those others that did not decode (their leases
+    are the raw ones in ``others``), so that a caller can tell them apart.
     """
 
     def __init__(self, lease: Lease[str], reason: str) -> None:
@@ -104,6 +106,7 @@ class EventDecodeError(TransportError):
         )
         self.lease = lease
         self.others: list[Lease[Any]] = []
+        self.undecodable: list[EventDecodeError] = []
 
     @property
     def raw(self) -> str:

@@ -14,6 +14,7 @@ import contextlib
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from inspect import isawaitable
 from typing import Any, Final, TypeVar
 
 from transports_core import (
@@ -41,6 +42,7 @@ from ._common import (
     SettleTries,
     logged,
     lost_error,
+    not_awaitable,
 )
 from ._context import AsyncContext, Running
 from ._hooks import Delivery
@@ -71,6 +73,15 @@ async def _retried(
         else:
             return None
     return tries.failed
+
+
+def _cancellation(task: asyncio.Task[object]) -> asyncio.CancelledError:
+    """The `asyncio.CancelledError` that ended ``task``."""
+    try:
+        task.result()
+    except asyncio.CancelledError as exc:
+        return exc
+    raise AssertionError(f"{task!r} was not cancelled")
 
 
 class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], Awaitable[object]]]):
@@ -142,8 +153,14 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         self._begin()
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        await self._open()
+        # Before opening: a signal that comes meanwhile is acted on once they are open
+        # (the loop runs its handler then), as `Worker` does.
         signals = self._install_signals()
+        try:
+            await self._open()
+        except BaseException:
+            self._remove_signals(signals)
+            raise
         sender: asyncio.Task[None] | None = None
         if self._batched:
             self._room, self._due = asyncio.Event(), asyncio.Event()
@@ -155,8 +172,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             await self._supervise()
             self._last_sends()
         finally:
-            for sig in signals:
-                self._loop.remove_signal_handler(sig)
+            self._remove_signals(signals)
             # Idle slots end as their claim is cancelled; a handler that ignores its own
             # cancellation is given up on after UNWIND: nothing it does is settled.
             _, stuck = await asyncio.wait([*slots, *self._serving], timeout=UNWIND)
@@ -181,6 +197,11 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             self._loop.add_signal_handler(sig, self._signalled, sig)
             installed.append(sig)
         return installed
+
+    def _remove_signals(self, signals: list[signal.Signals]) -> None:
+        assert self._loop is not None
+        for sig in signals:
+            self._loop.remove_signal_handler(sig)
 
     async def _close_handles(self) -> None:
         for handle in self._owned_handles():
@@ -207,6 +228,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
         handed = 0
         settler = self._settler
         assert settler is not None
+        taken: list[AsyncContext[E]] = []
         for item in list(self._running.values()):
             if not item._take():
                 continue
@@ -214,7 +236,12 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             assert isinstance(item, AsyncContext)
             assert item._task is not None
             item._task.cancel()
-            await asyncio.wait({item._task}, timeout=UNWIND)
+            taken.append(item)
+        # All unwind at once, for UNWIND at most all told: then their leases go back.
+        tasks = {item._task for item in taken if item._task is not None}
+        if tasks:
+            await asyncio.wait(tasks, timeout=UNWIND)
+        for item in taken:
             handed += await self._settle(item, HAND_BACK, None, settler)
         self._count_handed_back(handed)
 
@@ -293,8 +320,9 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                         return
                     raise
                 except EventDecodeError as exc:
-                    await self._bury_undecodable(exc)
-                    leases = exc.others
+                    undecodable, leases = self._undecoded(exc)
+                    for error in undecodable:
+                        await self._bury_undecodable(error)
                 except TransportError as exc:
                     if self._stopping.is_set():
                         return
@@ -506,8 +534,13 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
             if not ctx._take():
                 return False
             if task.cancelled():
-                await self._settle(ctx, LOST, None, own)
-                return False
+                if ctx.lost or ctx.cancelled:  # the worker cancelled it: the lease is lost
+                    await self._settle(ctx, LOST, None, own)
+                    return False
+                # Its own await raised CancelledError (something else cancelled what it
+                # awaited): a failure like any other exception.
+                error = _cancellation(task)
+                return await self._finish(ctx, self._ending(ctx, error), error, own)
             error = task.exception()
             if error is not None and not isinstance(error, Exception):
                 raise error
@@ -519,4 +552,7 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                 self._wake.set()
 
     async def _call(self, event: E, ctx: AsyncContext[E]) -> object:
-        return await self._handler(event, ctx)
+        returned: object = self._handler(event, ctx)
+        if not isawaitable(returned):
+            raise not_awaitable(self._handler, returned)
+        return await returned

@@ -60,8 +60,13 @@ __all__ = [
     "SettleTries",
     "batches",
     "check_handler",
+    "check_source",
+    "check_twin",
     "decide",
     "default_worker_id",
+    "is_async_handler",
+    "not_awaitable",
+    "not_awaited",
 ]
 
 E = TypeVar("E")
@@ -252,9 +257,32 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+def _unwrapped(target: object) -> object:
+    """``target`` behind its decorators (those that keep ``__wrapped__``, as
+    `functools.wraps` does)."""
+    try:
+        return inspect.unwrap(target)  # type: ignore[arg-type]  # any object unwraps
+    except ValueError:  # a cycle of __wrapped__
+        return target
+
+
+def is_async_handler(handler: object) -> bool:
+    """Whether ``handler`` is an async function (or an object whose ``__call__`` is one),
+    also behind decorators that keep ``__wrapped__``: a plain wrapper of an ``async def``
+    returns a coroutine, which only `AsyncWorker` awaits."""
+    call = getattr(handler, "__call__", None)  # noqa: B004 - an object whose __call__ is async
+    return any(
+        inspect.iscoroutinefunction(_unwrapped(target))
+        for target in (handler, call)
+        if target is not None
+    )
+
+
 def check_handler(handler: object, *, asynchronous: bool) -> None:
-    """A handler is called as ``handler(event, ctx)``; a coroutine function for
-    `AsyncWorker`, a plain one for `Worker`."""
+    """A handler is called as ``handler(event, ctx)``; for `Worker` it must not be an
+    async function (`is_async_handler`). `AsyncWorker` takes any callable that returns
+    an awaitable, and refuses only a plain ``def`` that is no wrapper of an async one:
+    it returns what no one can await (what it returns is checked at each call too)."""
     if not callable(handler):
         raise TypeError(f"the handler must be callable, got {handler!r}")
     name = getattr(handler, "__qualname__", repr(handler))
@@ -270,13 +298,66 @@ def check_handler(handler: object, *, asynchronous: bool) -> None:
                 f"handler {name} must take two arguments, (event, ctx); its signature is "
                 f"{name}{signature}"
             ) from None
-    is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        getattr(handler, "__call__", None)  # noqa: B004 - an object whose __call__ is async
-    )
-    if asynchronous and not is_async:
+    is_async = is_async_handler(handler)
+    if asynchronous and not is_async and inspect.isfunction(_unwrapped(handler)):
         raise TypeError(f"handler {name} is not an async function: run it with Worker")
     if not asynchronous and is_async:
         raise TypeError(f"handler {name} is an async function: run it with AsyncWorker")
+
+
+def _is_transport(source: object) -> bool:
+    return hasattr(source, "claim") and hasattr(source, "extend")
+
+
+def check_twin(handle: object, *, asynchronous: bool) -> None:
+    """Refuse the other twin's transport, by its public shape (both twins pass
+    ``isinstance(handle, Transport)``): an `AsyncTransport`'s ``claim`` is a coroutine
+    function and it is an async context manager only; a `Transport`'s is neither. A
+    wrapper that shows neither (one that forwards with ``__getattr__``, say) is taken."""
+    claim = getattr(handle, "claim", None)
+    enters, aenters = hasattr(handle, "__enter__"), hasattr(handle, "__aenter__")
+    if inspect.iscoroutinefunction(claim) or (aenters and not enters):
+        if not asynchronous:
+            raise TypeError(
+                f"{handle!r} is an async transport: Worker needs a Transport "
+                "(open_transport); run an async handler on it with AsyncWorker"
+            )
+    elif enters and not aenters and asynchronous:
+        raise TypeError(
+            f"{handle!r} is a sync transport: AsyncWorker needs an AsyncTransport "
+            "(open_async_transport); run a sync handler on it with Worker"
+        )
+
+
+def check_source(source: object, *, asynchronous: bool) -> None:
+    """A worker's source is a URL, a factory (checked once it has opened a handle), or
+    a transport of the worker's own twin."""
+    if isinstance(source, str) or callable(source):  # a transport is not callable
+        return
+    if not _is_transport(source):
+        raise TypeError(f"source must be a URL, a transport or a factory, got {source!r}")
+    check_twin(source, asynchronous=asynchronous)
+
+
+def not_awaited(handler: object, returned: object) -> TypeError:
+    """The failure of a `Worker`'s handler that returned an awaitable: nobody would
+    await it, so it is closed (a coroutine's body never runs) and the delivery fails."""
+    if inspect.iscoroutine(returned):
+        returned.close()
+    name = getattr(handler, "__qualname__", repr(handler))
+    return TypeError(
+        f"handler {name} returned an awaitable ({type(returned).__name__}), which Worker "
+        "does not await: run an async handler with AsyncWorker"
+    )
+
+
+def not_awaitable(handler: object, returned: object) -> TypeError:
+    """The failure of an `AsyncWorker`'s handler that returned something it cannot await."""
+    name = getattr(handler, "__qualname__", repr(handler))
+    return TypeError(
+        f"handler {name} returned {type(returned).__name__}, not an awaitable: it is not "
+        "an async function; run it with Worker"
+    )
 
 
 def describe_handler(handler: Callable[..., object]) -> str:
@@ -358,6 +439,7 @@ class Runtime(Generic[E, S, H]):
         if not isinstance(self.retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy, got {retry!r}")
         check_handler(handler, asynchronous=self.asynchronous)
+        check_source(source, asynchronous=self.asynchronous)
         self._source = source
         self._handler = handler
         self._event_type: object = Event if event_type is None else event_type
@@ -395,6 +477,13 @@ class Runtime(Generic[E, S, H]):
         batches = "" if self.batch else ", no batches"
         return f"<{name} {self.worker_id!r} on {source!r}, concurrency {self.concurrency}{batches}>"
 
+    @classmethod
+    def check_handler(cls, handler: object) -> None:
+        """Raise `TypeError` if this worker cannot run ``handler``: not callable, not
+        taking ``(event, ctx)``, or of the other kind (an async function, also behind a
+        decorator that keeps ``__wrapped__``, is for `AsyncWorker` alone). Opens nothing."""
+        check_handler(handler, asynchronous=cls.asynchronous)
+
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
@@ -403,6 +492,8 @@ class Runtime(Generic[E, S, H]):
         if self._started:
             raise RuntimeError(f"{self!r} has already run: make a new {type(self).__name__}")
         self._started = True
+        if self._requests:  # stop() before run(): no claims at all
+            self._stopping.set()
 
     def _open_all(self, open_url: Callable[..., S]) -> None:
         """Open the handles: from a URL or a factory, one claiming handle per slot, so
@@ -415,8 +506,14 @@ class Runtime(Generic[E, S, H]):
             def opener() -> S:
                 return open_url(url, event_type=self._event_type)
         elif callable(source):  # a transport is not callable: a factory
-            opener = source
-        elif hasattr(source, "claim") and hasattr(source, "extend"):
+
+            def opener() -> S:
+                handle = source()
+                # Before anything is claimed on it; the other twin's handle cannot be
+                # closed here (an async one's close must be awaited on its loop).
+                check_twin(handle, asynchronous=self.asynchronous)
+                return handle
+        elif _is_transport(source):
             self._settler = source
             self._claimers = [source] * self.concurrency
             if self._batching(source):
@@ -551,6 +648,14 @@ class Runtime(Generic[E, S, H]):
         delivery = Delivery.of(exc.lease)
         self._hooks.started(delivery)
         return delivery, Decision("bury", "buried", reason=failure_reason(exc))
+
+    @staticmethod
+    def _undecoded(exc: EventDecodeError) -> tuple[list[EventDecodeError], list[Lease[Any]]]:
+        """A ``claim_many``'s `EventDecodeError`, split: the error of every message of the
+        batch that does not decode (each buried alone, see `_undecodable`), and the
+        leases that did decode, to deliver."""
+        raw = {error.lease.seq for error in exc.undecodable}
+        return [exc, *exc.undecodable], [lease for lease in exc.others if lease.seq not in raw]
 
     def _buried(
         self, delivery: Delivery, exc: EventDecodeError, failed: TransportError | None

@@ -17,9 +17,11 @@ import select
 import signal
 import threading
 import time
+from asyncio import CancelledError
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
+from inspect import isawaitable
 from types import FrameType
 from typing import Final, Generic, TypeVar
 
@@ -47,6 +49,7 @@ from ._common import (
     SettleTries,
     logged,
     lost_error,
+    not_awaited,
 )
 from ._context import Context, Running
 from ._hooks import Delivery
@@ -473,8 +476,9 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                         self.worker_id, self.visibility, limit, self.min_priority, wait=wait
                     )
                 except EventDecodeError as exc:
-                    self._bury_undecodable(exc)
-                    leases = exc.others
+                    undecodable, leases = self._undecoded(exc)
+                    for error in undecodable:
+                        self._bury_undecodable(error)
                 except Exception as exc:
                     if stopping.is_set():
                         return  # as in `_slot`: the worker closed the handle to wake it
@@ -684,10 +688,12 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
             seat.take(keeper, ctx.started)
             if self.timeout is not None:
                 limit = self._limit(ctx, self.timeout)
-            error: Exception | None = None
+            error: BaseException | None = None
             try:
-                self._handler(lease.event, ctx)
-            except Exception as exc:
+                returned = self._handler(lease.event, ctx)
+                if returned is not None and isawaitable(returned):
+                    raise not_awaited(self._handler, returned)
+            except (Exception, CancelledError) as exc:  # see `AsyncWorker`: a failure too
                 error = exc
             if ctx._take():
                 decision = self._ending(ctx, error)

@@ -3,6 +3,7 @@ policy's arithmetic. No transport is opened here."""
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -96,6 +97,35 @@ def test_a_handler_of_the_wrong_kind_or_shape_is_refused() -> None:
         Worker("sqlite:///:memory:", lambda event: None)  # type: ignore[arg-type,misc]
     with pytest.raises(TypeError, match="must be callable"):
         Worker("sqlite:///:memory:", 3)  # type: ignore[arg-type]
+
+
+def _traced(fn: Any) -> Any:
+    """A plain decorator, as logging or tracing middleware is: a plain function that
+    returns what ``fn`` returns (a coroutine, for an async ``fn``)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class _AsyncCallable:
+    async def __call__(self, event: Event, ctx: AsyncContext[Event]) -> None:
+        pass
+
+
+def test_an_async_handler_behind_a_decorator_is_refused_by_worker_and_taken_by_async_worker() -> (
+    None
+):
+    with pytest.raises(TypeError, match="is an async function: run it with AsyncWorker"):
+        Worker("sqlite:///:memory:", _traced(ahandle))
+    with pytest.raises(TypeError, match="is an async function: run it with AsyncWorker"):
+        Worker("sqlite:///:memory:", _AsyncCallable())  # type: ignore[arg-type]
+    AsyncWorker("sqlite:///:memory:", _traced(ahandle))
+    AsyncWorker("sqlite:///:memory:", _AsyncCallable())
+    with pytest.raises(TypeError, match="is not an async function: run it with Worker"):
+        AsyncWorker("sqlite:///:memory:", _traced(handle))
 
 
 def test_retry_policy_refuses_bad_values() -> None:

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 PATIENCE = 60.0
 
 HANDLERS = """
-import os, pathlib, signal, time
+import functools, os, pathlib, signal, time
 
 MARKS = pathlib.Path(os.environ["MARKS"])
 
@@ -44,6 +44,22 @@ def masks(event, ctx):  # notes whether this handler's thread takes SIGTERM
 
 def one_argument(event):
     pass
+
+def traced(fn):  # a plain decorator, as tracing middleware is
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+@traced
+async def traced_aslow(event, ctx):
+    await aslow(event, ctx)
+
+class AsyncCallable:
+    async def __call__(self, event, ctx):
+        await aslow(event, ctx)
+
+async_callable = AsyncCallable()
 
 not_callable = 3
 """
@@ -271,6 +287,45 @@ def test_a_handler_that_cannot_load_exits_2_before_claiming(
     lease = store.claim("check", 1.0)
     assert lease is not None
     assert lease.attempt == 1, "the refused worker claimed the message"
+
+
+@pytest.mark.parametrize(
+    ("target", "said"),
+    [("jobs:one_argument", "must take two arguments"), ("jobs:not_callable", "must be callable")],
+)
+@pytest.mark.parametrize("where", ["a new SQLite file", "a server that is down"])
+def test_a_refused_handler_exits_2_before_anything_is_opened(
+    tmp_path: Path, marks: Path, target: str, said: str, where: str
+) -> None:
+    database = tmp_path / "new.db"
+    if where == "a new SQLite file":
+        url = f"sqlite:///{database}"
+    else:
+        url = "postgresql://postgres@127.0.0.1:1/jobs"  # nothing listens on port 1
+    process = start(tmp_path, marks, target, url)
+    _, err = process.communicate(timeout=PATIENCE)
+    assert process.returncode == 2, err
+    [line] = err.splitlines()
+    assert said in line
+    assert not database.exists(), "the queue was opened"
+
+
+@pytest.mark.parametrize("handler", ["jobs:traced_aslow", "jobs:async_callable"])
+def test_an_async_handler_behind_a_decorator_or_as_an_object_runs_on_async_worker(
+    tmp_path: Path, marks: Path, sqlite_store: tuple[str, Transport[Event]], handler: str
+) -> None:
+    url, store = sqlite_store
+    store.publish("g", Event(n=1))
+    process = start(tmp_path, marks, handler, url, hold=0.0)
+    try:
+        wait_for(marks / "done-1-1", process)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=PATIENCE)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 0, err
+    assert "AsyncWorker" in err  # its "started" line
 
 
 def test_a_bad_event_type_exits_2(
