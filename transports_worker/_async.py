@@ -14,6 +14,7 @@ import contextlib
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from inspect import isawaitable
 from typing import Any, Final, TypeVar
 
@@ -40,6 +41,7 @@ from ._common import (
     Runtime,
     SettleQueue,
     SettleTries,
+    escapes,
     logged,
     lost_error,
     not_awaitable,
@@ -73,6 +75,23 @@ async def _retried(
         else:
             return None
     return tries.failed
+
+
+@dataclass(frozen=True, slots=True)
+class _Escaped:
+    """What a handler's task returns in place of raising an error that `escapes`: asyncio
+    would re-raise a SystemExit or KeyboardInterrupt straight out of the event loop, past
+    the worker, which must first hand the lease back and drain (`Runtime._escape`)."""
+
+    error: BaseException
+
+
+def _escaped(task: asyncio.Task[object]) -> BaseException | None:
+    """The error that escaped the handler of ``task``, once done (see `_Escaped`)."""
+    if not task.done() or task.cancelled() or task.exception() is not None:
+        return None
+    returned = task.result()
+    return returned.error if isinstance(returned, _Escaped) else None
 
 
 def _cancellation(task: asyncio.Task[object]) -> asyncio.CancelledError:
@@ -122,6 +141,9 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
     def _request_stop(self) -> None:
         self._requests += 1
         self._stopping.set()
+        self._stop_claiming()
+
+    def _stop_claiming(self) -> None:
         self._cancel_claims()
         if self._wake is not None:
             self._wake.set()
@@ -526,10 +548,17 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                     ctx.cancel(Cancelled("timeout"))
                     task.cancel()
                     await asyncio.wait({task}, timeout=UNWIND)
+                    if (escaped := _escaped(task)) is not None:
+                        self._escape(escaped)  # it unwound by raising one
                     error: BaseException | None = TimeoutError(
                         f"the handler ran past its timeout of {self.timeout:g}s"
                     )
                     return await self._finish(ctx, self._ending(ctx, error), error, own)
+                return False
+            if (escaped := _escaped(task)) is not None:
+                self._escape(escaped)
+                if ctx._take():  # else the hand-back settled it
+                    self._count_handed_back(await self._settle(ctx, HAND_BACK, escaped, own))
                 return False
             if not ctx._take():
                 return False
@@ -542,8 +571,6 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                 error = _cancellation(task)
                 return await self._finish(ctx, self._ending(ctx, error), error, own)
             error = task.exception()
-            if error is not None and not isinstance(error, Exception):
-                raise error
             return await self._finish(ctx, self._ending(ctx, error), error, own)
         finally:
             await keeper.close()
@@ -552,7 +579,12 @@ class AsyncWorker(Runtime[E, AsyncTransport[E], Callable[[E, AsyncContext[E]], A
                 self._wake.set()
 
     async def _call(self, event: E, ctx: AsyncContext[E]) -> object:
-        returned: object = self._handler(event, ctx)
-        if not isawaitable(returned):
-            raise not_awaitable(self._handler, returned)
-        return await returned
+        try:
+            returned: object = self._handler(event, ctx)
+            if not isawaitable(returned):
+                raise not_awaitable(self._handler, returned)
+            return await returned
+        except BaseException as exc:
+            if not escapes(exc):
+                raise
+            return _Escaped(exc)

@@ -22,9 +22,10 @@ import socket
 import threading
 import time
 import uuid
+from asyncio import CancelledError
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Generic, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Final, Generic, Literal, Protocol, TypeGuard, TypeVar
 
 from transports_core import (
     Event,
@@ -64,6 +65,7 @@ __all__ = [
     "check_twin",
     "decide",
     "default_worker_id",
+    "escapes",
     "is_async_handler",
     "not_awaitable",
     "not_awaited",
@@ -137,6 +139,14 @@ ACK: Final = Decision("ack", "acked")
 ACKED_WITHIN: Final = Decision("none", "acked")
 HAND_BACK: Final = Decision("nack", "handed_back")
 LOST: Final = Decision("none", "lost")
+
+
+def escapes(error: BaseException | None) -> TypeGuard[BaseException]:
+    """Whether a handler's ``error`` ends the run rather than the delivery (see
+    `Runtime._escape`): a `BaseException` that is no `Exception` (`SystemExit`,
+    `KeyboardInterrupt`, `GeneratorExit`, one of the application's own), except asyncio's
+    `CancelledError`, which is a failure or the worker's own cancellation."""
+    return error is not None and not isinstance(error, (Exception, CancelledError))
 
 
 def decide(error: BaseException | None, attempt: int, policy: RetryPolicy) -> Decision:
@@ -471,6 +481,11 @@ class Runtime(Generic[E, S, H]):
     def _setup(self) -> None:
         """The twin's own state, made with the options."""
 
+    def _stop_claiming(self) -> None:
+        """Stop claiming and wake the supervisor, which drains as after a first `stop`
+        (the twin's: ``_stopping`` is set already)."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         source = redact_url(self._source) if isinstance(self._source, str) else self._source
         name = type(self).__name__
@@ -661,6 +676,18 @@ class Runtime(Generic[E, S, H]):
         self, delivery: Delivery, exc: EventDecodeError, failed: TransportError | None
     ) -> None:
         self._hooks.settled(delivery, "buried" if failed is None else "lost", 0.0, failed or exc)
+
+    def _escape(self, error: BaseException) -> None:
+        """A handler raised ``error``, which `escapes`: its lease is handed back (by the
+        twin, as at shutdown), the worker stops claiming and drains the other handlers
+        as after a first `stop` (without counting as one), and `run` raises the first
+        such error, the object itself, once every delivery is settled and the handles
+        closed. A KeyboardInterrupt or SystemExit meant to end the process so ends it,
+        without leaving a lease to lapse."""
+        if self._fatal is None:
+            self._fatal = error
+        self._stopping.set()
+        self._stop_claiming()
 
     def _count_handed_back(self, handed: int) -> None:
         with self._handed_lock:

@@ -17,7 +17,6 @@ import select
 import signal
 import threading
 import time
-from asyncio import CancelledError
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -47,6 +46,7 @@ from ._common import (
     Runtime,
     SettleQueue,
     SettleTries,
+    escapes,
     logged,
     lost_error,
     not_awaited,
@@ -153,7 +153,9 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
     exception is retried after the ``retry`` policy's backoff, or buried (with its type
     and message) when it is permanent or the last attempt; a handler still running after
     ``timeout`` seconds is cancelled and counts as a failure; a message that no longer
-    decodes is buried.
+    decodes is buried. A `BaseException` that is no `Exception` (`SystemExit`, say) has
+    its lease handed back at once and stops the worker, which drains as after a first
+    `stop`; `run` then raises it.
 
     `run` returns `EXIT_DRAINED` (0) when every running handler finished, or
     `EXIT_HANDED_BACK` (75) when some were cancelled at shutdown and their leases given
@@ -195,6 +197,9 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
         it takes no lock, it only counts and wakes the thread in `run`."""
         self._requests += 1
         self._nudge()
+
+    def _stop_claiming(self) -> None:
+        self._nudge()  # the supervisor closes the claims under way, as for `stop`
 
     def _nudge(self) -> None:
         pipe = self._pipe
@@ -693,8 +698,13 @@ class Worker(Runtime[E, Transport[E], Callable[[E, Context[E]], object]]):
                 returned = self._handler(lease.event, ctx)
                 if returned is not None and isawaitable(returned):
                     raise not_awaited(self._handler, returned)
-            except (Exception, CancelledError) as exc:  # see `AsyncWorker`: a failure too
+            except BaseException as exc:  # a CancelledError too: see `AsyncWorker`
                 error = exc
+            if escapes(error):
+                self._escape(error)
+                if ctx._take():  # else the watchdog or the hand-back settled it
+                    self._count_handed_back(self._settle(ctx, HAND_BACK, error, own))
+                return False
             if ctx._take():
                 decision = self._ending(ctx, error)
                 if self._batched and decision.action != "none":
