@@ -291,9 +291,11 @@ def publishing(
 ) -> Operation[Any, Any, int]:
     """A publish's operation: the backend's plain one, which costs what it did before
     keys, delays and tenants, unless one of them is given; then ``PublishWith``, the
-    arguments checked here for every backend."""
+    arguments checked here for every backend. The group id is checked here as one
+    published to (`check_group_id`), whichever it is: a backend's ``Publish`` checks it
+    as any group id."""
     if key is None and no_options(delay, hold, tenant):
-        return ops.Publish(codec, group_id, event, priority)
+        return ops.Publish(codec, check_group_id(group_id, publish=True), event, priority)
     return ops.PublishWith(
         codec.encode_item(group_id, event, priority, key, delay, hold, tenant), window
     )
@@ -334,8 +336,9 @@ def decoded(codec: EventCodec[E], claimed: list[Claimed], before: list[Lease[E]]
 
 def lost_reason(lease: Lease[Any], head: list[QueuedMessage]) -> LostReason:
     """Why ``lease`` is no longer current, from its group's ``head`` (what ``peek(group,
-    1)`` shows just after): see `LeaseLost`. A message that left its group and came back
-    (a dead letter requeued) counts as gone: its deliveries start over."""
+    1)`` shows just after): see `LeaseLost`. A dead letter that was requeued is back at
+    its group's head with the deliveries it had, so a lease from before its burial is
+    "released" (then "redelivered"), as after a nack."""
     first = head[0] if head else None
     if first is None or first.seq != lease.seq or first.attempts < lease.attempt:
         return "gone"

@@ -18,6 +18,7 @@ from pydantic_core import PydanticSerializationError
 from ._errors import EventDecodeError
 from ._models import Lease, Message
 from ._validate import (
+    MAX_GROUP_ID,
     MAX_KEY,
     MAX_PRIORITY,
     check_group_id,
@@ -147,13 +148,24 @@ class EventCodec(Generic[E]):
                 group_id, event, priority, key = item.group_id, item.event, item.priority, item.key
             else:
                 group_id = None
+            # ASCII ids without NUL need no more; any other goes through `encode_item`.
             if (
                 type(group_id) is str
-                and group_id
+                and 0 < len(group_id) <= MAX_GROUP_ID
+                and group_id.isascii()
+                and "\x00" not in group_id
                 and type(priority) is int
                 and 0 <= priority <= MAX_PRIORITY
                 and type(event) is model
-                and (key is None or (type(key) is str and 0 < len(key) <= MAX_KEY))
+                and (
+                    key is None
+                    or (
+                        type(key) is str
+                        and 0 < len(key) <= MAX_KEY
+                        and key.isascii()
+                        and "\x00" not in key
+                    )
+                )
             ):
                 try:
                     raw = to_json(event).decode()
@@ -179,7 +191,7 @@ class EventCodec(Generic[E]):
     ) -> Item:
         """Check and encode one publish's arguments (see `Item`)."""
         return Item(
-            check_group_id(group_id),
+            check_group_id(group_id, publish=True),
             self.encode(event),
             check_priority(priority),
             None if key is None else check_key(key),

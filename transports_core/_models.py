@@ -2,7 +2,9 @@
 to publish, a `Settlement` of a batch of settles, and the `Duplicate` seq of a publish
 whose key was used already.
 
-Imports nothing from the rest of the package, so every other module may import it.
+Imports nothing from the rest of the package when it is imported, so every other module
+may import it; `Settlement` checks its arguments with ``_validate``'s checks, imported when
+one is made.
 """
 
 from __future__ import annotations
@@ -78,8 +80,9 @@ class Settlement(Generic[E_co]):
     """One item of ``settle_many``: what to do with a held lease, as ``ack``, ``nack``
     or ``bury`` would: ``Settlement(lease)`` acks, ``Settlement(lease, "nack", delay=5)``
     parks for five seconds, ``Settlement(lease, "bury", reason="bad input")`` makes a
-    dead letter. The arguments are checked as those calls check them, before anything
-    of the batch is written."""
+    dead letter. The arguments are checked as those calls check them when it is made,
+    whatever the action (a negative ``delay`` is refused on an ack too, a ``reason``
+    must be a str), and again before anything of the batch is written."""
 
     lease: Lease[E_co]
     action: Literal["ack", "nack", "bury"] = "ack"
@@ -87,10 +90,19 @@ class Settlement(Generic[E_co]):
     reason: str = ""
 
     def __post_init__(self) -> None:
+        from ._validate import check_delay, check_reason  # _validate imports this module
+
         if self.action not in _ACTIONS:
             raise ValueError(
-                f"a settlement's action must be one of {', '.join(_ACTIONS)}, "
-                f"not {self.action!r}"
+                f"a settlement's action must be one of {', '.join(_ACTIONS)}, not {self.action!r}"
+            )
+        check_delay(self.delay)
+        if self.action == "bury":
+            check_reason(self.reason)
+        elif not isinstance(self.reason, str):
+            raise TypeError(
+                f"a settlement's reason must be a str, not {type(self.reason).__name__}: "
+                f"{self.reason!r:.200}"
             )
 
 

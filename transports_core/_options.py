@@ -4,20 +4,20 @@ its options, and the `Backend` built from a backend's parser and transport class
 Core still interprets no backend's options: a backend lists its own, each with the check
 that turns a URL's text or a keyword's value into the option's value. `OptionTable` only
 applies the rules they share: an option comes from the URL's query or from a keyword, once;
-an unknown name is refused with the list of known ones. Imports only ``_protocol`` and
-``_registry``.
+an unknown name is refused with the list of known ones. Imports only ``_protocol``,
+``_registry`` and ``_validate``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from ._protocol import AsyncTransport, Transport
 from ._registry import Backend, Migration, Migrator, redact_url
+from ._validate import MAX_PUBLISH_DELAY, isfinite
 
 __all__ = ["OptionTable", "build_backend", "check_clock", "seconds_option"]
 
@@ -92,8 +92,11 @@ def check_clock(value: object) -> Callable[[], float]:
 
 
 def seconds_option(name: str) -> Callable[[object], float]:
-    """The check of option ``name``, a finite number of seconds > 0 (a timeout, say): from
-    a URL's text (``"2.5"``) or a keyword's int or float, never a bool."""
+    """The check of option ``name``, a number of seconds > 0 and at most a year
+    (`MAX_PUBLISH_DELAY`; a timeout, say): from a URL's text (``"2.5"``) or a keyword's
+    int or float, never a bool. A year bounds it because drivers turn a timeout into a
+    deadline on the platform's clock, which overflows (a raw ``OverflowError``) near
+    1e10 seconds; no timeout needs more than a year."""
 
     def check(value: object) -> float:
         if isinstance(value, str):
@@ -101,8 +104,12 @@ def seconds_option(name: str) -> Callable[[object], float]:
                 value = float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
-        if not math.isfinite(value):
-            raise ValueError(f"{name} must be finite, got {value!r}")
+        if not isfinite(value):
+            raise ValueError(f"{name} must be finite, got {value!r:.200}")
+        if value > MAX_PUBLISH_DELAY:
+            raise ValueError(
+                f"{name} must be at most {MAX_PUBLISH_DELAY:.0f} seconds (a year), got {value!r}"
+            )
         return float(value)
 
     return check

@@ -6,6 +6,13 @@ Each check returns the value it accepted (normalised where that is harmless) or 
 the value; every span of time goes through `check_seconds` and every count through
 `check_count`, so one kind of mistake is refused one way everywhere. Backends reach them
 through ``transports_core.backend``, which lists them. Imports only ``_models``.
+
+Text a store writes (a group id published to, a key, a tenant, a worker id, a reason) must
+be text every store can keep: no lone surrogate (UTF-8 cannot encode one, so no driver
+can send it) and no NUL character (PostgreSQL's text cannot hold one), as `check_text`
+says. Any other group id (one to peek, pause, resume or purge) is refused for a surrogate
+alone, and taken at any length, so that a group stored before these checks can still be
+reached.
 """
 
 from __future__ import annotations
@@ -16,6 +23,13 @@ from collections.abc import Iterable
 from ._models import Lease, Message
 
 MAX_PRIORITY = 4
+# The largest count, seq or attempt: every store keeps them as signed 64-bit integers, so
+# a larger one would overflow a column or a parameter instead of being refused.
+MAX_COUNT = 2**63 - 1
+# The longest group id a message is published to, in characters (PostgreSQL indexes group
+# ids, and an index entry must fit in a third of a page). Looking a group up takes any
+# length, so that a longer one stored before this limit can still be reached.
+MAX_GROUP_ID = 512
 # The longest idempotency key, in characters.
 MAX_KEY = 255
 # The longest publish delay: a year (a leap year's days), in seconds.
@@ -37,31 +51,68 @@ ON_DEAD_CHOICES = ("release", "hold")
 MIGRATE_CHOICES = ("create", "auto", "never")
 
 
-def check_group_id(group_id: object) -> str:
-    """A group id: a non-empty str."""
+def check_unicode(text: str, name: str) -> str:
+    """``text`` (the argument ``name``), if it holds no lone surrogate, which no store can
+    keep: UTF-8 cannot encode one. ASCII text, the common case, costs one ``isascii``."""
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"{name} must be Unicode text, but holds a lone surrogate "
+                f"{text[exc.start]!r} at index {exc.start}: {text!r:.200}"
+            ) from None
+    return text
+
+
+def check_text(text: str, name: str) -> str:
+    """``text`` (the argument ``name``), if a store can write it: no lone surrogate (see
+    `check_unicode`) and no NUL character, which PostgreSQL's text cannot hold."""
+    if "\x00" in text:
+        at = text.index("\x00")
+        raise ValueError(
+            f"{name} must not contain a NUL character ('\\x00'), found at index {at}: {text!r:.200}"
+        )
+    return check_unicode(text, name)
+
+
+def check_group_id(group_id: object, *, publish: bool = False) -> str:
+    """A group id: a non-empty str that is Unicode text (`check_unicode`). With
+    ``publish``, one a message is published to: of at most `MAX_GROUP_ID` characters and
+    text a store can write (`check_text`). Without it (a group looked up), any length and
+    any character, so that every group stored can be reached."""
     if not isinstance(group_id, str):
         raise TypeError(f"group_id must be a str, not {type(group_id).__name__}: {group_id!r}")
     if not group_id:
         raise ValueError("group_id must not be empty")
-    return group_id
+    if not publish:
+        return check_unicode(group_id, "group_id")
+    if len(group_id) > MAX_GROUP_ID:
+        raise ValueError(
+            f"group_id must be at most {MAX_GROUP_ID} characters long, got "
+            f"{len(group_id)}: {group_id!r:.200}"
+        )
+    return check_text(group_id, "group_id")
 
 
 def check_key(key: object) -> str:
-    """An idempotency key: a non-empty str of at most `MAX_KEY` characters."""
+    """An idempotency key: a non-empty str of at most `MAX_KEY` characters, which
+    `check_text` accepts."""
     if not isinstance(key, str):
         raise TypeError(f"key must be a str or None, got {key!r:.200}")
     if not key or len(key) > MAX_KEY:
         raise ValueError(f"key must be 1 to {MAX_KEY} characters long, got {key!r:.200}")
-    return key
+    return check_text(key, "key")
 
 
 def check_tenant(tenant: object) -> str:
-    """A tenant name: a non-empty str of at most `MAX_TENANT` characters."""
+    """A tenant name: a non-empty str of at most `MAX_TENANT` characters, which
+    `check_text` accepts."""
     if not isinstance(tenant, str):
         raise TypeError(f"tenant must be a str or None, got {tenant!r:.200}")
     if not tenant or len(tenant) > MAX_TENANT:
         raise ValueError(f"tenant must be 1 to {MAX_TENANT} characters long, got {tenant!r:.200}")
-    return tenant
+    return check_text(tenant, "tenant")
 
 
 def check_weight(weight: object) -> int:
@@ -83,7 +134,8 @@ def check_priority(priority: object, name: str = "priority") -> int:
 
 
 def check_worker_id(worker_id: object) -> str:
-    """A worker id: a non-empty str that does not begin with `RESERVED_PREFIX`."""
+    """A worker id: a non-empty str that does not begin with `RESERVED_PREFIX`, which
+    `check_text` accepts (a claim writes it)."""
     if not isinstance(worker_id, str):
         raise TypeError(f"worker_id must be a str, not {type(worker_id).__name__}: {worker_id!r}")
     if not worker_id:
@@ -93,7 +145,16 @@ def check_worker_id(worker_id: object) -> str:
             f"worker_id {worker_id!r} is reserved: ids beginning with "
             f"{RESERVED_PREFIX!r} belong to the transport"
         )
-    return worker_id
+    return check_text(worker_id, "worker_id")
+
+
+def isfinite(value: float) -> bool:
+    """`math.isfinite`, and False for an int too large for a float (which `math.isfinite`
+    refuses with a raw ``OverflowError``)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def check_seconds(value: object, name: str, *, zero: bool = False) -> float:
@@ -102,20 +163,22 @@ def check_seconds(value: object, name: str, *, zero: bool = False) -> float:
     value ``ValueError``, each naming the argument and the value."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+    if not isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r:.200}")
     if value < 0 or (value == 0 and not zero):
         raise ValueError(f"{name} must be {'>=' if zero else '>'} 0 seconds, got {value!r}")
     return float(value)
 
 
 def check_count(value: object, name: str, low: int = 1) -> int:
-    """A count named ``name``: an int (never a bool) >= ``low``. The one check of counts,
-    raising as `check_seconds` does."""
+    """A count named ``name``: an int (never a bool) from ``low`` to `MAX_COUNT`. The one
+    check of counts, raising as `check_seconds` does."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int >= {low}, got {value!r}")
     if value < low:
         raise ValueError(f"{name} must be >= {low}, got {value!r}")
+    if value > MAX_COUNT:
+        raise ValueError(f"{name} must be at most {MAX_COUNT} (2**63 - 1), got {value!r}")
     return value
 
 
@@ -158,24 +221,28 @@ def check_wait(wait: object) -> float:
 
 
 def check_reason(reason: object) -> str:
-    """A bury reason: a str, not blank, at most `MAX_REASON` characters."""
+    """A bury reason: a str, not blank, at most `MAX_REASON` characters, which
+    `check_text` accepts."""
     if not isinstance(reason, str):
         raise TypeError(f"reason must be a str, not {type(reason).__name__}: {reason!r:.200}")
     if not reason.strip():
         raise ValueError("reason must not be empty: say why the message is buried")
     if len(reason) > MAX_REASON:
         raise ValueError(f"reason must be at most {MAX_REASON} characters, got {len(reason)}")
-    return reason
+    return check_text(reason, "reason")
 
 
 def check_max_attempts(value: object) -> int | None:
-    """The ``max_attempts`` option: None, an int >= 1, or (from a URL) its digits."""
+    """The ``max_attempts`` option: None, an int from 1 to `MAX_COUNT`, or (from a URL)
+    its digits."""
     if value is None:
         return None
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"max_attempts must be a whole number >= 1, got {value!r}")
+    if value > MAX_COUNT:
+        raise ValueError(f"max_attempts must be at most {MAX_COUNT} (2**63 - 1), got {value!r}")
     return value
 
 
@@ -209,16 +276,52 @@ def migrate_refusal(migrate: str, version: int | None, needed: int) -> str | Non
 
 
 def check_lease(lease: object) -> Lease[object]:
-    """A `Lease` held by a worker (whether it is current is for the backend to say): one
-    carrying a reserved worker id was made by hand, and would match a backend's marker."""
-    if not isinstance(lease, Lease):
-        raise TypeError(f"expected a Lease, got {type(lease).__name__}: {lease!r:.200}")
-    if str(lease.worker_id).startswith(RESERVED_PREFIX):
+    """A `Lease` held by a worker (whether it is current is for the backend to say): its
+    ``seq`` and ``attempt`` ints from 1 to `MAX_COUNT`, its ``worker_id`` and
+    ``group_id`` non-empty strs. A lease made by hand may hold anything: a field of the
+    wrong type would reach the store's statements, and a reserved worker id would match
+    a backend's marker. Every ack runs it, so a good lease passes one expression; only a
+    refused one is looked at field by field, for the error."""
+    if type(lease) is Lease or isinstance(lease, Lease):
+        seq, attempt, worker_id = lease.seq, lease.attempt, lease.worker_id
+        group_id = lease.group_id
+        if (
+            type(seq) is int
+            and type(attempt) is int
+            and 0 < seq <= MAX_COUNT
+            and 0 < attempt <= MAX_COUNT
+            and type(worker_id) is str
+            and type(group_id) is str
+            and group_id
+            and worker_id
+            and not worker_id.startswith(RESERVED_PREFIX)
+        ):
+            return lease
+        _refuse_lease(seq, attempt, worker_id, group_id)
+        return lease  # int and str subclasses: no store tells them from ints and strs
+    raise TypeError(f"expected a Lease, got {type(lease).__name__}: {lease!r:.200}")
+
+
+def _refuse_lease(seq: object, attempt: object, worker_id: object, group_id: object) -> None:
+    """Raise the error for the first of a lease's fields that `check_lease` refuses."""
+    for name, number in (("seq", seq), ("attempt", attempt)):
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise TypeError(
+                f"lease {name} must be an int from 1 to {MAX_COUNT}, "
+                f"not {type(number).__name__}: {number!r:.200}"
+            )
+        if not 0 < number <= MAX_COUNT:
+            raise ValueError(f"lease {name} must be from 1 to {MAX_COUNT}, got {number!r}")
+    for name, text in (("worker_id", worker_id), ("group_id", group_id)):
+        if not isinstance(text, str):
+            raise TypeError(f"lease {name} must be a str, not {type(text).__name__}: {text!r:.200}")
+        if not text:
+            raise ValueError(f"lease {name} must not be empty")
+    if str(worker_id).startswith(RESERVED_PREFIX):
         raise ValueError(
-            f"lease worker_id {lease.worker_id!r} is reserved: ids beginning with "
+            f"lease worker_id {worker_id!r} is reserved: ids beginning with "
             f"{RESERVED_PREFIX!r} belong to the transport, so no lease carries one"
         )
-    return lease
 
 
 def check_items(items: object) -> Iterable[object]:
@@ -253,10 +356,10 @@ def check_item(index: int, item: object) -> tuple[object, ...]:
 
 
 def check_seq(seq: object) -> int:
-    """A message's seq: an int >= 1."""
+    """A message's seq: an int from 1 to `MAX_COUNT`."""
     return check_count(seq, "seq")
 
 
 def check_limit(limit: object) -> int:
-    """A listing's limit: an int >= 1."""
+    """A listing's limit: an int from 1 to `MAX_COUNT`."""
     return check_count(limit, "limit")

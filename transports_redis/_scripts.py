@@ -1977,7 +1977,9 @@ PEEK: Final = Script(
     OWNER
     + r"""
 local now = clock(A.now)
-local limit = tonumber(A.limit)
+-- Lua's numbers are doubles: a huge limit would reach LIMIT as 9.2e+18, which Redis
+-- refuses; no group holds 2^31 messages.
+local limit = math.min(tonumber(A.limit), 2^31)
 local out, shown = {}, 0
 local r = load(A.group)
 if r then

@@ -748,6 +748,7 @@ class MemoryTransport(core.Closing):
             return core.queue_stats(by, len(s.keys), len(s.paused))
 
     def groups(self, limit: int = 10) -> list[dt.GroupInfo]:
+        limit = core.check_limit(limit)
         with self._holding() as s:
             self._promote()
             now = s.clock()
@@ -777,6 +778,7 @@ class MemoryTransport(core.Closing):
             return infos[:limit]
 
     def dead_letters(self, limit: int | None = None) -> list[dt.DeadLetter]:
+        limit = None if limit is None else core.check_limit(limit)
         with self._locked():
             letters = [
                 dt.DeadLetter(

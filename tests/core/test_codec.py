@@ -168,9 +168,35 @@ def test_a_batch_encodes_each_item_as_encode_would_whichever_path_it_takes() -> 
         ),
         (Message("g", Shipped(order_id=1), tenant=""), r"items\[1\]: tenant must be 1 to 255"),
         (("g", Shipped(order_id=1), 0, "k"), r"items\[1\] must be a Message or a \(group_id"),
+        # Text no store can write, on the inline path (a triple, a plain message) and off it.
+        (("g" * 513, Shipped(order_id=1), 0), r"items\[1\]: group_id must be at most 512"),
+        (("a\x00b", Shipped(order_id=1), 0), r"items\[1\]: group_id must not contain a NUL"),
+        (("g\ud800", Shipped(order_id=1), 0), r"items\[1\]: group_id must be Unicode text"),
+        (("é" * 513, Shipped(order_id=1), 0), r"items\[1\]: group_id must be at most 512"),
+        (Message("g", Shipped(order_id=1), key="k\x00"), r"items\[1\]: key must not contain"),
+        (Message("g", Shipped(order_id=1), key="k\udc80"), r"items\[1\]: key must be Unicode"),
+        (
+            Message("g\x00", Shipped(order_id=1), delay=1),
+            r"items\[1\]: group_id must not contain a NUL",
+        ),
+        (Message("g", Shipped(order_id=1), tenant="t\x00"), r"items\[1\]: tenant must not"),
     ],
 )
 def test_a_bad_item_in_a_batch_is_named_by_its_index(item: Any, message: str) -> None:
     codec: EventCodec[Shipped] = EventCodec(Shipped)
     with pytest.raises((TypeError, ValueError), match=message):
         codec.encode_items([("g", Shipped(order_id=0), 0), item])
+
+
+def test_a_batch_takes_group_ids_of_512_characters_of_any_text() -> None:
+    codec: EventCodec[Shipped] = EventCodec(Shipped)
+    items: list[tuple[str, Any, int] | Message[Any]] = [
+        ("g" * 512, Shipped(order_id=1), 0),
+        ("ü" * 512, Shipped(order_id=2), 0),
+        Message("\U0001f600" * 512, Shipped(order_id=3), key="ключ"),
+    ]
+    assert [item.group_id for item in codec.encode_items(items)] == [
+        "g" * 512,
+        "ü" * 512,
+        "\U0001f600" * 512,
+    ]

@@ -25,6 +25,7 @@ from transports_core import (
     QueueStats,
 )
 from transports_core.backend import (
+    MAX_PUBLISH_DELAY,
     Claimed,
     Claiming,
     EventCodec,
@@ -113,7 +114,10 @@ def test_check_clock_takes_a_callable_and_refuses_anything_else() -> None:
         check_clock(5)
 
 
-@pytest.mark.parametrize(("given", "seconds"), [("2.5", 2.5), (3, 3.0), (0.25, 0.25)])
+@pytest.mark.parametrize(
+    ("given", "seconds"),
+    [("2.5", 2.5), (3, 3.0), (0.25, 0.25), (MAX_PUBLISH_DELAY, MAX_PUBLISH_DELAY)],
+)
 def test_seconds_option_takes_a_positive_number_from_text_or_a_value(
     given: object, seconds: float
 ) -> None:
@@ -131,6 +135,11 @@ def test_seconds_option_takes_a_positive_number_from_text_or_a_value(
         (True, "timeout must be a number of seconds > 0, got True"),
         ("nan", "timeout must be a number of seconds > 0, got nan"),
         ("inf", "timeout must be finite, got inf"),
+        # Drivers turn a timeout into a deadline, which overflows the platform's time_t.
+        ("1e10", "timeout must be at most 31622400 seconds (a year), got 10000000000.0"),
+        (1e10, "timeout must be at most 31622400 seconds (a year), got 10000000000.0"),
+        (31_622_401, "timeout must be at most 31622400 seconds (a year), got 31622401"),
+        pytest.param(10**400, f"timeout must be finite, got {str(10**400)[:200]}", id="10**400"),
     ],
 )
 def test_seconds_option_refuses_what_is_not_a_finite_positive_number(

@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
-from transports_core import Event, Lease, Message
+from transports_core import Event, Lease, Message, Settlement
+from transports_core._validate import MAX_COUNT, MAX_GROUP_ID, check_text, check_unicode
 from transports_core.backend import (
     MAX_PRIORITY,
+    check_count,
     check_delay,
     check_group_id,
     check_item,
     check_items,
+    check_key,
     check_lease,
+    check_limit,
     check_max_attempts,
     check_on_dead,
     check_priority,
     check_reason,
+    check_seq,
+    check_tenant,
     check_visibility,
     check_wait,
     check_worker_id,
@@ -25,6 +35,13 @@ from transports_core.backend import (
 
 NAN, INF = float("nan"), float("inf")
 LEASE = Lease(1, "g", Event(), "w", 1, 0.0)
+BIG = 2**63  # one more than every store's largest integer
+
+
+def forged(**fields: Any) -> Lease[Event]:
+    """`LEASE` with ``fields`` replaced, whatever their types: a lease made by hand."""
+    return replace(LEASE, **fields)
+
 
 REFUSED: list[tuple[Callable[[object], object], object, type[Exception], str]] = [
     (check_priority, -1, ValueError, "priority must be from 0 to 4, got -1"),
@@ -77,13 +94,51 @@ REFUSED: list[tuple[Callable[[object], object], object, type[Exception], str]] =
         ValueError,
         "lease worker_id '__parked__' is reserved",
     ),
+    # A lease's fields reach the store's statements: each is checked, and named.
+    (check_lease, forged(worker_id=5), TypeError, "lease worker_id must be a str, not int: 5"),
+    (check_lease, forged(group_id=5), TypeError, "lease group_id must be a str, not int: 5"),
+    (check_lease, forged(worker_id=""), ValueError, "lease worker_id must not be empty"),
+    (check_lease, forged(group_id=""), ValueError, "lease group_id must not be empty"),
+    (check_lease, forged(seq=True), TypeError, "lease seq must be an int from 1 to"),
+    (check_lease, forged(seq=1.0), TypeError, "lease seq must be an int from 1 to"),
+    (check_lease, forged(seq="1"), TypeError, "not str: '1'"),
+    (check_lease, forged(attempt=True), TypeError, "lease attempt must be an int from 1 to"),
+    (check_lease, forged(attempt=None), TypeError, "lease attempt must be an int"),
+    (check_lease, forged(seq=0), ValueError, f"lease seq must be from 1 to {MAX_COUNT}, got 0"),
+    (
+        check_lease,
+        forged(seq=BIG),
+        ValueError,
+        f"lease seq must be from 1 to {MAX_COUNT}, got {BIG}",
+    ),
+    (check_lease, forged(attempt=0), ValueError, "lease attempt must be from 1 to"),
+    (check_lease, forged(attempt=BIG), ValueError, f"lease attempt must be from 1 to {MAX_COUNT}"),
+    # Every count and seq fits the stores' signed 64-bit integers.
+    (check_seq, BIG, ValueError, f"seq must be at most {MAX_COUNT} (2**63 - 1), got {BIG}"),
+    (check_limit, BIG, ValueError, f"limit must be at most {MAX_COUNT} (2**63 - 1), got {BIG}"),
+    (check_limit, 2**70, ValueError, "limit must be at most"),
+    (check_max_attempts, BIG, ValueError, f"max_attempts must be at most {MAX_COUNT}"),
+    (check_max_attempts, str(BIG), ValueError, f"max_attempts must be at most {MAX_COUNT}"),
+    # Seconds too large for a float are not finite (not a raw OverflowError).
+    (check_visibility, 10**400, ValueError, "visibility must be finite, got 1000"),
+    (check_delay, -(10**400), ValueError, "delay must be finite"),
+    # Text no store can write: a lone surrogate (no UTF-8), a NUL (no PostgreSQL text).
+    (check_group_id, "g\ud800", ValueError, "group_id must be Unicode text, but holds a lone"),
+    (check_key, "k\ud800", ValueError, "key must be Unicode text, but holds a lone surrogate"),
+    (check_key, "k\x00", ValueError, "key must not contain a NUL character ('\\x00')"),
+    (check_tenant, "t\udfff", ValueError, "tenant must be Unicode text"),
+    (check_tenant, "\x00", ValueError, "tenant must not contain a NUL character"),
+    (check_worker_id, "w\ud800", ValueError, "worker_id must be Unicode text"),
+    (check_worker_id, "w\x00", ValueError, "worker_id must not contain a NUL character"),
+    (check_reason, "why\ud800", ValueError, "reason must be Unicode text"),
+    (check_reason, "why\x00", ValueError, "reason must not contain a NUL character"),
 ]
 
 
 @pytest.mark.parametrize(
     ("check", "value", "error", "message"),
     REFUSED,
-    ids=[f"{check.__name__}-{value!r}" for check, value, _, _ in REFUSED],
+    ids=[f"{check.__name__}-{value!r:.60}" for check, value, _, _ in REFUSED],
 )
 def test_bad_value_is_named_in_the_error(
     check: Callable[[object], object], value: object, error: type[Exception], message: str
@@ -132,3 +187,85 @@ def test_items_must_be_an_iterable_of_messages_or_triples() -> None:
         check_item(1, ["g", 1, 0])
     with pytest.raises(TypeError, match=r"items\[2\] must be a Message or a \(group_id, event"):
         check_item(2, ("g", 1))
+
+
+def test_lease_fields_at_their_bounds_are_accepted() -> None:
+    for lease in (
+        forged(seq=MAX_COUNT, attempt=MAX_COUNT),
+        forged(worker_id="wörker-ü", group_id="groupe-\U0001f600"),
+        forged(worker_id="_w", group_id="g" * 10_000),  # a lease names a group that exists
+    ):
+        assert check_lease(lease) is lease
+
+
+def test_every_count_is_bounded_by_the_largest_64_bit_integer() -> None:
+    assert MAX_COUNT == 2**63 - 1
+    assert check_count(MAX_COUNT, "limit") == MAX_COUNT
+    assert check_count(0, "groups", low=0) == 0
+    with pytest.raises(ValueError, match=r"^groups must be at most 9223372036854775807 "):
+        check_count(BIG, "groups", low=0)
+    assert check_max_attempts(MAX_COUNT) == MAX_COUNT
+    assert check_max_attempts(str(MAX_COUNT)) == MAX_COUNT
+
+
+def test_group_id_limit_and_nul_apply_to_publishing_not_to_lookups() -> None:
+    longest = "g" * MAX_GROUP_ID
+    assert MAX_GROUP_ID == 512
+    assert check_group_id(longest, publish=True) == longest
+    assert check_group_id("é" * MAX_GROUP_ID, publish=True) == "é" * MAX_GROUP_ID
+    with pytest.raises(ValueError, match=r"^group_id must be at most 512 characters long, got 513"):
+        check_group_id(longest + "g", publish=True)
+    with pytest.raises(ValueError, match=r"group_id must not contain a NUL character"):
+        check_group_id("a\x00b", publish=True)
+    # A group stored before these limits can still be looked up (peeked, purged).
+    assert check_group_id(longest + "g") == longest + "g"
+    assert check_group_id("a\x00b") == "a\x00b"
+    # A surrogate can never have been stored: refused either way.
+    for publish in (False, True):
+        with pytest.raises(ValueError, match=r"group_id must be Unicode text"):
+            check_group_id("\ud800", publish=publish)
+
+
+def test_text_checks_take_any_unicode_text_and_name_what_they_refuse() -> None:
+    for text in ("plain", "ünïcødé", "\U0001f600 emoji", "tab\tand newline\n"):
+        assert check_text(text, "x") is text
+        assert check_key(text) == text
+        assert check_worker_id(text) == text
+    assert check_unicode("a\x00b", "group_id") == "a\x00b"
+    surrogate = "tenant must be Unicode text, but holds a lone surrogate '\\udc80' at index 2: "
+    with pytest.raises(ValueError, match=re.escape(surrogate + "'ab\\udc80c'") + "$"):
+        check_text("ab\udc80c", "tenant")
+    nul = "reason must not contain a NUL character ('\\x00'), found at index 2: 'ab\\x00'"
+    with pytest.raises(ValueError, match=re.escape(nul) + "$"):
+        check_text("ab\x00", "reason")
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ({"delay": -1}, ValueError, "delay must be >= 0 seconds, got -1"),
+        ({"action": "nack", "delay": NAN}, ValueError, "delay must be finite, got nan"),
+        ({"action": "bury", "reason": "x", "delay": INF}, ValueError, "delay must be finite"),
+        ({"delay": "5"}, TypeError, "delay must be a number of seconds, got '5'"),
+        ({"reason": None}, TypeError, "a settlement's reason must be a str, not NoneType"),
+        ({"action": "nack", "reason": 3}, TypeError, "a settlement's reason must be a str"),
+        ({"action": "bury"}, ValueError, "reason must not be empty"),
+        ({"action": "bury", "reason": "x" * 1001}, ValueError, "at most 1000 characters"),
+        ({"action": "bury", "reason": "a\x00"}, ValueError, "reason must not contain a NUL"),
+    ],
+)
+def test_settlement_checks_delay_and_reason_whatever_the_action(
+    fields: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as info:
+        Settlement(LEASE, **fields)
+    assert type(info.value) is error
+    assert message in str(info.value)
+
+
+def test_settlement_takes_what_its_call_takes() -> None:
+    assert Settlement(LEASE).delay == 0
+    assert Settlement(LEASE, "nack", delay=2.5).delay == 2.5
+    assert Settlement(LEASE, "ack", reason="ignored").reason == "ignored"
+    assert Settlement(LEASE, "bury", reason="bad input").reason == "bad input"
+    assert math.isfinite(Settlement(LEASE, "nack", delay=10**6).delay)

@@ -13,6 +13,7 @@ so that each starts from the same round-robin state.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from functools import partial
 from typing import Any, cast
 
@@ -58,6 +59,11 @@ def _head(lease: Lease[Event] | None) -> tuple[str, int] | None:
 def _drain(t: Transport[Event], worker: str, hold: float) -> None:
     while (lease := t.claim(worker, hold)) is not None:
         t.ack(lease)
+
+
+def settle_made(t: Transport[Any], make: Callable[[], list[Any]]) -> object:
+    """``settle_many`` of the batch ``make`` makes (and may refuse to make)."""
+    return t.settle_many(make())
 
 
 class BatchScenarios(Steps):
@@ -344,17 +350,19 @@ class BatchScenarios(Steps):
             lambda: t.claim_many("w1", self.hold, 2, wait=-1),
         )
         a = take(t, "w1", self.hold)
-        bad_items: list[Any] = [
-            [Settlement(a), (a, "ack")],
-            [Settlement(a), Settlement(a, "nack", delay=-1)],
-            [Settlement(a), Settlement(a, "bury", reason="")],
+        # Each batch is made inside the call: a bad `Settlement` is refused when made.
+        bad_batches: list[tuple[str, Callable[[], list[Any]]]] = [
+            ("a bare tuple", lambda: [Settlement(a), (a, "ack")]),
+            ("a nack with delay=-1", lambda: [Settlement(a), Settlement(a, "nack", delay=-1)]),
+            ("an ack with delay=-1", lambda: [Settlement(a), Settlement(a, "ack", delay=-1)]),
+            ("a bury with reason=''", lambda: [Settlement(a), Settlement(a, "bury", reason="")]),
         ]
-        for items in bad_items:
+        for what, items in bad_batches:
             must_raise(
                 BATCH_BAD_INPUT,
                 (ValueError, TypeError),
-                f"settle_many({items!r})",
-                partial(t.settle_many, items),
+                f"settle_many of {what}",
+                partial(settle_made, t, items),
             )
         must_raise(
             BATCH_BAD_INPUT,
