@@ -4,11 +4,17 @@ One event comes from the command line; without one, standard input is read as JS
 lines, each checked in full before its batch is published with ``publish_many``, so a
 bad line stops the run with nothing of its batch written. Backend-neutral: the queue is
 opened by URL and used through the `transports_core.Transport` protocol only.
+
+Input is held to JSON, not to what Python's ``json`` takes: ``NaN``, ``Infinity`` and
+numbers too large for a float are refused (pydantic would store them as null), and so is
+text that UTF-8 cannot carry (an undecodable byte, a lone surrogate), which no store can.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 from collections.abc import Iterator
 from typing import IO
@@ -25,15 +31,53 @@ from .admin import plural
 __all__ = ["publish"]
 
 _FIELDS = ("group", "event", "priority", "key")
+# A JSON escape of a UTF-16 surrogate: paired, it is one character; alone, it is not text.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class _BadLine(click.ClickException):
     """A line of standard input that is not a message; its batch was not written."""
 
 
-def _event(value: object) -> Event:
+def _not_json(constant: str) -> object:
+    raise ValueError(f"{constant} is not JSON: a JSON number is finite")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"{text:.40} is too large for a JSON number (it would be stored as null)")
+    return number
+
+
+def _loads(text: str) -> object:
+    """``json.loads`` of ``text``, if it is JSON that a store keeps as it was given: UTF-8
+    text, and no ``NaN``, ``Infinity`` or number too large for a float, which Python's
+    ``json`` accepts but pydantic writes as null."""
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"not UTF-8 text (an undecodable byte or a lone surrogate at column {exc.start + 1})"
+        ) from None
+    try:
+        return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at column {exc.colno})") from exc
+
+
+def _event(value: object, text: str) -> Event:
+    """The event of ``value``, parsed by `_loads` from ``text``."""
     if not isinstance(value, dict):
         raise ValueError(f"the event must be a JSON object, got {json.dumps(value)}")
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(value, ensure_ascii=False).encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"the event holds a lone surrogate ({exc.object[exc.start]!r}), "
+                "which is not text and cannot be stored"
+            ) from None
     try:
         return Event.model_validate(value)
     except ValidationError as exc:
@@ -42,10 +86,7 @@ def _event(value: object) -> Event:
 
 def _message(text: str, default_group: str | None) -> Message[Event]:
     """The message on one input line, checked as ``publish`` would check it."""
-    try:
-        fields = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON ({exc.msg} at column {exc.colno})") from exc
+    fields = _loads(text)
     if not isinstance(fields, dict):
         raise ValueError(f"expected a JSON object with {', '.join(_FIELDS)}")
     unknown = sorted(set(fields) - set(_FIELDS))
@@ -56,14 +97,11 @@ def _message(text: str, default_group: str | None) -> Message[Event]:
     group = fields.get("group", default_group)
     if group is None:
         raise ValueError("no 'group' (and no GROUP argument to default to)")
-    priority = fields.get("priority", 0)
+    group = check_group_id(group, publish=True)
+    priority = check_priority(fields.get("priority", 0))
     key = fields.get("key")
-    return Message(
-        check_group_id(group),
-        _event(fields["event"]),
-        check_priority(priority),
-        None if key is None else check_key(key),
-    )
+    key = None if key is None else check_key(key)
+    return Message(group, _event(fields["event"], text), priority, key)
 
 
 def _batches(
@@ -128,7 +166,7 @@ def publish(
     if event_json is not None:
         assert group is not None  # click fills GROUP before EVENT
         try:
-            event = _event(json.loads(event_json))
+            event = _event(_loads(event_json), event_json)
         except (ValueError, TypeError) as exc:
             raise click.BadParameter(str(exc), param_hint="EVENT") from exc
         with open_transport(url) as transport:

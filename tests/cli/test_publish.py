@@ -4,11 +4,12 @@ batches, on a real SQLite file; a bad line names its number and its batch is not
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from transports_core import TransportAdmin, open_transport
 
-from ._command import transports
+from ._command import COMMAND, transports
 
 
 def _messages(url: str) -> list[tuple[str, int, dict[str, object]]]:
@@ -78,9 +79,21 @@ def test_a_bad_line_names_its_number_and_its_batch_is_not_written(tmp_path: Path
         '{"group": "g", "event": {}, "colour": "red"}': "'colour'",
         "not json": "not JSON",
         '{"event": {"n": 5}}': "'group'",
+        # JSON as Python's json module takes it, but not JSON: stored, it would be null.
+        '{"group": "g", "event": {"n": NaN}}': "NaN is not JSON",
+        '{"group": "g", "event": {"n": Infinity}}': "Infinity is not JSON",
+        '{"group": "g", "event": {"n": [-Infinity]}}': "-Infinity is not JSON",
+        '{"group": "g", "event": {"n": 1e999}}': "1e999 is too large for a JSON number",
+        '{"group": "g", "event": {"n": -2.5E400}}': "-2.5E400 is too large",
+        # Text no store can write: named, with the line, like any other bad line.
+        '{"group": "g\\ud800", "event": {"n": 5}}': "group_id must be Unicode text",
+        '{"group": "g", "event": {"n": "\\udc00"}}': "the event holds a lone surrogate",
+        '{"group": "g", "event": {"\\ud83d": 1}}': "the event holds a lone surrogate",
+        '{"group": "g", "key": "k\\u0000", "event": {"n": 5}}': "key must not contain a NUL",
+        json.dumps({"group": "g" * 513, "event": {"n": 5}}): "group_id must be at most 512",
     }
     for bad, said in cases.items():
-        path = tmp_path / f"q{len(said)}.db"
+        path = tmp_path / f"q{len(bad)}-{len(said)}.db"
         url = f"sqlite:///{path}"
         with open_transport(url):
             pass
@@ -110,3 +123,39 @@ def test_publish_takes_the_url_from_the_environment(tmp_path: Path) -> None:
     )
     assert many.stdout == "Published 1 event\n"
     assert [(g, e) for g, _, e in _messages(url)] == [("g", {"n": 1}), ("h", {"n": 2})]
+
+
+def test_a_line_that_is_not_utf8_names_its_number(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    lines = b'{"group": "g", "event": {"n": 1}}\n{"group": "g\xff", "event": {"n": 2}}\n'
+    result = subprocess.run(
+        [*COMMAND, "publish", url], input=lines, capture_output=True, check=False, timeout=120
+    )
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        "Error: line 2 of standard input: not UTF-8 text (an undecodable byte or a lone "
+        "surrogate at column 13)"
+    ]
+    assert _messages(url) == []
+
+
+def test_good_unicode_and_escaped_pairs_are_published_as_given(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    lines = '{"group": "gr\\u00fcn", "event": {"s": "\\ud83d\\ude00", "t": "\u00fc"}}\n'
+    result = transports("publish", url, input=lines)
+    assert result.returncode == 0, result.stderr
+    assert _messages(url) == [("grün", 0, {"s": "\U0001f600", "t": "ü"})]
+
+
+def test_an_event_argument_that_is_not_json_is_a_usage_error(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    for bad, said in (
+        ('{"ratio": NaN}', "NaN is not JSON"),
+        ('{"big": 1e999}', "1e999 is too large for a JSON number"),
+        ('{"s": "\\ud800"}', "the event holds a lone surrogate"),
+    ):
+        result = transports("publish", url, "g", bad)
+        assert result.returncode == 2, (bad, result.stdout)
+        assert said in result.stderr, result.stderr
+        assert "EVENT" in result.stderr
+    assert not (tmp_path / "q.db").exists() or _messages(url) == []
