@@ -48,7 +48,15 @@ from transports_core.backend import (
 from ._context import Running
 from ._hooks import Delivery, Fanout, Hooks, LoggingHooks
 from ._keeper import retry_interval
-from ._outcomes import Bury, Cancelled, Outcome, Retry, RetryPolicy, failure_reason
+from ._outcomes import (
+    Bury,
+    Cancelled,
+    Outcome,
+    Retry,
+    RetryPolicy,
+    failure_reason,
+    storable_reason,
+)
 
 __all__ = [
     "EXIT_DRAINED",
@@ -156,7 +164,7 @@ def decide(error: BaseException | None, attempt: int, policy: RetryPolicy) -> De
     if isinstance(error, Retry):
         return Decision("nack", "retried", delay=error.delay)
     if isinstance(error, Bury):
-        return Decision("bury", "buried", reason=error.reason)
+        return Decision("bury", "buried", reason=storable_reason(error.reason))
     if isinstance(error, (LeaseLost, Cancelled)):
         return LOST
     if policy.is_final(error, attempt):

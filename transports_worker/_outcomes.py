@@ -27,8 +27,9 @@ class Retry(Exception):
     """Raise from a handler to have the message delivered again after ``delay`` seconds.
 
     The message is nacked with that delay: its group waits, so order is kept. Retry is
-    the handler's own decision: it does not count against `RetryPolicy.max_attempts`
-    (the transport's ``max_attempts`` still bounds it).
+    the handler's own decision: the policy never buries for it. But each delivery it
+    ends counts as an attempt, toward `RetryPolicy.max_attempts` and its backoff as
+    toward the transport's ``max_attempts`` (see docs/worker.md).
     """
 
     def __init__(self, delay: float = 0.0) -> None:
@@ -37,7 +38,9 @@ class Retry(Exception):
 
 
 class Bury(Exception):
-    """Raise from a handler to make the message a dead letter now, with ``reason``."""
+    """Raise from a handler to make the message a dead letter now, with ``reason``. The
+    reason is stored as `storable_reason` makes it: a NUL or a lone surrogate escaped,
+    and cut to the transport's longest reason."""
 
     def __init__(self, reason: str) -> None:
         given: object = reason
@@ -109,10 +112,19 @@ class RetryPolicy:
         return delay * (1.0 - self.jitter * self.random())
 
 
+def storable_reason(text: str) -> str:
+    """``text`` as a reason every transport takes: a NUL character and lone surrogates
+    (which no store keeps) written as their escapes, and at most `MAX_REASON` characters
+    (a traceback belongs in the log, not here)."""
+    text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
+
+
 def failure_reason(error: BaseException) -> str:
-    """The dead letter reason for a handler's exception: its type and message."""
+    """The dead letter reason for a handler's exception: its type and message, made
+    storable (`storable_reason`)."""
     text = str(error)
     name = type(error).__qualname__
-    reason = f"{name}: {text}" if text.strip() else name
-    # The transport refuses longer reasons; a traceback belongs in the log, not here.
-    return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
+    return storable_reason(f"{name}: {text}" if text.strip() else name)

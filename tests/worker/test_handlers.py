@@ -19,8 +19,18 @@ from transports_core import (
     open_async_transport,
     open_transport,
 )
-from transports_worker import AsyncContext, AsyncWorker, Context, Retry, RetryPolicy, Worker
+from transports_worker import (
+    AsyncContext,
+    AsyncWorker,
+    Bury,
+    Context,
+    Retry,
+    RetryPolicy,
+    Worker,
+)
 from transports_worker.testing._support import PATIENCE, Recorder, RunningWorker
+
+from ._drain import drain, either
 
 
 def _queue(tmp_path: Path, count: int = 1) -> str:
@@ -54,9 +64,7 @@ def test_a_handler_that_returns_a_coroutine_to_worker_fails_and_its_body_never_r
         handle_signals=False,
         retry=RetryPolicy(max_attempts=1),
     )
-    running = RunningWorker(worker)
-    recorder.wait_settled(1)
-    assert running.stop() == 0
+    drain(worker, recorder, 1)
     assert recorder.outcomes() == [(1, 1, "buried")]  # the policy's last attempt, not acked
     (error,) = [error for _, _, error in recorder.settled_]
     assert isinstance(error, TypeError)
@@ -120,9 +128,7 @@ def test_a_handler_async_worker_cannot_await_fails_naming_why(tmp_path: Path) ->
         handle_signals=False,
         retry=RetryPolicy(max_attempts=1),
     )
-    running = RunningWorker(worker)
-    recorder.wait_settled(1)
-    assert running.stop() == 0
+    drain(worker, recorder, 1)
     assert recorder.outcomes() == [(1, 1, "buried")]
     (reason,) = _letters(url)
     assert "returned NoneType, not an awaitable" in reason
@@ -184,14 +190,8 @@ def test_a_cancelled_error_the_worker_did_not_cause_is_a_failure_retried_with_ba
         "handle_signals": False,
         "retry": RetryPolicy(base=0.05, jitter=0),
     }
-    worker: Any
-    if flavour == "sync":
-        worker = Worker(url, handle, **options)
-    else:
-        worker = AsyncWorker(url, ahandle, **options)
-    running = RunningWorker(worker)
-    recorder.wait_settled(2)
-    assert running.stop() == 0
+    worker = either(flavour, url, handle, ahandle, **options)
+    drain(worker, recorder, 2)
     assert recorder.outcomes() == [(1, 1, "failed"), (1, 2, "acked")]
     assert isinstance(recorder.settled_[0][2], asyncio.CancelledError)
 
@@ -215,7 +215,34 @@ def test_deliveries_that_ended_in_retry_count_toward_the_policys_max_attempts(
         handle_signals=False,
         retry=RetryPolicy(max_attempts=2, base=0.01, jitter=0),
     )
-    running = RunningWorker(worker)
-    recorder.wait_settled(2)
-    assert running.stop() == 0
+    drain(worker, recorder, 2)
     assert recorder.outcomes() == [(1, 1, "retried"), (1, 2, "buried")]
+
+
+@pytest.mark.parametrize(
+    ("raised", "stored"),
+    [
+        (ValueError("bad\x00input"), "buried: ValueError: bad\\x00input"),
+        (ValueError("lone \ud800"), "buried: ValueError: lone \\ud800"),
+        (Bury("no\x00such customer"), "buried: no\\x00such customer"),
+        (Bury("x" * 2000), "buried: " + "x" * 997 + "..."),
+    ],
+    ids=["nul", "surrogate", "bury-nul", "bury-long"],
+)
+def test_a_reason_no_store_could_keep_is_buried_escaped_and_cut(
+    tmp_path: Path, raised: Exception, stored: str
+) -> None:
+    # Exception texts are the application's: one with a NUL or a lone surrogate, or a
+    # Bury reason past the transports' longest, must still make a dead letter.
+    url = _queue(tmp_path)
+
+    def handler(event: Event, ctx: Context[Event]) -> None:
+        raise raised
+
+    recorder = Recorder()
+    worker: Worker[Event] = Worker(
+        url, handler, hooks=[recorder], handle_signals=False, retry=RetryPolicy(max_attempts=1)
+    )
+    drain(worker, recorder, 1)
+    assert recorder.outcomes() == [(1, 1, "buried")]
+    assert _letters(url) == [stored]

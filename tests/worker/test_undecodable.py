@@ -11,8 +11,9 @@ import pydantic
 import pytest
 
 from transports_core import Event, TransportAdmin, open_transport
-from transports_worker import AsyncWorker, Worker
-from transports_worker.testing._support import Recorder, RunningWorker
+from transports_worker.testing._support import Recorder
+
+from ._drain import drain, either
 
 
 class Order(pydantic.BaseModel):
@@ -47,14 +48,8 @@ def test_every_undecodable_message_of_a_claim_is_buried_without_reaching_the_han
         "hooks": [recorder],
         "handle_signals": False,
     }
-    worker: Any
-    if flavour == "sync":
-        worker = Worker(url, handle, **options)
-    else:
-        worker = AsyncWorker(url, ahandle, **options)
-    running = RunningWorker(worker)
-    recorder.wait_settled(3)
-    assert running.stop() == 0
+    worker = either(flavour, url, handle, ahandle, **options)
+    drain(worker, recorder, 3)
     assert seen == [(good, Order(amount=3))]
     assert sorted(outcome for _, _, outcome in recorder.outcomes()) == [
         "acked",
