@@ -109,6 +109,8 @@ def _through(bouncer: Bouncer, schema: str, **query: object) -> str:
 
 
 class _ThroughBouncer:
+    same_arguments_as_direct = True  # see tests/conftest.py
+
     @pytest.fixture
     def transport_url(self, bouncer: Bouncer) -> Iterator[str]:
         # Callers' own connections (`within`) go straight to the server.

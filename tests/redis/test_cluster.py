@@ -271,6 +271,7 @@ class _OnTheCluster:
     every call found through the slot map, every write confirmed by a replica."""
 
     capabilities: ClassVar[Iterable[str]] = CAPABILITIES - {PARALLEL_CLAIMS, WITHIN}
+    same_arguments_as_direct = True  # see tests/conftest.py
 
     @pytest.fixture
     def transport_url(self, replicated_cluster: list[PrivateServer]) -> str:

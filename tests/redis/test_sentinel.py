@@ -215,6 +215,7 @@ class _ThroughSentinel:
     by the replica."""
 
     capabilities: ClassVar[Iterable[str]] = CAPABILITIES - {PARALLEL_CLAIMS, WITHIN}
+    same_arguments_as_direct = True  # see tests/conftest.py
 
     @pytest.fixture
     def transport_url(self, watched_for_the_module: Watched) -> str:

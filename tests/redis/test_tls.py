@@ -55,6 +55,8 @@ class _OverTls:
     """Each scenario on a queue of its own on the TLS server, its invariants checked over
     TLS when it ends, then its keys deleted."""
 
+    same_arguments_as_direct = True  # see tests/conftest.py
+
     @pytest.fixture
     def transport_url(self, tls_port: int, certs: Certs) -> Iterator[str]:
         url = tls_url(tls_port, f"tls-{uuid.uuid4().hex[:12]}", ssl_ca_certs=certs.ca)

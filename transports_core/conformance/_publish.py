@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 
 from transports_core import Event, Lease, LeaseLost, Message, Settlement, Transport, TransportAdmin
-from transports_core._validate import MAX_COUNT, MAX_GROUP_ID
+from transports_core.backend import MAX_COUNT, MAX_GROUP_ID
 
 from ._base import ADMIN, CONTROL, TENANTS, TIMERS, SuiteBase, checks, must_raise, seen
 from ._properties import BAD_INPUT, NO_LOSS, PUBLISH
