@@ -323,10 +323,6 @@ def check_handler(handler: object, *, asynchronous: bool) -> None:
         raise TypeError(f"handler {name} is an async function: run it with AsyncWorker")
 
 
-def _is_transport(source: object) -> bool:
-    return hasattr(source, "claim") and hasattr(source, "extend")
-
-
 def check_twin(handle: object, *, asynchronous: bool) -> None:
     """Refuse the other twin's transport, by its public shape (both twins pass
     ``isinstance(handle, Transport)``): an `AsyncTransport`'s ``claim`` is a coroutine
@@ -352,7 +348,7 @@ def check_source(source: object, *, asynchronous: bool) -> None:
     a transport of the worker's own twin."""
     if isinstance(source, str) or callable(source):  # a transport is not callable
         return
-    if not _is_transport(source):
+    if not (hasattr(source, "claim") and hasattr(source, "extend")):
         raise TypeError(f"source must be a URL, a transport or a factory, got {source!r}")
     check_twin(source, asynchronous=asynchronous)
 
@@ -536,14 +532,12 @@ class Runtime(Generic[E, S, H]):
                 # closed here (an async one's close must be awaited on its loop).
                 check_twin(handle, asynchronous=self.asynchronous)
                 return handle
-        elif _is_transport(source):
+        else:  # a transport: `check_source` let nothing else through
             self._settler = source
             self._claimers = [source] * self.concurrency
             if self._batching(source):
                 self._claimers, self._batcher = [source], source
             return
-        else:
-            raise TypeError(f"source must be a URL, a transport or a factory, got {source!r}")
         self._settler = opener()
         self._owned = True
         self._claimers.append(opener())
